@@ -1,0 +1,258 @@
+//! The subcommands: each connects, asks the daemon, prints the answer (human or `--json`).
+
+use crate::connection::{self, ConnectError, Connection};
+use crate::render;
+use anyhow::{Context, bail};
+use jsonrpsee::core::client::SubscriptionClientT;
+use jsonrpsee::core::params::ObjectParams;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::SystemTime;
+use tether_proto::{
+    ClientKind, Event, EventKind, PermissionMode, Role, SessionId, SessionSummary, Since,
+    TetherRpcClient,
+};
+
+/// How to print.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// Machine-readable JSON.
+    pub json: bool,
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// `tether sessions`
+pub async fn sessions(socket: &Path, out: Output, here: bool) -> anyhow::Result<ExitCode> {
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    let cwd = if here {
+        Some(std::env::current_dir()?.display().to_string())
+    } else {
+        None
+    };
+    let list = conn.client.session_list(cwd).await?;
+    if out.json {
+        print_json(&list)?;
+    } else {
+        print!(
+            "{}",
+            render::sessions_table(&list.sessions, SystemTime::now())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tether new`
+pub async fn new(
+    socket: &Path,
+    out: Output,
+    title: Option<String>,
+    model: Option<String>,
+    permission_mode: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let mode = permission_mode
+        .map(|m| {
+            serde_json::from_value::<PermissionMode>(serde_json::Value::String(m.clone())).with_context(|| {
+                format!("unknown permission mode {m:?} (use default, acceptEdits, plan, bypassPermissions or dontAsk)")
+            })
+        })
+        .transpose()?;
+    let cwd = std::env::current_dir()
+        .context("cannot read the current directory")?
+        .display()
+        .to_string();
+    let conn = connection::connect(socket, true, ClientKind::Tui).await?;
+    let created = conn.client.session_new(cwd, title, model, mode).await?;
+    if out.json {
+        print_json(&created)?;
+    } else {
+        println!("{}", created.session_id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Finds the session whose id is `id` or starts with it.
+async fn resolve(conn: &Connection, id: &str) -> anyhow::Result<SessionSummary> {
+    if let Ok(snapshot) = conn.client.session_get(SessionId(id.to_owned())).await {
+        return Ok(snapshot.summary);
+    }
+    let list = conn.client.session_list(None).await?;
+    let matches: Vec<SessionSummary> = list
+        .sessions
+        .into_iter()
+        .filter(|s| s.session_id.0.starts_with(id))
+        .collect();
+    match matches.len() {
+        0 => bail!("no session matches {id:?} (`tether sessions` lists them)"),
+        1 => Ok(matches.into_iter().next().context("one match")?),
+        n => {
+            let ids: Vec<String> = matches.iter().map(|s| s.session_id.0.clone()).collect();
+            bail!("{id:?} matches {n} sessions: {}", ids.join(", "))
+        }
+    }
+}
+
+fn parse_since(since: &str) -> anyhow::Result<Since> {
+    if since == "head" {
+        return Ok(Since::Head);
+    }
+    since
+        .parse::<u64>()
+        .map(Since::Seq)
+        .with_context(|| format!("--since must be a seq number or `head`, got {since:?}"))
+}
+
+/// `tether attach`
+pub async fn attach(
+    socket: &Path,
+    out: Output,
+    id: &str,
+    observe: bool,
+    since: &str,
+) -> anyhow::Result<ExitCode> {
+    let mut since = parse_since(since)?;
+    let conn = connection::connect(socket, true, ClientKind::Tui).await?;
+    let session = resolve(&conn, id).await?;
+    let role = if observe {
+        Role::Observer
+    } else {
+        Role::Controller
+    };
+    if !out.json {
+        eprintln!(
+            "attached to {} {} as {} — Ctrl+C detaches",
+            session.session_id,
+            session
+                .title
+                .as_deref()
+                .map(|t| format!("\"{t}\""))
+                .unwrap_or_default(),
+            if observe { "observer" } else { "controller" }
+        );
+    }
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        let mut params = ObjectParams::new();
+        params.insert("sessionId", &session.session_id)?;
+        params.insert("role", role)?;
+        params.insert("since", since)?;
+        let mut sub = conn
+            .client
+            .subscribe::<serde_json::Value, _>("session/subscribe", params, "session/unsubscribe")
+            .await
+            .context("cannot subscribe")?;
+        loop {
+            let item = tokio::select! {
+                _ = &mut ctrl_c => {
+                    let _ = sub.unsubscribe().await;
+                    if !out.json {
+                        eprintln!("detached");
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                item = sub.next() => item,
+            };
+            let raw = match item {
+                None => bail!("the connection to tetherd was lost"),
+                Some(Err(e)) => bail!("bad event from tetherd: {e}"),
+                Some(Ok(raw)) => raw,
+            };
+            // Events of types this build does not know are printed raw in JSON mode, skipped
+            // otherwise.
+            let event = serde_json::from_value::<Event>(raw.clone()).ok();
+            if out.json {
+                println!("{raw}");
+            } else if let Some(ev) = &event {
+                println!("{}", render::event_line(ev));
+            }
+            let Some(ev) = event else { continue };
+            match ev.kind {
+                EventKind::Lagged { last_seq } => {
+                    since = Since::Seq(last_seq);
+                    break; // re-subscribe from where we were
+                }
+                EventKind::SessionDeleted { .. } | EventKind::DaemonShutdown {} => {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// `tether daemon status`
+pub async fn daemon_status(socket: &Path, out: Output) -> anyhow::Result<ExitCode> {
+    let conn = match connection::connect(socket, false, ClientKind::Script).await {
+        Ok(c) => c,
+        Err(ConnectError::NotRunning(path)) => {
+            if out.json {
+                print_json(&serde_json::json!({"running": false, "socket": path}))?;
+            } else {
+                println!("tetherd is not running (socket {})", path.display());
+            }
+            return Ok(ExitCode::from(3));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let status = conn.client.daemon_status().await?;
+    if out.json {
+        let mut v = serde_json::to_value(&status)?;
+        v["running"] = serde_json::Value::Bool(true);
+        print_json(&v)?;
+    } else {
+        println!(
+            "tetherd {} running (pid {}, epoch {}, up {})",
+            status.daemon.version,
+            status.daemon.pid,
+            status.epoch,
+            humantime::format_duration(std::time::Duration::from_secs(status.uptime_ms / 1000))
+        );
+        println!("  socket         {}", status.socket);
+        println!("  data           {}", status.data_dir);
+        println!(
+            "  sessions       {} stored, {} loaded",
+            status.sessions, status.loaded_sessions
+        );
+        println!(
+            "  clients        {} connections, {} subscriptions",
+            status.connections, status.subscriptions
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tether daemon stop`
+pub async fn daemon_stop(socket: &Path, out: Output) -> anyhow::Result<ExitCode> {
+    let conn = match connection::connect(socket, false, ClientKind::Script).await {
+        Ok(c) => c,
+        Err(ConnectError::NotRunning(_)) => {
+            if !out.json {
+                println!("tetherd is not running");
+            } else {
+                print_json(&serde_json::json!({"stopped": false, "running": false}))?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let pid = conn.hello.daemon.pid;
+    conn.client.daemon_shutdown().await?;
+    // The daemon closes our connection once it has drained.
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        conn.client.on_disconnect(),
+    )
+    .await;
+    if closed.is_err() {
+        bail!("tetherd (pid {pid}) did not stop within 10s");
+    }
+    if out.json {
+        print_json(&serde_json::json!({"stopped": true, "pid": pid}))?;
+    } else {
+        println!("tetherd (pid {pid}) stopped");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,188 @@
+//! Reaching the daemon: socket discovery, autostart of `tetherd` when nothing listens, and the
+//! typed JSON-RPC client over the socket (WebSocket framing).
+
+use jsonrpsee::client_transport::ws::{Url, WsTransportClientBuilder};
+use jsonrpsee::core::client::{Client, ClientBuilder};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tether_proto::paths::PathEnv;
+use tether_proto::{
+    Capabilities, ClientInfo, ClientKind, InitializeResult, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+    TetherRpcClient,
+};
+use tokio::net::UnixStream;
+
+/// How long an autostarted daemon gets to report that it is ready.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Errors reaching the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Nothing listens on the socket and autostart was not allowed.
+    #[error("tetherd is not running (no daemon listens on {0})")]
+    NotRunning(PathBuf),
+    /// The daemon binary could not be started.
+    #[error("cannot start tetherd ({binary}): {reason}")]
+    Start {
+        /// What was run.
+        binary: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// Connecting or the handshake failed.
+    #[error("cannot talk to tetherd on {path}: {reason}")]
+    Connect {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The daemon answered `initialize` with an error.
+    #[error("tetherd refused the connection: {0}")]
+    Initialize(String),
+}
+
+/// A connected, initialized client.
+pub struct Connection {
+    /// The typed JSON-RPC client.
+    pub client: Client,
+    /// What the daemon said in `initialize`.
+    pub hello: InitializeResult,
+}
+
+/// Where the client looks for the daemon and its data.
+pub fn path_env() -> PathEnv {
+    PathEnv::from_process(nix::unistd::getuid().as_raw())
+}
+
+/// Connects to the daemon on `socket`, starting it first if nothing listens and `autostart`.
+pub async fn connect(
+    socket: &Path,
+    autostart: bool,
+    kind: ClientKind,
+) -> Result<Connection, ConnectError> {
+    let stream = match UnixStream::connect(socket).await {
+        Ok(s) => s,
+        Err(e) if is_absent(&e) && autostart => {
+            start_daemon(socket)?;
+            UnixStream::connect(socket)
+                .await
+                .map_err(|e| ConnectError::Connect {
+                    path: socket.to_owned(),
+                    reason: e.to_string(),
+                })?
+        }
+        Err(e) if is_absent(&e) => return Err(ConnectError::NotRunning(socket.to_owned())),
+        Err(e) => {
+            return Err(ConnectError::Connect {
+                path: socket.to_owned(),
+                reason: e.to_string(),
+            });
+        }
+    };
+    let connect_err = |reason: String| ConnectError::Connect {
+        path: socket.to_owned(),
+        reason,
+    };
+    let url = Url::parse("ws://tetherd/").map_err(|e| connect_err(e.to_string()))?;
+    let (tx, rx) = WsTransportClientBuilder::default()
+        .max_request_size(MAX_MESSAGE_BYTES)
+        .max_response_size(MAX_MESSAGE_BYTES)
+        .build_with_stream(url, stream)
+        .await
+        .map_err(|e| connect_err(e.to_string()))?;
+    let client = ClientBuilder::default()
+        .max_buffer_capacity_per_subscription(16 * 1024)
+        .request_timeout(Duration::from_secs(120))
+        .build_with_tokio(tx, rx);
+    let info = ClientInfo {
+        name: "tether".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        kind,
+    };
+    let capabilities = Capabilities {
+        permissions: kind == ClientKind::Tui,
+    };
+    let hello = client
+        .initialize(PROTOCOL_VERSION, Some(info), Some(capabilities))
+        .await
+        .map_err(|e| ConnectError::Initialize(e.to_string()))?;
+    Ok(Connection { client, hello })
+}
+
+fn is_absent(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// The `tetherd` next to this executable, else the one on `PATH`.
+fn daemon_binary() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("tetherd")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("tetherd"))
+}
+
+/// Starts a detached daemon on `socket` and waits until it says it is ready (it prints one line
+/// once the socket accepts connections). Its log goes to `tetherd.log` in the data directory.
+fn start_daemon(socket: &Path) -> Result<(), ConnectError> {
+    let binary = daemon_binary();
+    let start_err = |reason: String| ConnectError::Start {
+        binary: binary.display().to_string(),
+        reason,
+    };
+    let data_dir = path_env().data_dir();
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| start_err(format!("cannot create {}: {e}", data_dir.display())))?;
+    let log_path = data_dir.join("tetherd.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| start_err(format!("cannot open {}: {e}", log_path.display())))?;
+    let mut child = Command::new(&binary)
+        .arg("--detach")
+        .arg("--print-ready")
+        .arg("--socket")
+        .arg(socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .map_err(|e| start_err(e.to_string()))?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err(start_err("no stdout pipe".into()));
+    };
+    // The ready line, or EOF if the daemon exits first (e.g. another daemon won a race).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(START_TIMEOUT) {
+        // The daemon keeps running; init reaps it once we exit.
+        Ok(line) if line.starts_with("ready") => Ok(()),
+        // It closed stdout without the ready line: it is exiting.
+        Ok(_) => {
+            let status = child.wait().map_err(|e| start_err(e.to_string()))?;
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                return Ok(()); // another daemon won a start race and serves the socket
+            }
+            Err(start_err(format!(
+                "it exited with {status}; see {}",
+                log_path.display()
+            )))
+        }
+        Err(_) => Err(start_err(format!(
+            "it did not become ready within {}s; see {}",
+            START_TIMEOUT.as_secs(),
+            log_path.display()
+        ))),
+    }
+}

@@ -1,0 +1,120 @@
+//! The `tether` binary: the terminal face of the tether daemon.
+
+mod commands;
+mod connection;
+mod render;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// tether: a coding agent that lives in a daemon.
+#[derive(Debug, Parser)]
+#[command(name = "tether", version)]
+struct Cli {
+    /// Print machine-readable JSON instead of human output.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Daemon socket (default: $TETHER_SOCKET, $XDG_RUNTIME_DIR/tether/tetherd.sock, or
+    /// /tmp/tether-$UID/tetherd.sock).
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// List sessions, most recently updated first.
+    Sessions {
+        /// Only sessions created in this directory.
+        #[arg(long)]
+        here: bool,
+    },
+    /// Create a session in the current directory and print its id.
+    New {
+        /// Its title.
+        #[arg(long)]
+        title: Option<String>,
+        /// Model alias or id (default: sonnet).
+        #[arg(long)]
+        model: Option<String>,
+        /// Permission mode: default, acceptEdits, plan, bypassPermissions, dontAsk.
+        #[arg(long, value_name = "MODE")]
+        permission_mode: Option<String>,
+    },
+    /// Follow a session's events as they happen (Ctrl+C detaches).
+    Attach {
+        /// Session id or a unique prefix of one.
+        id: String,
+        /// Watch only; never act on the session.
+        #[arg(long)]
+        observe: bool,
+        /// Replay from after this seq (default 0: the whole history), or `head` for live only.
+        #[arg(long, default_value = "0")]
+        since: String,
+    },
+    /// Control the daemon.
+    Daemon {
+        #[command(subcommand)]
+        action: DaemonCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DaemonCmd {
+    /// Is the daemon running, and what does it hold?
+    Status,
+    /// Stop the daemon gracefully (sessions are kept).
+    Stop,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tether: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let socket = cli
+        .socket
+        .clone()
+        .unwrap_or_else(|| connection::path_env().socket());
+    let out = commands::Output { json: cli.json };
+    let result = runtime.block_on(async {
+        match cli.command {
+            None => {
+                use clap::CommandFactory;
+                let _ = Cli::command().print_help();
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(Cmd::Sessions { here }) => commands::sessions(&socket, out, here).await,
+            Some(Cmd::New {
+                title,
+                model,
+                permission_mode,
+            }) => commands::new(&socket, out, title, model, permission_mode).await,
+            Some(Cmd::Attach { id, observe, since }) => {
+                commands::attach(&socket, out, &id, observe, &since).await
+            }
+            Some(Cmd::Daemon {
+                action: DaemonCmd::Status,
+            }) => commands::daemon_status(&socket, out).await,
+            Some(Cmd::Daemon {
+                action: DaemonCmd::Stop,
+            }) => commands::daemon_stop(&socket, out).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tether: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Start-up and shutdown of the daemon: resolve paths, bind the socket, open the store, serve,
+//! and on SIGTERM/SIGINT or `daemon/shutdown` end every subscription, flush and remove the socket.
+
+use crate::rpc::{self, Connections, Listener, RpcApi};
+use crate::session::Sessions;
+use crate::store::Store;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use tether_proto::paths::PathEnv;
+use tokio_util::sync::CancellationToken;
+
+/// What `tetherd` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Socket path; defaults to the protocol's discovery rules.
+    pub socket: Option<PathBuf>,
+    /// Data directory; defaults to `$TETHER_HOME` / XDG.
+    pub data_dir: Option<PathBuf>,
+    /// Print `ready <socket>` on stdout once serving (for a parent that waits on it).
+    pub print_ready: bool,
+}
+
+/// Why the daemon could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The socket could not be bound.
+    #[error(transparent)]
+    Bind(#[from] rpc::BindError),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// Another IO failure.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Runs the daemon until it is told to stop.
+pub async fn run(options: Options) -> Result<(), DaemonError> {
+    let env = PathEnv::from_process(nix::unistd::getuid().as_raw());
+    let socket = options.socket.unwrap_or_else(|| env.socket());
+    let data_dir = options.data_dir.unwrap_or_else(|| env.data_dir());
+
+    let listener = Listener::bind(&socket)?;
+    std::fs::create_dir_all(&data_dir).map_err(|e| {
+        DaemonError::Io(format!(
+            "cannot create data directory {}: {e}",
+            data_dir.display()
+        ))
+    })?;
+    let store = Store::open(&data_dir)?;
+    let epoch = store.next_epoch()?;
+    let sessions = Arc::new(Sessions::new(store.clone(), epoch));
+    let shutdown = CancellationToken::new();
+    tokio::spawn(watch_signals(shutdown.clone()));
+
+    tracing::info!(socket = %socket.display(), data = %data_dir.display(), epoch, "tetherd serving");
+    if options.print_ready {
+        println!("ready {}", socket.display());
+    }
+
+    let api = RpcApi {
+        sessions: sessions.clone(),
+        connections: Arc::new(Connections::default()),
+        started: Instant::now(),
+        socket: socket.clone(),
+        data_dir,
+        shutdown,
+    };
+    let sessions_for_drain = sessions.clone();
+    rpc::serve(&listener, api, async move {
+        sessions_for_drain.shutdown().await
+    })
+    .await;
+
+    store.flush().await?;
+    drop(listener);
+    tracing::info!("tetherd stopped");
+    Ok(())
+}
+
+async fn watch_signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop tetherd with `tether daemon stop`");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    shutdown.cancel();
+}

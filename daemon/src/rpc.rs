@@ -1,0 +1,122 @@
+//! The daemon's JSON-RPC front: the socket, the accept loop, and one `RpcModule` served two ways
+//! on it — WebSocket for jsonrpsee clients, newline-delimited JSON for everything else.
+//!
+//! Invariant: the only module that knows JSON-RPC. A connection whose first byte is an ASCII
+//! letter is HTTP (the WebSocket upgrade); anything else (`{`, `[`, whitespace) is NDJSON.
+
+mod attach;
+mod connections;
+mod listener;
+mod methods;
+mod ndjson;
+
+pub use connections::Connections;
+pub use listener::{BindError, Listener};
+pub use methods::RpcApi;
+
+use jsonrpsee::RpcModule;
+use jsonrpsee::core::server::Methods;
+use jsonrpsee::server::{Server, ServerConfig, serve_with_graceful_shutdown, stop_channel};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+use tether_proto::{MAX_MESSAGE_BYTES, TetherRpcServer};
+use tokio::io::Interest;
+use tokio::net::UnixStream;
+use tokio::task::JoinSet;
+
+/// How long connections get to finish after shutdown begins.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Serves `api` on `listener` until `api.shutdown` is cancelled; then stops accepting, runs
+/// `before_drain` (which ends subscriptions), and waits for connections to close.
+pub async fn serve<F>(listener: &Listener, api: RpcApi, before_drain: F)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let shutdown = api.shutdown.clone();
+    let connections: Arc<Connections> = api.connections.clone();
+    let module: RpcModule<RpcApi> = api.into_rpc();
+    let methods: Methods = module.into();
+    let config = ServerConfig::builder()
+        .max_request_body_size(MAX_MESSAGE_BYTES)
+        .max_response_body_size(MAX_MESSAGE_BYTES)
+        .set_message_buffer_capacity(4096)
+        // A quiet attached client is never dropped for idleness.
+        .set_first_request_timeout(None)
+        .build();
+    let services = Server::builder().set_config(config).to_service_builder();
+    let (stop_handle, server_handle) = stop_channel();
+    let mut tasks = JoinSet::new();
+
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = tasks.join_next() => {}
+            accepted = listener.accept() => match accepted {
+                Ok(stream) => {
+                    let id = connections.connect();
+                    let methods = methods.clone();
+                    let services = services.clone();
+                    let stop = stop_handle.clone();
+                    let shutdown = shutdown.clone();
+                    let connections = connections.clone();
+                    tasks.spawn(async move {
+                        match sniff(&stream).await {
+                            Some(Transport::Http) => {
+                                let mut svc = services.connection_id(id).build(methods, stop.clone());
+                                // The WebSocket session outlives the HTTP exchange that upgraded it.
+                                let closed = svc.on_session_closed();
+                                if let Err(e) = serve_with_graceful_shutdown(stream, svc, stop.shutdown()).await {
+                                    tracing::debug!(conn_id = id, "connection ended: {e}");
+                                }
+                                closed.await;
+                            }
+                            Some(Transport::Ndjson) => ndjson::serve(stream, methods, id, shutdown).await,
+                            None => {}
+                        }
+                        connections.disconnect(id);
+                    });
+                }
+                Err(e) => {
+                    // Out of descriptors or similar: say so, and give the system a moment.
+                    tracing::error!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    before_drain.await;
+    let _ = server_handle.stop();
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("{} connections did not close in time", tasks.len());
+        tasks.abort_all();
+    }
+}
+
+enum Transport {
+    Http,
+    Ndjson,
+}
+
+/// Looks at the first byte without consuming it; `None` when the peer closed without a byte.
+async fn sniff(stream: &UnixStream) -> Option<Transport> {
+    let fd = stream.as_raw_fd();
+    let mut byte = [0u8; 1];
+    let peeked = stream
+        .async_io(Interest::READABLE, || {
+            nix::sys::socket::recv(fd, &mut byte, nix::sys::socket::MsgFlags::MSG_PEEK)
+                .map_err(std::io::Error::from)
+        })
+        .await;
+    match peeked {
+        Ok(0) | Err(_) => None,
+        Ok(_) if byte[0].is_ascii_alphabetic() => Some(Transport::Http),
+        Ok(_) => Some(Transport::Ndjson),
+    }
+}

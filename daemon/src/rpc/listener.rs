@@ -1,0 +1,149 @@
+//! The daemon's Unix socket: a private directory, a lock that makes one daemon per socket, stale
+//! socket files replaced, and a peer-UID check on every connection.
+
+use nix::fcntl::{Flock, FlockArg};
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use tokio::net::{UnixListener, UnixStream};
+
+/// Why the socket could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// Another daemon holds this socket.
+    #[error("another tetherd (pid {pid}) is already serving {socket}")]
+    AlreadyRunning {
+        /// The socket path.
+        socket: PathBuf,
+        /// The other daemon's pid, as written in the lock file ("unknown" if unreadable).
+        pid: String,
+    },
+    /// An IO step failed.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+fn io_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> BindError + 'a {
+    move |source| BindError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The bound socket; dropping it removes the socket file and releases the lock.
+pub struct Listener {
+    listener: UnixListener,
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Listener {
+    /// Binds `path`: creates its directory (0700) if missing, takes the daemon lock
+    /// (`<path>.lock`), replaces a stale socket file, binds with mode 0600.
+    pub fn bind(path: &Path) -> Result<Self, BindError> {
+        if let Some(dir) = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+        {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_err("cannot create socket directory", dir))?;
+        }
+        let lock_path = lock_path(path);
+        let lock_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io_err("cannot open lock file", &lock_path))?;
+        let mut lock = match Flock::lock(lock_file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((mut file, _)) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                let pid = pid.trim().to_owned();
+                return Err(BindError::AlreadyRunning {
+                    socket: path.to_owned(),
+                    pid: if pid.is_empty() {
+                        "unknown".into()
+                    } else {
+                        pid
+                    },
+                });
+            }
+        };
+        lock.set_len(0)
+            .and_then(|_| lock.rewind())
+            .and_then(|_| write!(lock, "{}", std::process::id()))
+            .map_err(io_err("cannot write lock file", &lock_path))?;
+
+        // We hold the lock, so a socket file left here belongs to a daemon that died.
+        if path.exists() {
+            std::fs::remove_file(path).map_err(io_err("cannot remove stale socket", path))?;
+        }
+        // Bind with a restrictive umask so the socket is never reachable by others, even briefly.
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+        let bound = std::os::unix::net::UnixListener::bind(path);
+        nix::sys::stat::umask(old);
+        let std_listener = bound.map_err(io_err("cannot bind", path))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("cannot set permissions on", path))?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(io_err("cannot configure", path))?;
+        let listener =
+            UnixListener::from_std(std_listener).map_err(io_err("cannot listen on", path))?;
+        Ok(Self {
+            listener,
+            path: path.to_owned(),
+            _lock: lock,
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Accepts the next connection from this user; connections from other users are closed.
+    pub async fn accept(&self) -> std::io::Result<UnixStream> {
+        loop {
+            let (stream, _) = self.listener.accept().await?;
+            match stream.peer_cred() {
+                Ok(cred) if cred.uid() == nix::unistd::getuid().as_raw() => return Ok(stream),
+                Ok(cred) => {
+                    tracing::warn!(uid = cred.uid(), "closed a connection from another user")
+                }
+                Err(e) => tracing::warn!("closed a connection whose peer is unknown: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // The lock file stays: deleting it could let two daemons lock different inodes.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn lock_path(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}

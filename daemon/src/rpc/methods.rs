@@ -1,0 +1,321 @@
+//! The JSON-RPC methods: `TetherRpcServer` implemented over the session registry.
+//!
+//! Invariant: translation only. Each method checks its input, calls the session layer and maps
+//! its errors to protocol error codes; no session state lives here.
+
+use super::attach::{self, Subscriber};
+use super::connections::Connections;
+use crate::session::{Configure, NewSession, SessionError, Sessions};
+use jsonrpsee::Extensions;
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
+use jsonrpsee::server::PendingSubscriptionSink;
+use jsonrpsee::types::ErrorObjectOwned;
+use jsonrpsee::types::error::INVALID_PARAMS_CODE;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tether_proto::*;
+use tokio_util::sync::CancellationToken;
+
+/// The state the methods work on.
+pub struct RpcApi {
+    /// Every session.
+    pub sessions: Arc<Sessions>,
+    /// Every connection.
+    pub connections: Arc<Connections>,
+    /// When the daemon started.
+    pub started: Instant,
+    /// The socket it serves.
+    pub socket: PathBuf,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Cancelled when the daemon starts draining.
+    pub shutdown: CancellationToken,
+}
+
+fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
+    ErrorObjectOwned::owned::<()>(INVALID_PARAMS_CODE, message.into(), None)
+}
+
+fn rpc_error(e: SessionError) -> ErrorObjectOwned {
+    let code = match &e {
+        SessionError::NotFound(_) => ErrorCode::SessionNotFound,
+        SessionError::Store(_) | SessionError::Commit(_) => ErrorCode::Storage,
+        SessionError::Stopped(_) => ErrorCode::DaemonShuttingDown,
+    };
+    code.with_message(e.to_string())
+}
+
+fn not_implemented(method: &str) -> ErrorObjectOwned {
+    ErrorCode::NotImplemented.with_message(format!(
+        "not implemented yet: this tetherd does not serve {method}"
+    ))
+}
+
+fn connection_id(ext: &Extensions) -> ConnectionId {
+    ConnectionId(
+        ext.get::<jsonrpsee::ConnectionId>()
+            .map(|c| c.0 as u64)
+            .unwrap_or(0),
+    )
+}
+
+fn non_empty(field: &str, value: Option<String>) -> Result<Option<String>, ErrorObjectOwned> {
+    match value.map(|v| v.trim().to_owned()) {
+        Some(v) if v.is_empty() => Err(invalid_params(format!("{field} must not be empty"))),
+        other => Ok(other),
+    }
+}
+
+impl RpcApi {
+    fn check_running(&self) -> Result<(), ErrorObjectOwned> {
+        if self.shutdown.is_cancelled() {
+            return Err(ErrorCode::DaemonShuttingDown.with_message("tetherd is shutting down"));
+        }
+        Ok(())
+    }
+
+    fn by(&self, ext: &Extensions) -> Option<ClientRef> {
+        Some(self.connections.client_ref(connection_id(ext)))
+    }
+}
+
+#[jsonrpsee::core::async_trait]
+impl TetherRpcServer for RpcApi {
+    async fn initialize(
+        &self,
+        ext: &Extensions,
+        protocol_version: u32,
+        client_info: Option<ClientInfo>,
+        capabilities: Option<Capabilities>,
+    ) -> RpcResult<InitializeResult> {
+        if protocol_version != PROTOCOL_VERSION {
+            return Err(invalid_params(format!(
+                "protocolVersion {protocol_version} is not supported; this tetherd speaks {PROTOCOL_VERSION}"
+            )));
+        }
+        let id = connection_id(ext);
+        self.connections
+            .initialize(id, client_info, capabilities.unwrap_or_default());
+        Ok(InitializeResult {
+            protocol_version: PROTOCOL_VERSION,
+            daemon: daemon_info(),
+            epoch: self.sessions.epoch(),
+            connection_id: id,
+        })
+    }
+
+    async fn daemon_status(&self) -> RpcResult<DaemonStatus> {
+        let (sessions, loaded) = self.sessions.counts();
+        Ok(DaemonStatus {
+            daemon: daemon_info(),
+            epoch: self.sessions.epoch(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            socket: self.socket.display().to_string(),
+            data_dir: self.data_dir.display().to_string(),
+            sessions,
+            loaded_sessions: loaded,
+            connections: self.connections.count(),
+            subscriptions: self.connections.subscription_count(),
+            shutting_down: self.shutdown.is_cancelled(),
+        })
+    }
+
+    async fn daemon_shutdown(&self) -> RpcResult<ShutdownResult> {
+        tracing::info!("shutdown requested over RPC");
+        self.shutdown.cancel();
+        Ok(ShutdownResult { stopping: true })
+    }
+
+    async fn session_new(
+        &self,
+        ext: &Extensions,
+        cwd: String,
+        title: Option<String>,
+        model: Option<String>,
+        permission_mode: Option<PermissionMode>,
+    ) -> RpcResult<SessionNewResult> {
+        self.check_running()?;
+        let path = Path::new(&cwd);
+        if !path.is_absolute() {
+            return Err(invalid_params(format!(
+                "cwd must be an absolute path, got {cwd:?}"
+            )));
+        }
+        if !path.is_dir() {
+            return Err(invalid_params(format!("cwd {cwd:?} is not a directory")));
+        }
+        let new = NewSession {
+            cwd,
+            title: non_empty("title", title)?,
+            model: non_empty("model", model)?,
+            permission_mode,
+        };
+        let session_id = self
+            .sessions
+            .create(new, self.by(ext))
+            .await
+            .map_err(rpc_error)?;
+        Ok(SessionNewResult { session_id })
+    }
+
+    async fn session_list(&self, cwd: Option<String>) -> RpcResult<SessionList> {
+        let sessions = self
+            .sessions
+            .list(cwd.as_deref())
+            .await
+            .map_err(rpc_error)?;
+        Ok(SessionList { sessions })
+    }
+
+    async fn session_get(&self, session_id: SessionId) -> RpcResult<SessionSnapshot> {
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let summary = handle.summary().await.map_err(rpc_error)?;
+        Ok(SessionSnapshot {
+            summary,
+            pending_permissions: Vec::new(),
+        })
+    }
+
+    async fn session_configure(
+        &self,
+        ext: &Extensions,
+        session_id: SessionId,
+        title: Option<String>,
+        model: Option<String>,
+        permission_mode: Option<PermissionMode>,
+    ) -> RpcResult<SessionSummary> {
+        self.check_running()?;
+        let change = Configure {
+            title: non_empty("title", title)?,
+            model: non_empty("model", model)?,
+            permission_mode,
+        };
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        handle
+            .configure(change, self.by(ext))
+            .await
+            .map_err(rpc_error)
+    }
+
+    async fn session_delete(
+        &self,
+        ext: &Extensions,
+        session_id: SessionId,
+    ) -> RpcResult<SessionDeleted> {
+        self.check_running()?;
+        self.sessions
+            .delete(&session_id, self.by(ext))
+            .await
+            .map_err(rpc_error)?;
+        Ok(SessionDeleted { session_id })
+    }
+
+    async fn session_fork(
+        &self,
+        _session_id: SessionId,
+        _seq: Option<u64>,
+    ) -> RpcResult<SessionNewResult> {
+        Err(not_implemented("session/fork"))
+    }
+
+    async fn session_compact(
+        &self,
+        _session_id: SessionId,
+        _instructions: Option<String>,
+    ) -> RpcResult<serde_json::Value> {
+        Err(not_implemented("session/compact"))
+    }
+
+    async fn session_export(
+        &self,
+        _session_id: SessionId,
+        _format: Option<String>,
+    ) -> RpcResult<serde_json::Value> {
+        Err(not_implemented("session/export"))
+    }
+
+    async fn turn_start(
+        &self,
+        _session_id: SessionId,
+        _input: Vec<serde_json::Value>,
+        _client_turn_id: Option<String>,
+        _mode: Option<String>,
+    ) -> RpcResult<serde_json::Value> {
+        Err(not_implemented("turn/start"))
+    }
+
+    async fn turn_cancel(&self, _session_id: SessionId) -> RpcResult<serde_json::Value> {
+        Err(not_implemented("turn/cancel"))
+    }
+
+    async fn permission_respond(
+        &self,
+        _session_id: SessionId,
+        _request_id: String,
+        _decision: String,
+        _message: Option<String>,
+    ) -> RpcResult<serde_json::Value> {
+        Err(not_implemented("permission/respond"))
+    }
+
+    async fn permission_list(
+        &self,
+        _session_id: Option<SessionId>,
+    ) -> RpcResult<serde_json::Value> {
+        Err(not_implemented("permission/list"))
+    }
+
+    async fn session_subscribe(
+        &self,
+        pending: PendingSubscriptionSink,
+        ext: &Extensions,
+        session_id: SessionId,
+        role: Option<Role>,
+        since: Option<Since>,
+    ) -> SubscriptionResult {
+        if let Err(e) = self.check_running() {
+            pending.reject(e).await;
+            return Ok(());
+        }
+        let session = match self.sessions.get(&session_id) {
+            Ok(h) => h,
+            Err(e) => {
+                pending.reject(rpc_error(e)).await;
+                return Ok(());
+            }
+        };
+        let client = self.connections.client_ref(connection_id(ext));
+        let role = role.unwrap_or_default();
+        let attachment = match session.attach(client.clone(), role).await {
+            Ok(a) => a,
+            Err(e) => {
+                pending.reject(rpc_error(e)).await;
+                return Ok(());
+            }
+        };
+        let sink = match pending.accept().await {
+            Ok(sink) => sink,
+            Err(_) => {
+                session.detach(client, role, "closed").await;
+                return Ok(());
+            }
+        };
+        let sub = Subscriber {
+            session,
+            client,
+            role,
+            epoch: self.sessions.epoch(),
+            connections: self.connections.clone(),
+        };
+        attach::pump(sink, attachment, since.unwrap_or(Since::Seq(0)), sub).await;
+        Ok(())
+    }
+}
+
+fn daemon_info() -> DaemonInfo {
+    DaemonInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        pid: std::process::id(),
+    }
+}

@@ -1,0 +1,299 @@
+//! Newline-delimited JSON-RPC on a connection: one JSON object per line, both ways, served from
+//! the same `Methods` as the WebSocket side, subscriptions included.
+//!
+//! Each connection has its own jsonrpsee `ConnectionId`, `MethodSink` and subscription limit, so
+//! one connection can never unsubscribe another's subscription. Calls run concurrently (replies
+//! may come out of order; clients match them by `id`). At read EOF the connection waits for its
+//! in-flight calls and writes their replies before closing, so `echo req | socat` works.
+
+use futures::StreamExt;
+use jsonrpsee::ConnectionId;
+use jsonrpsee::core::server::{
+    BoundedSubscriptions, MethodCallback, MethodResponse, MethodSink, Methods, SubscriptionState,
+};
+use jsonrpsee::server::RandomIntegerIdProvider;
+use jsonrpsee::types::error::{
+    ErrorCode, INVALID_REQUEST_CODE, OVERSIZED_REQUEST_CODE, PARSE_ERROR_CODE,
+};
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Id, Params, Request, Response};
+use serde_json::value::RawValue;
+use std::sync::Arc;
+use tether_proto::MAX_MESSAGE_BYTES;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::sync::CancellationToken;
+
+/// Messages queued for one connection before its senders wait.
+const OUTBOX: usize = 4096;
+/// Subscriptions one connection may hold.
+const MAX_SUBSCRIPTIONS: u32 = 1024;
+
+struct Conn {
+    methods: Methods,
+    sink: MethodSink,
+    conn_id: ConnectionId,
+    subscriptions: BoundedSubscriptions,
+}
+
+/// Serves one NDJSON connection until the peer closes it or the daemon shuts down.
+pub async fn serve(
+    stream: UnixStream,
+    methods: Methods,
+    conn_id: u32,
+    shutdown: CancellationToken,
+) {
+    let (read, write) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<Box<RawValue>>(OUTBOX);
+    let closing = CancellationToken::new();
+    let writer = tokio::spawn(write_lines(write, rx, closing.clone()));
+    let conn = Arc::new(Conn {
+        methods,
+        sink: MethodSink::new_with_limit(tx, MAX_MESSAGE_BYTES),
+        conn_id: ConnectionId::from(conn_id),
+        subscriptions: BoundedSubscriptions::new(MAX_SUBSCRIPTIONS),
+    });
+    let mut lines = FramedRead::new(
+        read,
+        LinesCodec::new_with_max_length(MAX_MESSAGE_BYTES as usize),
+    );
+    let mut calls = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = calls.join_next() => {}
+            line = lines.next() => match line {
+                None => break,
+                Some(Ok(line)) => {
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    let conn = conn.clone();
+                    calls.spawn(async move { handle_line(&conn, line).await });
+                }
+                Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                    let err = ErrorObject::owned::<()>(
+                        OVERSIZED_REQUEST_CODE,
+                        format!("message is larger than the limit of {MAX_MESSAGE_BYTES} bytes"),
+                        None,
+                    );
+                    let _ = conn.sink.send_error(Id::Null, err).await;
+                }
+                Some(Err(LinesCodecError::Io(e))) => {
+                    tracing::debug!(conn_id, "read failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    // Let in-flight calls answer, then flush what is queued and close; subscriptions end when
+    // the writer goes away.
+    while calls.join_next().await.is_some() {}
+    closing.cancel();
+    drop(conn);
+    let _ = writer.await;
+}
+
+/// Writes queued messages as lines. Ends when the peer is gone, or — once `closing` fires —
+/// when nothing is queued any more.
+async fn write_lines(
+    mut write: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Box<RawValue>>,
+    closing: CancellationToken,
+) {
+    let mut buf = Vec::with_capacity(8192);
+    loop {
+        let msg = tokio::select! {
+            biased;
+            msg = rx.recv() => msg,
+            _ = closing.cancelled() => rx.try_recv().ok(),
+        };
+        let Some(msg) = msg else { break };
+        buf.clear();
+        buf.extend_from_slice(msg.get().as_bytes());
+        buf.push(b'\n');
+        // Batch whatever else is ready into the same write.
+        while buf.len() < 64 * 1024 {
+            match rx.try_recv() {
+                Ok(m) => {
+                    buf.extend_from_slice(m.get().as_bytes());
+                    buf.push(b'\n');
+                }
+                Err(_) => break,
+            }
+        }
+        if write.write_all(&buf).await.is_err() {
+            break;
+        }
+    }
+    let _ = write.shutdown().await;
+}
+
+async fn handle_line(conn: &Conn, line: String) {
+    let trimmed = line.trim_start();
+    if trimmed.starts_with('[') {
+        let reply = handle_batch(conn, trimmed).await;
+        if let Some(reply) = reply {
+            let _ = conn.sink.send(reply).await;
+        }
+        return;
+    }
+    if let Some(reply) = handle_single(conn, trimmed).await {
+        let _ = conn.sink.send(reply).await;
+    }
+}
+
+async fn handle_batch(conn: &Conn, text: &str) -> Option<Box<RawValue>> {
+    let entries: Vec<&RawValue> = match serde_json::from_str(text) {
+        Ok(e) => e,
+        Err(e) => return Some(error_response(Id::Null, parse_error(&e))),
+    };
+    if entries.is_empty() {
+        return Some(error_response(
+            Id::Null,
+            ErrorObject::owned::<()>(INVALID_REQUEST_CODE, "empty batch", None),
+        ));
+    }
+    let mut replies = Vec::new();
+    for entry in entries {
+        if let Some(r) = handle_single(conn, entry.get()).await {
+            replies.push(r);
+        }
+    }
+    if replies.is_empty() {
+        return None;
+    }
+    let joined = format!(
+        "[{}]",
+        replies
+            .iter()
+            .map(|r| r.get())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    RawValue::from_string(joined).ok()
+}
+
+fn parse_error(e: &serde_json::Error) -> ErrorObjectOwned {
+    ErrorObject::owned::<()>(PARSE_ERROR_CODE, format!("parse error: {e}"), None)
+}
+
+fn error_response(id: Id<'_>, err: ErrorObjectOwned) -> Box<RawValue> {
+    let response = Response::new(jsonrpsee::types::ResponsePayload::<()>::error(err), id);
+    serde_json::value::to_raw_value(&response).unwrap_or_else(|_| {
+        RawValue::from_string(
+            r#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"internal error"},"id":null}"#
+                .to_owned(),
+        )
+        .unwrap_or_else(|_| Box::<RawValue>::default())
+    })
+}
+
+/// Handles one request object; returns its reply, or `None` for notifications and for
+/// subscriptions (whose accept/reject already went out through the sink).
+async fn handle_single(conn: &Conn, text: &str) -> Option<Box<RawValue>> {
+    let mut req = match serde_json::from_str::<Request<'_>>(text) {
+        Ok(req) => req,
+        Err(e) => {
+            let value: serde_json::Value = match serde_json::from_str(text) {
+                Ok(v) => v,
+                Err(e) => return Some(error_response(Id::Null, parse_error(&e))),
+            };
+            let Some(obj) = value.as_object() else {
+                let err = ErrorObject::owned::<()>(
+                    INVALID_REQUEST_CODE,
+                    "invalid request: expected an object",
+                    None,
+                );
+                return Some(error_response(Id::Null, err));
+            };
+            match (obj.get("id"), obj.get("method").and_then(|m| m.as_str())) {
+                // A notification: run it, never answer it.
+                (None, Some(method)) => {
+                    let params = obj
+                        .get("params")
+                        .and_then(|p| serde_json::value::to_raw_value(p).ok());
+                    let mut req = Request::owned(method.to_owned(), params, Id::Null);
+                    req.extensions.insert(conn.conn_id);
+                    let _ = call(conn, req).await;
+                    return None;
+                }
+                (id, _) => {
+                    let id = match id {
+                        Some(serde_json::Value::Number(n)) => {
+                            n.as_u64().map(Id::Number).unwrap_or(Id::Null)
+                        }
+                        Some(serde_json::Value::String(s)) => Id::Str(s.clone().into()),
+                        _ => Id::Null,
+                    };
+                    let err = ErrorObject::owned::<()>(
+                        INVALID_REQUEST_CODE,
+                        format!("invalid request: {e}"),
+                        None,
+                    );
+                    return Some(error_response(id, err));
+                }
+            }
+        }
+    };
+    req.extensions.insert(conn.conn_id);
+    let rp = call(conn, req).await;
+    if !rp.is_method_call() {
+        return None;
+    }
+    let (json, on_close, _) = rp.into_parts();
+    if let Some(n) = on_close {
+        n.notify(true);
+    }
+    Some(json)
+}
+
+async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
+    let Request {
+        id,
+        method,
+        params,
+        extensions,
+        ..
+    } = req;
+    let params = Params::new(params.as_ref().map(|p| p.get()));
+    let max = MAX_MESSAGE_BYTES as usize;
+    match conn.methods.method_with_name(&method) {
+        None => MethodResponse::error(id, ErrorObject::from(ErrorCode::MethodNotFound)),
+        Some((_, MethodCallback::Sync(cb))) => cb(id, params, max, extensions),
+        Some((_, MethodCallback::Async(cb))) => {
+            cb(
+                id.into_owned(),
+                params.into_owned(),
+                conn.conn_id,
+                max,
+                extensions,
+            )
+            .await
+        }
+        Some((_, MethodCallback::Subscription(cb))) => match conn.subscriptions.acquire() {
+            Some(permit) => {
+                let state = SubscriptionState {
+                    conn_id: conn.conn_id,
+                    id_provider: &RandomIntegerIdProvider,
+                    subscription_permit: permit,
+                };
+                cb(id, params, conn.sink.clone(), state, extensions).await
+            }
+            None => MethodResponse::error(
+                id,
+                ErrorObject::owned::<()>(
+                    jsonrpsee::types::error::TOO_MANY_SUBSCRIPTIONS_CODE,
+                    format!("a connection may hold at most {MAX_SUBSCRIPTIONS} subscriptions"),
+                    None,
+                ),
+            ),
+        },
+        Some((_, MethodCallback::Unsubscription(cb))) => {
+            cb(id, params, conn.conn_id, max, extensions)
+        }
+    }
+}

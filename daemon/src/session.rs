@@ -1,0 +1,184 @@
+//! Live sessions: the registry that loads them on demand and the per-session actor that owns
+//! each one.
+//!
+//! Invariant: everything that changes a session goes through its actor (one writer, no locks on
+//! session state), and an event is durable in the store before any subscriber sees it.
+
+mod actor;
+
+pub use actor::{Attachment, LiveEvent, SessionHandle, now_rfc3339};
+
+use crate::store::{SessionRecord, Store, StoreError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tether_proto::{ClientRef, PermissionMode, SessionId, SessionStatus, SessionSummary};
+
+/// The model a new session uses when none is given.
+pub const DEFAULT_MODEL: &str = "sonnet";
+
+/// Errors of session operations.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// No session has this id.
+    #[error("no session with id {0}")]
+    NotFound(SessionId),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store failed while committing (the message of the underlying error).
+    #[error("could not persist session events: {0}")]
+    Commit(String),
+    /// The session's actor has stopped (the daemon is shutting down).
+    #[error("session {0} is shutting down")]
+    Stopped(SessionId),
+}
+
+/// What a new session starts with.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// Working directory (absolute).
+    pub cwd: String,
+    /// Title.
+    pub title: Option<String>,
+    /// Model alias or id.
+    pub model: Option<String>,
+    /// Permission mode.
+    pub permission_mode: Option<PermissionMode>,
+}
+
+/// A change of settings; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct Configure {
+    /// New title.
+    pub title: Option<String>,
+    /// New model.
+    pub model: Option<String>,
+    /// New permission mode.
+    pub permission_mode: Option<PermissionMode>,
+}
+
+/// Every session of the daemon: the stored ones, and the loaded ones with a running actor.
+pub struct Sessions {
+    store: Store,
+    epoch: u64,
+    live: Mutex<HashMap<SessionId, SessionHandle>>,
+}
+
+impl Sessions {
+    /// A registry over `store`, stamping events with `epoch`.
+    pub fn new(store: Store, epoch: u64) -> Self {
+        Self {
+            store,
+            epoch,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, SessionHandle>> {
+        // A panic while holding this lock cannot leave the map half-updated (single inserts and
+        // removes), so a poisoned lock is still usable.
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates a session; its first event (`session_created`, seq 1) is durable on return.
+    pub async fn create(
+        &self,
+        new: NewSession,
+        by: Option<ClientRef>,
+    ) -> Result<SessionId, SessionError> {
+        let id = SessionId(uuid::Uuid::new_v4().to_string());
+        let now = actor::now_rfc3339();
+        let record = SessionRecord {
+            id: id.clone(),
+            title: new.title.filter(|t| !t.trim().is_empty()),
+            cwd: new.cwd,
+            model: new.model.unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
+            permission_mode: new.permission_mode.unwrap_or_default(),
+            status: SessionStatus::Idle,
+            created_at: now.clone(),
+            updated_at: now,
+        };
+        let log = self.store.log(&id)?;
+        let handle = actor::spawn(record, self.store.clone(), log, self.epoch, 0);
+        self.live().insert(id.clone(), handle.clone());
+        handle.announce_creation(by).await?;
+        Ok(id)
+    }
+
+    /// The handle of a session, loading it from the store if it is not live.
+    pub fn get(&self, id: &SessionId) -> Result<SessionHandle, SessionError> {
+        let mut live = self.live();
+        if let Some(h) = live.get(id).filter(|h| !h.is_stopped()) {
+            return Ok(h.clone());
+        }
+        let record = self
+            .store
+            .session(id)?
+            .ok_or_else(|| SessionError::NotFound(id.clone()))?;
+        let log = self.store.log(id)?;
+        let head = log.head()?;
+        let handle = actor::spawn(record, self.store.clone(), log, self.epoch, head);
+        live.insert(id.clone(), handle.clone());
+        Ok(handle)
+    }
+
+    /// Every session, most recently updated first; `cwd` keeps those created there.
+    pub async fn list(&self, cwd: Option<&str>) -> Result<Vec<SessionSummary>, SessionError> {
+        let records = self.store.sessions()?;
+        let live: Vec<SessionHandle> = self.live().values().cloned().collect();
+        let mut out = Vec::with_capacity(records.len());
+        for record in records {
+            if cwd.is_some_and(|c| c != record.cwd) {
+                continue;
+            }
+            let summary = match live.iter().find(|h| h.id() == &record.id) {
+                Some(h) => match h.summary().await {
+                    Ok(s) => s,
+                    Err(_) => continue, // deleted meanwhile
+                },
+                None => {
+                    let head = self.store.log(&record.id)?.head()?;
+                    actor::summary_of(&record, head, Vec::new())
+                }
+            };
+            out.push(summary);
+        }
+        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+        Ok(out)
+    }
+
+    /// Deletes a session; its subscribers get `session_deleted` and their subscriptions end.
+    pub async fn delete(&self, id: &SessionId, by: Option<ClientRef>) -> Result<(), SessionError> {
+        let handle = self.get(id)?;
+        handle.delete(by).await?;
+        self.live().remove(id);
+        Ok(())
+    }
+
+    /// How many sessions are stored and how many are loaded.
+    pub fn counts(&self) -> (u64, u64) {
+        let loaded = self.live().values().filter(|h| !h.is_stopped()).count();
+        (self.store.session_count() as u64, loaded as u64)
+    }
+
+    /// Stops every actor after committing its events; subscribers get `daemon_shutdown`.
+    pub async fn shutdown(&self) {
+        let handles: Vec<SessionHandle> = self.live().drain().map(|(_, h)| h).collect();
+        for h in handles {
+            h.shutdown().await;
+        }
+    }
+
+    /// The daemon's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The store, for final flushes.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+/// Shared ownership of the registry, as the RPC layer holds it.
+pub type SharedSessions = Arc<Sessions>;

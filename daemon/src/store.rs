@@ -1,0 +1,335 @@
+//! Typed sled trees: session metadata, one event log per session, daemon metadata.
+//!
+//! Invariant: the only module that imports sled. Values are serde_json (readable when debugging);
+//! log keys are big-endian seqs, so a tree's order is the log's order. Nothing written here is
+//! durable until [`Store::flush`] returns.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use tether_proto::{PermissionMode, Seq, SessionId, SessionStatus};
+
+/// Version of the on-disk layout; a daemon refuses a store written by a newer layout.
+pub const SCHEMA_VERSION: u64 = 1;
+
+const META_SCHEMA: &str = "schema_version";
+const META_EPOCH: &str = "epoch";
+const LOG_PREFIX: &str = "log/";
+
+/// What can go wrong with the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled failed (IO, corruption, a lock held by another process).
+    #[error("storage error in {path}: {source}")]
+    Sled {
+        /// The database directory.
+        path: PathBuf,
+        /// What sled said.
+        source: sled::Error,
+    },
+    /// A stored value did not decode.
+    #[error("stored {what} is not valid: {source}")]
+    Decode {
+        /// What was being read.
+        what: String,
+        /// The decoding error.
+        source: serde_json::Error,
+    },
+    /// The store was written by a newer tetherd.
+    #[error(
+        "the data in {path} has schema version {found}, newer than this tetherd's {SCHEMA_VERSION}; upgrade tetherd"
+    )]
+    NewerSchema {
+        /// The database directory.
+        path: PathBuf,
+        /// Version found on disk.
+        found: u64,
+    },
+}
+
+/// A session's stored metadata (its settings; the history lives in its log).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// Its id.
+    pub id: SessionId,
+    /// Title, once it has one.
+    pub title: Option<String>,
+    /// Working directory.
+    pub cwd: String,
+    /// Model alias or id.
+    pub model: String,
+    /// Permission mode.
+    pub permission_mode: PermissionMode,
+    /// What it was doing when last written.
+    pub status: SessionStatus,
+    /// RFC 3339 creation time.
+    pub created_at: String,
+    /// RFC 3339 time of the last change.
+    pub updated_at: String,
+}
+
+/// The daemon's database.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    sessions: sled::Tree,
+    meta: sled::Tree,
+    path: PathBuf,
+}
+
+/// One session's append-only event log.
+#[derive(Clone)]
+pub struct EventLog {
+    tree: sled::Tree,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (or creates) the database in `dir`, checking its schema version.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let path = dir.join("db");
+        let err = |source| StoreError::Sled {
+            path: path.clone(),
+            source,
+        };
+        let db = sled::Config::new()
+            .path(&path)
+            .mode(sled::Mode::LowSpace)
+            .open()
+            .map_err(err)?;
+        let sessions = db.open_tree("sessions").map_err(err)?;
+        let meta = db.open_tree("meta").map_err(err)?;
+        let store = Self {
+            db,
+            sessions,
+            meta,
+            path,
+        };
+        match store.meta_u64(META_SCHEMA)? {
+            Some(found) if found > SCHEMA_VERSION => {
+                return Err(StoreError::NewerSchema {
+                    path: store.path.clone(),
+                    found,
+                });
+            }
+            Some(_) => {}
+            None => store.put_meta_u64(META_SCHEMA, SCHEMA_VERSION)?,
+        }
+        Ok(store)
+    }
+
+    fn sled_err(&self, source: sled::Error) -> StoreError {
+        StoreError::Sled {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn meta_u64(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        let v = self.meta.get(key).map_err(|e| self.sled_err(e))?;
+        v.map(|v| decode::<u64>(&v, key)).transpose()
+    }
+
+    fn put_meta_u64(&self, key: &str, value: u64) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(&value).map_err(|source| StoreError::Decode {
+            what: key.to_owned(),
+            source,
+        })?;
+        self.meta.insert(key, bytes).map_err(|e| self.sled_err(e))?;
+        Ok(())
+    }
+
+    /// Allocates this start's epoch: one more than the last, made durable before returning.
+    pub fn next_epoch(&self) -> Result<u64, StoreError> {
+        let epoch = self.meta_u64(META_EPOCH)?.unwrap_or(0) + 1;
+        self.put_meta_u64(META_EPOCH, epoch)?;
+        self.db.flush().map_err(|e| self.sled_err(e))?;
+        Ok(epoch)
+    }
+
+    /// Every stored session.
+    pub fn sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        self.sessions
+            .iter()
+            .values()
+            .map(|v| {
+                let v = v.map_err(|e| self.sled_err(e))?;
+                decode(&v, "session record")
+            })
+            .collect()
+    }
+
+    /// How many sessions are stored.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// One session's record, if it exists.
+    pub fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        let v = self.sessions.get(&id.0).map_err(|e| self.sled_err(e))?;
+        v.map(|v| decode(&v, "session record")).transpose()
+    }
+
+    /// Writes a session's record (not flushed).
+    pub fn put_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(record).map_err(|source| StoreError::Decode {
+            what: "session record".into(),
+            source,
+        })?;
+        self.sessions
+            .insert(&record.id.0, bytes)
+            .map_err(|e| self.sled_err(e))?;
+        Ok(())
+    }
+
+    /// Removes a session's record and its log, durably.
+    pub async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
+        self.sessions.remove(&id.0).map_err(|e| self.sled_err(e))?;
+        self.db
+            .drop_tree(format!("{LOG_PREFIX}{id}"))
+            .map_err(|e| self.sled_err(e))?;
+        self.flush().await
+    }
+
+    /// The event log of a session.
+    pub fn log(&self, id: &SessionId) -> Result<EventLog, StoreError> {
+        let tree = self
+            .db
+            .open_tree(format!("{LOG_PREFIX}{id}"))
+            .map_err(|e| self.sled_err(e))?;
+        Ok(EventLog {
+            tree,
+            path: self.path.clone(),
+        })
+    }
+
+    /// Makes everything written so far durable.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.db
+            .flush_async()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.sled_err(e))
+    }
+
+    /// Makes everything written so far durable, blocking the calling thread.
+    pub fn flush_blocking(&self) -> Result<(), StoreError> {
+        self.db.flush().map(|_| ()).map_err(|e| self.sled_err(e))
+    }
+}
+
+impl EventLog {
+    fn sled_err(&self, source: sled::Error) -> StoreError {
+        StoreError::Sled {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// The seq of the last event, 0 when empty.
+    pub fn head(&self) -> Result<Seq, StoreError> {
+        let last = self.tree.last().map_err(|e| self.sled_err(e))?;
+        Ok(last.map(|(k, _)| seq_of(&k)).unwrap_or(0))
+    }
+
+    /// Appends the encoded event at `seq` (not flushed).
+    pub fn append(&self, seq: Seq, json: &[u8]) -> Result<(), StoreError> {
+        self.tree
+            .insert(seq.to_be_bytes(), json)
+            .map_err(|e| self.sled_err(e))?;
+        Ok(())
+    }
+
+    /// Up to `limit` encoded events with `after < seq <= upto`, in order.
+    pub fn read(
+        &self,
+        after: Seq,
+        upto: Seq,
+        limit: usize,
+    ) -> Result<Vec<(Seq, Vec<u8>)>, StoreError> {
+        if after >= upto {
+            return Ok(Vec::new());
+        }
+        let start = (after + 1).to_be_bytes();
+        let end = upto.to_be_bytes();
+        self.tree
+            .range(start..=end)
+            .take(limit)
+            .map(|kv| {
+                let (k, v) = kv.map_err(|e| self.sled_err(e))?;
+                Ok((seq_of(&k), v.to_vec()))
+            })
+            .collect()
+    }
+}
+
+fn seq_of(key: &[u8]) -> Seq {
+    let mut be = [0u8; 8];
+    let n = key.len().min(8);
+    be[8 - n..].copy_from_slice(&key[key.len() - n..]);
+    u64::from_be_bytes(be)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|source| StoreError::Decode {
+        what: what.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epochs_increase_across_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = Store::open(dir.path())
+            .expect("open")
+            .next_epoch()
+            .expect("epoch");
+        let second = Store::open(dir.path())
+            .expect("reopen")
+            .next_epoch()
+            .expect("epoch");
+        assert_eq!((first, second), (1, 2));
+    }
+
+    #[test]
+    fn log_reads_ranges_in_seq_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let log = store.log(&"s".into()).expect("log");
+        assert_eq!(log.head().expect("head"), 0);
+        // Past 255 so big-endian ordering matters.
+        for seq in 1..=300u64 {
+            log.append(seq, format!("{seq}").as_bytes())
+                .expect("append");
+        }
+        assert_eq!(log.head().expect("head"), 300);
+        let got: Vec<Seq> = log
+            .read(250, 260, 100)
+            .expect("read")
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(got, (251..=260).collect::<Vec<_>>());
+        assert_eq!(log.read(0, 300, 5).expect("read").len(), 5);
+        assert!(log.read(300, 300, 5).expect("read").is_empty());
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        store
+            .put_meta_u64(META_SCHEMA, SCHEMA_VERSION + 1)
+            .expect("put");
+        store.flush_blocking().expect("flush");
+        drop(store);
+        assert!(matches!(
+            Store::open(dir.path()),
+            Err(StoreError::NewerSchema { .. })
+        ));
+    }
+}

@@ -1,0 +1,199 @@
+//! The `session/event` envelope and its event types.
+//!
+//! On the wire an event is `{sessionId, seq, epoch, ts, turnId?, type, data}`: the envelope
+//! fields next to an adjacently tagged `type` + `data`. Stream-control events
+//! (`replay_complete`, `lagged`, `session_deleted`, `daemon_shutdown`) carry no `seq`; every other
+//! event has one, dense per session. Clients that must survive newer daemons decode the
+//! envelope as JSON first and skip types they do not know. A replayed event is byte-for-byte the event as it happened.
+
+use crate::ids::{Epoch, Seq, SessionId, TurnId};
+use crate::types::{ClientRef, PermissionMode, Role, SessionStatus};
+use serde::{Deserialize, Serialize};
+
+/// One event of a session, as logged and as sent to subscribers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// The session it belongs to.
+    pub session_id: SessionId,
+    /// Its position in the session's log; absent on stream-control events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<Seq>,
+    /// The daemon epoch it happened in.
+    pub epoch: Epoch,
+    /// RFC 3339 time it happened at (UTC, milliseconds).
+    pub ts: String,
+    /// The turn it belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    /// Its type and data.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// The event types, tagged `type` with their payload in `data`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    content = "data",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum EventKind {
+    /// Replay is over; what follows is live. Stream control.
+    ReplayComplete {
+        /// The last replayed seq (the log's head when the subscription started).
+        head_seq: Seq,
+    },
+    /// This subscriber fell too far behind and its subscription ends; re-subscribe with
+    /// `since: lastSeq`. Stream control.
+    Lagged {
+        /// The last seq delivered to this subscriber.
+        last_seq: Seq,
+    },
+    /// The session was deleted; the subscription ends. Stream control.
+    SessionDeleted {
+        /// Who deleted it.
+        #[serde(default)]
+        by: Option<ClientRef>,
+    },
+    /// The daemon is shutting down; the subscription ends. Stream control.
+    DaemonShutdown {},
+    /// The session was created (always seq 1).
+    SessionCreated {
+        /// Working directory.
+        cwd: String,
+        /// Title, when given.
+        #[serde(default)]
+        title: Option<String>,
+        /// Model alias or id.
+        model: String,
+        /// Permission mode.
+        permission_mode: PermissionMode,
+        /// Who created it.
+        #[serde(default)]
+        by: Option<ClientRef>,
+    },
+    /// Settings changed; only the changed fields are present.
+    SessionConfigured {
+        /// New title.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        /// New model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// New permission mode.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        permission_mode: Option<PermissionMode>,
+        /// Who changed them.
+        #[serde(default)]
+        by: Option<ClientRef>,
+    },
+    /// A client subscribed.
+    ClientAttached {
+        /// The client.
+        client: ClientRef,
+        /// Its role.
+        role: Role,
+    },
+    /// A client's subscription ended.
+    ClientDetached {
+        /// The client.
+        client: ClientRef,
+        /// Its role.
+        role: Role,
+        /// Why: `unsubscribed`, `disconnected`, `lagged`.
+        reason: String,
+    },
+    /// What the session is doing changed.
+    SessionStatus {
+        /// The new status.
+        status: SessionStatus,
+    },
+    /// Something a user should know that is not an error.
+    Notice {
+        /// `info` or `warning`.
+        level: String,
+        /// The text.
+        message: String,
+    },
+}
+
+impl EventKind {
+    /// The wire `type` string.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::ReplayComplete { .. } => "replay_complete",
+            Self::Lagged { .. } => "lagged",
+            Self::SessionDeleted { .. } => "session_deleted",
+            Self::DaemonShutdown {} => "daemon_shutdown",
+            Self::SessionCreated { .. } => "session_created",
+            Self::SessionConfigured { .. } => "session_configured",
+            Self::ClientAttached { .. } => "client_attached",
+            Self::ClientDetached { .. } => "client_detached",
+            Self::SessionStatus { .. } => "session_status",
+            Self::Notice { .. } => "notice",
+        }
+    }
+
+    /// Whether the event ends the subscription that carries it.
+    pub fn ends_subscription(&self) -> bool {
+        matches!(
+            self,
+            Self::Lagged { .. } | Self::SessionDeleted { .. } | Self::DaemonShutdown {}
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::ConnectionId;
+    use crate::types::ClientKind;
+    use serde_json::json;
+
+    #[test]
+    fn envelope_is_adjacently_tagged_and_camel_case() {
+        let ev = Event {
+            session_id: "s1".into(),
+            seq: Some(3),
+            epoch: 2,
+            ts: "2026-01-01T00:00:00.000Z".into(),
+            turn_id: None,
+            kind: EventKind::ClientAttached {
+                client: ClientRef {
+                    client_id: ConnectionId(7),
+                    kind: ClientKind::Tui,
+                    name: Some("tether".into()),
+                },
+                role: Role::Observer,
+            },
+        };
+        let v = serde_json::to_value(&ev).expect("serializes");
+        assert_eq!(
+            v,
+            json!({
+                "sessionId": "s1", "seq": 3, "epoch": 2, "ts": "2026-01-01T00:00:00.000Z",
+                "type": "client_attached",
+                "data": {"client": {"clientId": 7, "kind": "tui", "name": "tether"}, "role": "observer"}
+            })
+        );
+        let back: Event = serde_json::from_value(v).expect("deserializes");
+        assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn stream_control_events_have_no_seq() {
+        let ev = Event {
+            session_id: "s1".into(),
+            seq: None,
+            epoch: 1,
+            ts: "t".into(),
+            turn_id: None,
+            kind: EventKind::ReplayComplete { head_seq: 9 },
+        };
+        let v = serde_json::to_value(&ev).expect("serializes");
+        assert!(v.get("seq").is_none());
+        assert_eq!(v["data"]["headSeq"], 9);
+    }
+}

@@ -1,0 +1,28 @@
+//! The wire contract between `tetherd` and its clients: the JSON-RPC trait, its params and
+//! results, the session `Event` envelope, ids, error codes and the protocol version.
+//!
+//! Invariant: these are the only wire types; nothing here performs IO. Field names are camelCase
+//! on the wire, params are by-name JSON objects.
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod paths;
+pub mod rpc;
+pub mod types;
+
+pub use error::ErrorCode;
+pub use event::{Event, EventKind};
+pub use ids::{ConnectionId, Epoch, Seq, SessionId, TurnId};
+pub use rpc::{TetherRpcClient, TetherRpcServer};
+pub use types::*;
+
+/// The protocol version spoken by this build; `initialize` reports it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest JSON-RPC message, in bytes, either way.
+pub const MAX_MESSAGE_BYTES: u32 = 16 * 1024 * 1024;
+
+/// Re-exported so clients use the exact jsonrpsee version the trait was generated with.
+pub use jsonrpsee;

@@ -1,0 +1,142 @@
+//! The JSON-RPC trait: every method of the protocol with its explicit slash-separated name.
+//! Params are by-name objects (`param_kind = map`) with camelCase keys.
+
+use crate::event::Event;
+use crate::ids::SessionId;
+use crate::types::*;
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
+use jsonrpsee::proc_macros::rpc;
+
+/// The tether daemon's API. `TetherRpcServer` is implemented by `tetherd`; `TetherRpcClient` is
+/// the typed client the terminal uses.
+#[rpc(server, client)]
+pub trait TetherRpc {
+    /// Says who the client is; optional (a connection without it is kind `script`).
+    #[method(name = "initialize", param_kind = map, with_extensions)]
+    async fn initialize(
+        &self,
+        #[argument(rename = "protocolVersion")] protocol_version: u32,
+        #[argument(rename = "clientInfo")] client_info: Option<ClientInfo>,
+        capabilities: Option<Capabilities>,
+    ) -> RpcResult<InitializeResult>;
+
+    /// Health and counts.
+    #[method(name = "daemon/status", param_kind = map)]
+    async fn daemon_status(&self) -> RpcResult<DaemonStatus>;
+
+    /// Drains and stops the daemon after answering.
+    #[method(name = "daemon/shutdown", param_kind = map)]
+    async fn daemon_shutdown(&self) -> RpcResult<ShutdownResult>;
+
+    /// Creates a session.
+    #[method(name = "session/new", param_kind = map, with_extensions)]
+    async fn session_new(
+        &self,
+        cwd: String,
+        title: Option<String>,
+        model: Option<String>,
+        #[argument(rename = "permissionMode")] permission_mode: Option<PermissionMode>,
+    ) -> RpcResult<SessionNewResult>;
+
+    /// Lists sessions, most recently updated first; `cwd` keeps those created there.
+    #[method(name = "session/list", param_kind = map)]
+    async fn session_list(&self, cwd: Option<String>) -> RpcResult<SessionList>;
+
+    /// A session's full snapshot.
+    #[method(name = "session/get", param_kind = map)]
+    async fn session_get(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+    ) -> RpcResult<SessionSnapshot>;
+
+    /// Changes a session's title, model or permission mode.
+    #[method(name = "session/configure", param_kind = map, with_extensions)]
+    async fn session_configure(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        title: Option<String>,
+        model: Option<String>,
+        #[argument(rename = "permissionMode")] permission_mode: Option<PermissionMode>,
+    ) -> RpcResult<SessionSummary>;
+
+    /// Deletes a session and its log.
+    #[method(name = "session/delete", param_kind = map, with_extensions)]
+    async fn session_delete(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+    ) -> RpcResult<SessionDeleted>;
+
+    /// Forks a session at a seq.
+    #[method(name = "session/fork", param_kind = map)]
+    async fn session_fork(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        seq: Option<u64>,
+    ) -> RpcResult<SessionNewResult>;
+
+    /// Compacts a session's history now.
+    #[method(name = "session/compact", param_kind = map)]
+    async fn session_compact(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        instructions: Option<String>,
+    ) -> RpcResult<serde_json::Value>;
+
+    /// Exports a session as markdown or JSONL.
+    #[method(name = "session/export", param_kind = map)]
+    async fn session_export(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        format: Option<String>,
+    ) -> RpcResult<serde_json::Value>;
+
+    /// Starts a turn.
+    #[method(name = "turn/start", param_kind = map)]
+    async fn turn_start(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        input: Vec<serde_json::Value>,
+        #[argument(rename = "clientTurnId")] client_turn_id: Option<String>,
+        mode: Option<String>,
+    ) -> RpcResult<serde_json::Value>;
+
+    /// Interrupts the running turn.
+    #[method(name = "turn/cancel", param_kind = map)]
+    async fn turn_cancel(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+    ) -> RpcResult<serde_json::Value>;
+
+    /// Answers a permission request.
+    #[method(name = "permission/respond", param_kind = map)]
+    async fn permission_respond(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        #[argument(rename = "requestId")] request_id: String,
+        decision: String,
+        message: Option<String>,
+    ) -> RpcResult<serde_json::Value>;
+
+    /// Pending permission requests.
+    #[method(name = "permission/list", param_kind = map)]
+    async fn permission_list(
+        &self,
+        #[argument(rename = "sessionId")] session_id: Option<SessionId>,
+    ) -> RpcResult<serde_json::Value>;
+
+    /// Replays a session's events after `since`, then `replay_complete`, then live events, as
+    /// `session/event` notifications.
+    #[subscription(
+        name = "session/subscribe" => "session/event",
+        unsubscribe = "session/unsubscribe",
+        item = Event,
+        param_kind = map,
+        with_extensions
+    )]
+    async fn session_subscribe(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        role: Option<Role>,
+        since: Option<Since>,
+    ) -> SubscriptionResult;
+}

@@ -1,0 +1,334 @@
+//! Params and results of the JSON-RPC methods, and the small enums they share.
+
+use crate::ids::{ConnectionId, Epoch, Seq, SessionId};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// What kind of program a client is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientKind {
+    /// The terminal client.
+    Tui,
+    /// An editor plugin.
+    Editor,
+    /// A script or headless run (the kind of a connection that never calls `initialize`).
+    #[default]
+    Script,
+    /// A protocol bridge such as ACP.
+    Bridge,
+}
+
+/// How a subscriber takes part in a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// May start turns and answer permission prompts.
+    #[default]
+    Controller,
+    /// Watches only.
+    Observer,
+}
+
+/// How tool calls are authorised in a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PermissionMode {
+    /// Ask for anything not allowed by a rule.
+    #[default]
+    Default,
+    /// File edits in the working directories are allowed without asking.
+    AcceptEdits,
+    /// Only read-only tools run.
+    Plan,
+    /// Everything is allowed except `deny` rules.
+    BypassPermissions,
+    /// Anything not pre-allowed is denied without asking.
+    DontAsk,
+}
+
+impl PermissionMode {
+    /// The wire name, e.g. `acceptEdits`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::AcceptEdits => "acceptEdits",
+            Self::Plan => "plan",
+            Self::BypassPermissions => "bypassPermissions",
+            Self::DontAsk => "dontAsk",
+        }
+    }
+}
+
+/// What a session is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// No turn is running.
+    #[default]
+    Idle,
+    /// A turn is running.
+    Running,
+    /// A turn waits for a permission decision.
+    AwaitingPermission,
+}
+
+impl SessionStatus {
+    /// The wire name, e.g. `awaiting_permission`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Running => "running",
+            Self::AwaitingPermission => "awaiting_permission",
+        }
+    }
+}
+
+/// Where a subscription starts: after a seq (0 = from the start), or at the head (live only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// Everything after this seq.
+    Seq(Seq),
+    /// Live events only.
+    Head,
+}
+
+impl Serialize for Since {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Since::Seq(n) => s.serialize_u64(*n),
+            Since::Head => s.serialize_str("head"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Since {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Since;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a non-negative integer seq or \"head\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Since, E> {
+                Ok(Since::Seq(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Since, E> {
+                u64::try_from(v)
+                    .map(Since::Seq)
+                    .map_err(|_| E::custom("since must not be negative"))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Since, E> {
+                if v == "head" {
+                    Ok(Since::Head)
+                } else {
+                    Err(E::custom(format!(
+                        "since must be an integer or \"head\", got {v:?}"
+                    )))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Who a client says it is in `initialize`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientInfo {
+    /// Program name, e.g. `tether`.
+    pub name: String,
+    /// Program version.
+    #[serde(default)]
+    pub version: String,
+    /// Kind of client.
+    #[serde(default)]
+    pub kind: ClientKind,
+}
+
+/// What a client can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    /// Whether it answers permission prompts.
+    #[serde(default)]
+    pub permissions: bool,
+}
+
+/// The daemon's identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonInfo {
+    /// The daemon's version.
+    pub version: String,
+    /// Its process id.
+    pub pid: u32,
+}
+
+/// Result of `initialize`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    /// The protocol version the daemon speaks.
+    pub protocol_version: u32,
+    /// The daemon.
+    pub daemon: DaemonInfo,
+    /// The daemon's epoch (changes on every start).
+    pub epoch: Epoch,
+    /// This connection's id, as it appears in `resolvedBy` and presence events.
+    pub connection_id: ConnectionId,
+}
+
+/// A client as it appears in events (`by`, `resolvedBy`, presence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientRef {
+    /// The connection's id.
+    pub client_id: ConnectionId,
+    /// Its kind.
+    pub kind: ClientKind,
+    /// Its self-declared name, when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A client attached to a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachedClient {
+    /// The client.
+    pub client: ClientRef,
+    /// Its role.
+    pub role: Role,
+}
+
+/// Result of `daemon/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonStatus {
+    /// The daemon.
+    pub daemon: DaemonInfo,
+    /// Its epoch.
+    pub epoch: Epoch,
+    /// Milliseconds since it started.
+    pub uptime_ms: u64,
+    /// The socket it listens on.
+    pub socket: String,
+    /// Its data directory.
+    pub data_dir: String,
+    /// Sessions stored.
+    pub sessions: u64,
+    /// Sessions loaded in memory.
+    pub loaded_sessions: u64,
+    /// Open connections.
+    pub connections: u64,
+    /// Active subscriptions.
+    pub subscriptions: u64,
+    /// Whether it is draining.
+    pub shutting_down: bool,
+}
+
+/// Result of `daemon/shutdown`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShutdownResult {
+    /// Always true: the daemon drains and exits after answering.
+    pub stopping: bool,
+}
+
+/// Result of `session/new`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionNewResult {
+    /// The new session's id.
+    pub session_id: SessionId,
+}
+
+/// A session's metadata as `session/list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    /// Its id.
+    pub session_id: SessionId,
+    /// Its title, once it has one.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// The working directory it was created in.
+    pub cwd: String,
+    /// Model alias or id.
+    pub model: String,
+    /// Permission mode.
+    pub permission_mode: PermissionMode,
+    /// What it is doing.
+    pub status: SessionStatus,
+    /// RFC 3339 creation time.
+    pub created_at: String,
+    /// RFC 3339 time of its last event.
+    pub updated_at: String,
+    /// Seq of its last event.
+    pub head_seq: Seq,
+    /// Clients attached now.
+    #[serde(default)]
+    pub attached_clients: Vec<AttachedClient>,
+}
+
+/// Result of `session/list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionList {
+    /// Most recently updated first.
+    pub sessions: Vec<SessionSummary>,
+}
+
+/// Result of `session/get`: the full snapshot of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSnapshot {
+    /// Its metadata.
+    #[serde(flatten)]
+    pub summary: SessionSummary,
+    /// Permission requests waiting for an answer.
+    #[serde(default)]
+    pub pending_permissions: Vec<serde_json::Value>,
+}
+
+/// Result of `session/delete`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDeleted {
+    /// The deleted session's id.
+    pub session_id: SessionId,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_round_trips() {
+        for (json, since) in [
+            ("0", Since::Seq(0)),
+            ("42", Since::Seq(42)),
+            ("\"head\"", Since::Head),
+        ] {
+            let parsed: Since = serde_json::from_str(json).expect("parses");
+            assert_eq!(parsed, since);
+            assert_eq!(serde_json::to_string(&since).expect("serializes"), json);
+        }
+        assert!(serde_json::from_str::<Since>("-1").is_err());
+        assert!(serde_json::from_str::<Since>("\"tail\"").is_err());
+    }
+
+    #[test]
+    fn permission_modes_use_wire_names() {
+        for mode in [
+            PermissionMode::Default,
+            PermissionMode::AcceptEdits,
+            PermissionMode::Plan,
+            PermissionMode::BypassPermissions,
+            PermissionMode::DontAsk,
+        ] {
+            let json = serde_json::to_string(&mode).expect("serializes");
+            assert_eq!(json, format!("\"{}\"", mode.as_str()));
+        }
+    }
+}
