@@ -249,6 +249,14 @@ pub async fn daemon_stop(socket: &Path, out: Output) -> anyhow::Result<ExitCode>
     if closed.is_err() {
         bail!("tetherd (pid {pid}) did not stop within 10s");
     }
+    // It removes its socket as the last step before exiting.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while socket.exists() {
+        if std::time::Instant::now() > deadline {
+            bail!("tetherd (pid {pid}) did not remove {} within 10s", socket.display());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     if out.json {
         print_json(&serde_json::json!({"stopped": true, "pid": pid}))?;
     } else {

@@ -1,1 +1,289 @@
-//! x
+//! The black-box test harness: spawns the real `tetherd` and `tether` binaries on a temporary
+//! socket and data directory, and talks to the daemon over raw newline-delimited JSON-RPC.
+//!
+//! Binaries come from `$TETHER_BIN_DIR`, else the cargo target directory this test binary was
+//! built into (build them first: `cargo build --workspace --bins`).
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long any single wait in a test may take before it fails.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// The directory holding `tetherd` and `tether`.
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TETHER_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    // target/<profile>/deps/<test binary> → target/<profile>
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target directory")
+        .to_owned();
+    dir
+}
+
+/// Path of one of the project's binaries, failing clearly when it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` first (or set TETHER_BIN_DIR)",
+        path.display()
+    );
+    path
+}
+
+/// A running `tetherd` on its own temporary socket and data directory; killed on drop.
+pub struct Daemon {
+    /// Holds the socket and data directories.
+    pub dir: tempfile::TempDir,
+    /// The daemon process, while it runs.
+    pub child: Option<Child>,
+}
+
+impl Daemon {
+    /// Starts a daemon and waits until it serves.
+    pub fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("tether-test").tempdir()?;
+        let mut daemon = Self { dir, child: None };
+        daemon.spawn()?;
+        Ok(daemon)
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("run/tetherd.sock")
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// A `tetherd` command on this daemon's socket and data directory.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(bin("tetherd"));
+        cmd.arg("--socket")
+            .arg(self.socket())
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .env("TETHER_LOG", "warn");
+        cmd
+    }
+
+    /// Starts the daemon process (again) and waits for its ready line.
+    pub fn spawn(&mut self) -> anyhow::Result<()> {
+        let mut child = self
+            .command()
+            .arg("--print-ready")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("spawn tetherd")?;
+        let stdout = child.stdout.take().context("tetherd stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(WAIT).context("tetherd did not get ready")?;
+        if !line.starts_with("ready") {
+            let status = child.wait()?;
+            bail!("tetherd exited before it was ready: {status}");
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// `kill -9` the daemon and reap it.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns its status.
+    pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("daemon is not running")?;
+        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status()?;
+        assert!(status.success(), "kill -TERM failed");
+        wait_exit(&mut child)
+    }
+
+    /// Waits for the daemon to exit by itself (after `daemon/shutdown`).
+    pub fn wait_exit(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("daemon is not running")?;
+        wait_exit(&mut child)
+    }
+
+    /// A new raw NDJSON connection.
+    pub fn ndjson(&self) -> anyhow::Result<Ndjson> {
+        Ndjson::connect(&self.socket())
+    }
+
+    /// A `tether` client command pointed at this daemon.
+    pub fn tether(&self) -> Command {
+        let mut cmd = Command::new(bin("tether"));
+        cmd.env("TETHER_SOCKET", self.socket())
+            .env("TETHER_HOME", self.data_dir())
+            .env("NO_COLOR", "1");
+        cmd
+    }
+}
+
+fn wait_exit(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("process {} did not exit in time", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.kill9();
+    }
+}
+
+/// A raw newline-delimited JSON-RPC connection. Replies are matched by id; notifications are
+/// queued for [`Ndjson::next_notification`].
+pub struct Ndjson {
+    writer: UnixStream,
+    lines: mpsc::Receiver<String>,
+    notifications: std::collections::VecDeque<Value>,
+    next_id: u64,
+}
+
+impl Ndjson {
+    /// Connects to a socket.
+    pub fn connect(socket: &Path) -> anyhow::Result<Self> {
+        let stream = UnixStream::connect(socket).with_context(|| format!("connect {}", socket.display()))?;
+        let reader = stream.try_clone()?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(reader).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            writer: stream,
+            lines: rx,
+            notifications: Default::default(),
+            next_id: 1,
+        })
+    }
+
+    /// Writes raw bytes (one or more lines, or garbage).
+    pub fn send_raw(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        self.writer.write_all(bytes)?;
+        Ok(())
+    }
+
+    /// The next line from the daemon, parsed.
+    pub fn read(&mut self) -> anyhow::Result<Value> {
+        let line = self.lines.recv_timeout(WAIT).context("no message from tetherd in time")?;
+        serde_json::from_str(&line).with_context(|| format!("not JSON: {line}"))
+    }
+
+    /// The next reply (a message with an `id`), queueing notifications that arrive first.
+    pub fn reply(&mut self) -> anyhow::Result<Value> {
+        loop {
+            let msg = self.read()?;
+            if msg.get("method").is_some() && msg.get("id").is_none() {
+                self.notifications.push_back(msg);
+            } else {
+                return Ok(msg);
+            }
+        }
+    }
+
+    /// Sends a request and returns its whole reply object (`result` or `error`).
+    pub fn request(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_raw(format!("{line}\n").as_bytes())?;
+        loop {
+            let reply = self.reply()?;
+            if reply["id"] == json!(id) {
+                return Ok(reply);
+            }
+            bail!("reply to another request: {reply}");
+        }
+    }
+
+    /// Sends a request and returns its `result`, failing on an error reply.
+    pub fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let reply = self.request(method, params)?;
+        if let Some(err) = reply.get("error") {
+            bail!("{method} failed: {err}");
+        }
+        Ok(reply["result"].clone())
+    }
+
+    /// The next `session/event` notification's event.
+    pub fn next_event(&mut self) -> anyhow::Result<Value> {
+        let msg = match self.notifications.pop_front() {
+            Some(m) => m,
+            None => loop {
+                let msg = self.read()?;
+                if msg.get("id").is_none() {
+                    break msg;
+                }
+                bail!("unexpected reply while waiting for an event: {msg}");
+            },
+        };
+        assert_eq!(msg["method"], "session/event", "unexpected notification {msg}");
+        Ok(msg["params"]["result"].clone())
+    }
+
+    /// Events until (and including) the first one of type `ty`.
+    pub fn events_until(&mut self, ty: &str) -> anyhow::Result<Vec<Value>> {
+        let mut out = Vec::new();
+        loop {
+            let ev = self.next_event()?;
+            let done = ev["type"] == ty;
+            out.push(ev);
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Creates a session in a temporary-safe cwd and returns its id.
+    pub fn new_session(&mut self, title: &str) -> anyhow::Result<String> {
+        let r = self.call("session/new", json!({"cwd": "/tmp", "title": title}))?;
+        Ok(r["sessionId"].as_str().context("sessionId")?.to_owned())
+    }
+
+    /// Subscribes and returns the subscription id.
+    pub fn subscribe(&mut self, session: &str, since: Value) -> anyhow::Result<Value> {
+        self.call("session/subscribe", json!({"sessionId": session, "since": since}))
+    }
+}
+
+/// The `seq`s of the events that have one.
+pub fn seqs(events: &[Value]) -> Vec<u64> {
+    events.iter().filter_map(|e| e["seq"].as_u64()).collect()
+}

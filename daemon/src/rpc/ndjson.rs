@@ -24,13 +24,51 @@ use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::bytes::BytesMut;
+use tokio_util::codec::{Decoder, FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 
 /// Messages queued for one connection before its senders wait.
 const OUTBOX: usize = 4096;
 /// Subscriptions one connection may hold.
 const MAX_SUBSCRIPTIONS: u32 = 1024;
+/// How long, at daemon shutdown, a connection waits for its subscriptions' final events.
+const SHUTDOWN_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One line of input, or why it could not be one.
+enum Frame {
+    Line(String),
+    Oversized,
+    NotUtf8,
+}
+
+/// `LinesCodec` that turns an oversized or non-UTF-8 line into a frame the connection answers,
+/// instead of an error that ends the stream.
+struct FrameCodec(LinesCodec);
+
+impl FrameCodec {
+    fn map(r: Result<Option<String>, LinesCodecError>) -> Result<Option<Frame>, std::io::Error> {
+        match r {
+            Ok(line) => Ok(line.map(Frame::Line)),
+            Err(LinesCodecError::MaxLineLengthExceeded) => Ok(Some(Frame::Oversized)),
+            Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => Ok(Some(Frame::NotUtf8)),
+            Err(LinesCodecError::Io(e)) => Err(e),
+        }
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, std::io::Error> {
+        Self::map(self.0.decode(buf))
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, std::io::Error> {
+        Self::map(self.0.decode_eof(buf))
+    }
+}
 
 struct Conn {
     methods: Methods,
@@ -49,32 +87,30 @@ pub async fn serve(
     let (read, write) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Box<RawValue>>(OUTBOX);
     let closing = CancellationToken::new();
-    let writer = tokio::spawn(write_lines(write, rx, closing.clone()));
+    let mut writer = tokio::spawn(write_lines(write, rx, closing.clone()));
     let conn = Arc::new(Conn {
         methods,
         sink: MethodSink::new_with_limit(tx, MAX_MESSAGE_BYTES),
         conn_id: ConnectionId::from(conn_id),
         subscriptions: BoundedSubscriptions::new(MAX_SUBSCRIPTIONS),
     });
-    let mut lines = FramedRead::new(
-        read,
-        LinesCodec::new_with_max_length(MAX_MESSAGE_BYTES as usize),
-    );
+    let codec = FrameCodec(LinesCodec::new_with_max_length(MAX_MESSAGE_BYTES as usize));
+    let mut frames = FramedRead::new(read, codec);
     let mut calls = JoinSet::new();
-    loop {
+    let daemon_stopping = loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => break true,
             Some(_) = calls.join_next() => {}
-            line = lines.next() => match line {
-                None => break,
-                Some(Ok(line)) => {
+            frame = frames.next() => match frame {
+                None => break false,
+                Some(Ok(Frame::Line(line))) => {
                     if line.trim().is_empty() {
                         continue;
                     }
                     let conn = conn.clone();
                     calls.spawn(async move { handle_line(&conn, line).await });
                 }
-                Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                Some(Ok(Frame::Oversized)) => {
                     let err = ErrorObject::owned::<()>(
                         OVERSIZED_REQUEST_CODE,
                         format!("message is larger than the limit of {MAX_MESSAGE_BYTES} bytes"),
@@ -82,18 +118,29 @@ pub async fn serve(
                     );
                     let _ = conn.sink.send_error(Id::Null, err).await;
                 }
-                Some(Err(LinesCodecError::Io(e))) => {
+                Some(Ok(Frame::NotUtf8)) => {
+                    let err = ErrorObject::owned::<()>(PARSE_ERROR_CODE, "parse error: the line is not UTF-8", None);
+                    let _ = conn.sink.send_error(Id::Null, err).await;
+                }
+                Some(Err(e)) => {
                     tracing::debug!(conn_id, "read failed: {e}");
-                    break;
+                    break false;
                 }
             }
         }
-    }
-    // Let in-flight calls answer, then flush what is queued and close; subscriptions end when
-    // the writer goes away.
+    };
+    // Let in-flight calls answer.
     while calls.join_next().await.is_some() {}
-    closing.cancel();
     drop(conn);
+    if daemon_stopping {
+        // Subscriptions end with a final event (`daemon_shutdown`); the writer ends once the
+        // last of them has dropped its sink.
+        if tokio::time::timeout(SHUTDOWN_FLUSH, &mut writer).await.is_ok() {
+            return;
+        }
+    }
+    // At EOF, flush what is queued and close; subscriptions end when the writer goes away.
+    closing.cancel();
     let _ = writer.await;
 }
 

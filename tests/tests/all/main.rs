@@ -1,0 +1,3 @@
+//! All end-to-end suites, in one test binary (one link, parallel tests).
+
+mod spine;
