@@ -253,7 +253,10 @@ pub async fn daemon_stop(socket: &Path, out: Output) -> anyhow::Result<ExitCode>
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while socket.exists() {
         if std::time::Instant::now() > deadline {
-            bail!("tetherd (pid {pid}) did not remove {} within 10s", socket.display());
+            bail!(
+                "tetherd (pid {pid}) did not remove {} within 10s",
+                socket.display()
+            );
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }

@@ -2,6 +2,7 @@
 //! its parts; `main.rs` is the thin binary over [`run`].
 
 pub mod daemon;
+pub mod llm;
 pub mod rpc;
 pub mod session;
 pub mod store;

@@ -117,7 +117,10 @@ impl Daemon {
     /// Sends SIGTERM and waits for a clean exit; returns its status.
     pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
         let mut child = self.child.take().context("daemon is not running")?;
-        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status()?;
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()?;
         assert!(status.success(), "kill -TERM failed");
         wait_exit(&mut child)
     }
@@ -175,7 +178,8 @@ pub struct Ndjson {
 impl Ndjson {
     /// Connects to a socket.
     pub fn connect(socket: &Path) -> anyhow::Result<Self> {
-        let stream = UnixStream::connect(socket).with_context(|| format!("connect {}", socket.display()))?;
+        let stream =
+            UnixStream::connect(socket).with_context(|| format!("connect {}", socket.display()))?;
         let reader = stream.try_clone()?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -202,7 +206,10 @@ impl Ndjson {
 
     /// The next line from the daemon, parsed.
     pub fn read(&mut self) -> anyhow::Result<Value> {
-        let line = self.lines.recv_timeout(WAIT).context("no message from tetherd in time")?;
+        let line = self
+            .lines
+            .recv_timeout(WAIT)
+            .context("no message from tetherd in time")?;
         serde_json::from_str(&line).with_context(|| format!("not JSON: {line}"))
     }
 
@@ -254,7 +261,10 @@ impl Ndjson {
                 bail!("unexpected reply while waiting for an event: {msg}");
             },
         };
-        assert_eq!(msg["method"], "session/event", "unexpected notification {msg}");
+        assert_eq!(
+            msg["method"], "session/event",
+            "unexpected notification {msg}"
+        );
         Ok(msg["params"]["result"].clone())
     }
 
@@ -279,7 +289,10 @@ impl Ndjson {
 
     /// Subscribes and returns the subscription id.
     pub fn subscribe(&mut self, session: &str, since: Value) -> anyhow::Result<Value> {
-        self.call("session/subscribe", json!({"sessionId": session, "since": since}))
+        self.call(
+            "session/subscribe",
+            json!({"sessionId": session, "since": since}),
+        )
     }
 }
 

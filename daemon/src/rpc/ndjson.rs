@@ -51,7 +51,9 @@ impl FrameCodec {
         match r {
             Ok(line) => Ok(line.map(Frame::Line)),
             Err(LinesCodecError::MaxLineLengthExceeded) => Ok(Some(Frame::Oversized)),
-            Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => Ok(Some(Frame::NotUtf8)),
+            Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                Ok(Some(Frame::NotUtf8))
+            }
             Err(LinesCodecError::Io(e)) => Err(e),
         }
     }
@@ -135,7 +137,10 @@ pub async fn serve(
     if daemon_stopping {
         // Subscriptions end with a final event (`daemon_shutdown`); the writer ends once the
         // last of them has dropped its sink.
-        if tokio::time::timeout(SHUTDOWN_FLUSH, &mut writer).await.is_ok() {
+        if tokio::time::timeout(SHUTDOWN_FLUSH, &mut writer)
+            .await
+            .is_ok()
+        {
             return;
         }
     }

@@ -8,7 +8,12 @@ use std::process::{Command, Stdio};
 use tether_tests::{Daemon, WAIT, seqs};
 
 /// Makes `n` session_configured events on `session` (each reply means it is durable).
-fn configure_n(client: &mut tether_tests::Ndjson, session: &str, from: usize, n: usize) -> anyhow::Result<()> {
+fn configure_n(
+    client: &mut tether_tests::Ndjson,
+    session: &str,
+    from: usize,
+    n: usize,
+) -> anyhow::Result<()> {
     for i in from..from + n {
         client.call(
             "session/configure",
@@ -26,7 +31,8 @@ fn by_seq(events: &[Value]) -> std::collections::BTreeMap<u64, Value> {
 }
 
 #[test]
-fn two_clients_see_the_same_log_and_a_reconnect_gets_exactly_the_missing_events() -> anyhow::Result<()> {
+fn two_clients_see_the_same_log_and_a_reconnect_gets_exactly_the_missing_events()
+-> anyhow::Result<()> {
     let daemon = Daemon::start()?;
     let mut a = daemon.ndjson()?;
     let mut b = daemon.ndjson()?;
@@ -46,7 +52,11 @@ fn two_clients_see_the_same_log_and_a_reconnect_gets_exactly_the_missing_events(
     }
     assert_eq!(seqs(&seen_a), (1..=8).collect::<Vec<_>>());
     assert_eq!(seqs(&seen_b), (1..=8).collect::<Vec<_>>());
-    assert_eq!(by_seq(&seen_a), by_seq(&seen_b), "both clients see identical events");
+    assert_eq!(
+        by_seq(&seen_a),
+        by_seq(&seen_b),
+        "both clients see identical events"
+    );
 
     // b goes away mid-stream; events keep coming (including b's detachment).
     let last_b = 8;
@@ -56,7 +66,10 @@ fn two_clients_see_the_same_log_and_a_reconnect_gets_exactly_the_missing_events(
     while seqs(&more_a).last() != Some(&12) {
         more_a.push(a.next_event()?);
     }
-    let detached: Vec<&Value> = more_a.iter().filter(|e| e["type"] == "client_detached").collect();
+    let detached: Vec<&Value> = more_a
+        .iter()
+        .filter(|e| e["type"] == "client_detached")
+        .collect();
     assert_eq!(detached.len(), 1, "b's disconnect is logged: {more_a:?}");
 
     // b comes back since its last seq: exactly 9..=12, then replay_complete, then live.
@@ -64,12 +77,25 @@ fn two_clients_see_the_same_log_and_a_reconnect_gets_exactly_the_missing_events(
     b.subscribe(&session, json!(last_b))?;
     let replay = b.events_until("replay_complete")?;
     assert_eq!(seqs(&replay), vec![9, 10, 11, 12]);
-    assert_eq!(replay.last().context("replay_complete")?["data"]["headSeq"], 12);
-    assert!(replay.last().context("rc")?.get("seq").is_none(), "stream control has no seq");
+    assert_eq!(
+        replay.last().context("replay_complete")?["data"]["headSeq"],
+        12
+    );
+    assert!(
+        replay.last().context("rc")?.get("seq").is_none(),
+        "stream control has no seq"
+    );
     let replay_map = by_seq(&replay);
-    assert_eq!(replay_map, by_seq(&more_a), "replayed events are identical to the originals");
+    assert_eq!(
+        replay_map,
+        by_seq(&more_a),
+        "replayed events are identical to the originals"
+    );
     let live = b.next_event()?;
-    assert_eq!((live["seq"].as_u64(), live["type"].as_str()), (Some(13), Some("client_attached")));
+    assert_eq!(
+        (live["seq"].as_u64(), live["type"].as_str()),
+        (Some(13), Some("client_attached"))
+    );
     Ok(())
 }
 
@@ -98,7 +124,8 @@ fn socat_speaks_ndjson_with_subscriptions() -> anyhow::Result<()> {
             let _ = tx.send(line);
         }
     });
-    let mut next = || -> anyhow::Result<Value> { Ok(serde_json::from_str(&rx.recv_timeout(WAIT)?)?) };
+    let mut next =
+        || -> anyhow::Result<Value> { Ok(serde_json::from_str(&rx.recv_timeout(WAIT)?)?) };
     writeln!(
         stdin,
         r#"{{"jsonrpc":"2.0","id":"s","method":"session/subscribe","params":{{"sessionId":"{session}","since":0,"role":"observer"}}}}"#
@@ -113,7 +140,10 @@ fn socat_speaks_ndjson_with_subscriptions() -> anyhow::Result<()> {
     let attached = next()?;
     assert_eq!(attached["params"]["result"]["data"]["role"], "observer");
 
-    raw.call("session/configure", json!({"sessionId": session, "model": "opus"}))?;
+    raw.call(
+        "session/configure",
+        json!({"sessionId": session, "model": "opus"}),
+    )?;
     let configured = next()?;
     assert_eq!(configured["params"]["result"]["type"], "session_configured");
     assert_eq!(configured["params"]["result"]["data"]["model"], "opus");
@@ -137,7 +167,10 @@ fn kill_9_loses_no_acknowledged_event_and_seqs_continue() -> anyhow::Result<()> 
         seen.push(client.next_event()?);
     }
     daemon.kill9()?;
-    assert!(daemon.socket().exists(), "kill -9 leaves a stale socket behind");
+    assert!(
+        daemon.socket().exists(),
+        "kill -9 leaves a stale socket behind"
+    );
     daemon.spawn()?;
 
     let mut client = daemon.ndjson()?;
@@ -147,7 +180,11 @@ fn kill_9_loses_no_acknowledged_event_and_seqs_continue() -> anyhow::Result<()> 
     client.subscribe(&session, json!(0))?;
     let replay = client.events_until("replay_complete")?;
     assert_eq!(seqs(&replay), (1..=22).collect::<Vec<_>>());
-    assert_eq!(by_seq(&replay), by_seq(&seen), "every event shown before the crash survives as it was");
+    assert_eq!(
+        by_seq(&replay),
+        by_seq(&seen),
+        "every event shown before the crash survives as it was"
+    );
     let next = client.next_event()?;
     assert_eq!(next["seq"], 23);
     assert_eq!(next["epoch"], hello["epoch"]);
@@ -182,7 +219,8 @@ fn a_second_daemon_on_the_same_socket_refuses_to_start() -> anyhow::Result<()> {
 }
 
 #[test]
-fn malformed_and_oversized_input_get_errors_and_the_connection_keeps_working() -> anyhow::Result<()> {
+fn malformed_and_oversized_input_get_errors_and_the_connection_keeps_working() -> anyhow::Result<()>
+{
     let daemon = Daemon::start()?;
     let mut bystander = daemon.ndjson()?;
     let session = bystander.new_session("bystander")?;
@@ -197,24 +235,38 @@ fn malformed_and_oversized_input_get_errors_and_the_connection_keeps_working() -
     assert_eq!(batch[0]["error"]["code"], -32600, "{batch}");
     c.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":9}\n")?;
     let invalid = c.read()?;
-    assert_eq!((invalid["error"]["code"].clone(), invalid["id"].clone()), (json!(-32600), json!(9)));
+    assert_eq!(
+        (invalid["error"]["code"].clone(), invalid["id"].clone()),
+        (json!(-32600), json!(9))
+    );
 
     let unknown = c.request("session/teleport", json!({}))?;
     assert_eq!(unknown["error"]["code"], -32601);
     let bad = c.request("session/new", json!({"title": "no cwd"}))?;
     assert_eq!(bad["error"]["code"], -32602);
-    assert!(bad["error"].to_string().contains("cwd"), "names the field: {bad}");
+    assert!(
+        bad["error"].to_string().contains("cwd"),
+        "names the field: {bad}"
+    );
     let relative = c.request("session/new", json!({"cwd": "relative/dir"}))?;
     assert_eq!(relative["error"]["code"], -32602);
     let missing = c.request("session/get", json!({"sessionId": "nope"}))?;
     assert_eq!(missing["error"]["code"], -32002);
-    let bad_sub = c.request("session/subscribe", json!({"sessionId": session, "since": "tail"}))?;
+    let bad_sub = c.request(
+        "session/subscribe",
+        json!({"sessionId": session, "since": "tail"}),
+    )?;
     assert_eq!(bad_sub["error"]["code"], -32602, "{bad_sub}");
     let later = c.request("turn/start", json!({"sessionId": session, "input": []}))?;
-    assert!(later["error"]["message"].as_str().is_some_and(|m| m.contains("not implemented")));
+    assert!(
+        later["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not implemented"))
+    );
 
     // 17 MiB on one line.
-    let mut big = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session/new\",\"params\":{\"cwd\":\"".to_vec();
+    let mut big =
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session/new\",\"params\":{\"cwd\":\"".to_vec();
     big.extend(std::iter::repeat_n(b'a', 17 * 1024 * 1024));
     big.extend(b"\"}}\n");
     c.send_raw(&big)?;
@@ -222,7 +274,10 @@ fn malformed_and_oversized_input_get_errors_and_the_connection_keeps_working() -
 
     // Still usable, and the other client saw none of it.
     c.call("daemon/status", json!({}))?;
-    bystander.call("session/configure", json!({"sessionId": session, "title": "still here"}))?;
+    bystander.call(
+        "session/configure",
+        json!({"sessionId": session, "title": "still here"}),
+    )?;
     let seen = bystander.events_until("session_configured")?;
     assert_eq!(seen.last().context("event")?["data"]["title"], "still here");
     Ok(())
@@ -238,7 +293,10 @@ fn one_connection_cannot_unsubscribe_another() -> anyhow::Result<()> {
     a.events_until("replay_complete")?;
     let stolen = b.call("session/unsubscribe", json!([sub]))?;
     assert_eq!(stolen, json!(false));
-    b.call("session/configure", json!({"sessionId": session, "title": "after"}))?;
+    b.call(
+        "session/configure",
+        json!({"sessionId": session, "title": "after"}),
+    )?;
     let events = a.events_until("session_configured")?;
     assert_eq!(events.last().context("event")?["data"]["title"], "after");
     assert_eq!(a.call("session/unsubscribe", json!([sub]))?, json!(true));
@@ -285,7 +343,9 @@ fn sigterm_is_a_clean_shutdown() -> anyhow::Result<()> {
     assert!(daemon.terminate()?.success());
     assert!(!daemon.socket().exists());
     daemon.spawn()?;
-    let got = daemon.ndjson()?.call("session/get", json!({"sessionId": session}))?;
+    let got = daemon
+        .ndjson()?
+        .call("session/get", json!({"sessionId": session}))?;
     assert_eq!(got["title"], "kept");
     Ok(())
 }
@@ -293,14 +353,20 @@ fn sigterm_is_a_clean_shutdown() -> anyhow::Result<()> {
 #[test]
 fn the_tether_client_creates_lists_attaches_and_stops() -> anyhow::Result<()> {
     let mut daemon = Daemon::start()?;
-    let out = daemon.tether().args(["new", "--title", "from the cli"]).output()?;
+    let out = daemon
+        .tether()
+        .args(["new", "--title", "from the cli"])
+        .output()?;
     assert!(out.status.success(), "{out:?}");
     let id = String::from_utf8(out.stdout)?.trim().to_owned();
 
     let out = daemon.tether().args(["sessions"]).output()?;
     let table = String::from_utf8(out.stdout)?;
     assert!(table.starts_with("ID"), "{table}");
-    assert!(table.contains(&id[..8]) && table.contains("from the cli"), "{table}");
+    assert!(
+        table.contains(&id[..8]) && table.contains("from the cli"),
+        "{table}"
+    );
     let out = daemon.tether().args(["sessions", "--json"]).output()?;
     let list: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(list["sessions"][0]["sessionId"], id.as_str());
@@ -319,16 +385,23 @@ fn the_tether_client_creates_lists_attaches_and_stops() -> anyhow::Result<()> {
             let _ = tx.send(line);
         }
     });
-    let mut next = || -> anyhow::Result<Value> { Ok(serde_json::from_str(&rx.recv_timeout(WAIT)?)?) };
+    let mut next =
+        || -> anyhow::Result<Value> { Ok(serde_json::from_str(&rx.recv_timeout(WAIT)?)?) };
     let mut types = Vec::new();
     while types.last().map(String::as_str) != Some("client_attached") {
         types.push(next()?["type"].as_str().context("type")?.to_owned());
     }
-    assert_eq!(types, ["session_created", "replay_complete", "client_attached"]);
+    assert_eq!(
+        types,
+        ["session_created", "replay_complete", "client_attached"]
+    );
     let mut c = daemon.ndjson()?;
     c.subscribe(&id, json!("head"))?;
     c.events_until("replay_complete")?;
-    c.call("session/configure", json!({"sessionId": id, "permissionMode": "plan"}))?;
+    c.call(
+        "session/configure",
+        json!({"sessionId": id, "permissionMode": "plan"}),
+    )?;
     loop {
         let ev = next()?;
         if ev["type"] == "session_configured" {
@@ -336,12 +409,21 @@ fn the_tether_client_creates_lists_attaches_and_stops() -> anyhow::Result<()> {
             break;
         }
     }
-    Command::new("kill").arg("-INT").arg(attach.id().to_string()).status()?;
+    Command::new("kill")
+        .arg("-INT")
+        .arg(attach.id().to_string())
+        .status()?;
     assert!(attach.wait()?.success());
     let detached = c.events_until("client_detached")?;
-    assert_eq!(detached.last().context("ev")?["data"]["client"]["kind"], "tui");
+    assert_eq!(
+        detached.last().context("ev")?["data"]["client"]["kind"],
+        "tui"
+    );
 
-    let out = daemon.tether().args(["daemon", "status", "--json"]).output()?;
+    let out = daemon
+        .tether()
+        .args(["daemon", "status", "--json"])
+        .output()?;
     let status: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(status["running"], true);
     assert_eq!(status["sessions"], 1);
@@ -350,7 +432,11 @@ fn the_tether_client_creates_lists_attaches_and_stops() -> anyhow::Result<()> {
     assert!(out.status.success(), "{out:?}");
     assert!(daemon.wait_exit()?.success());
     let out = daemon.tether().args(["daemon", "status"]).output()?;
-    assert_eq!(out.status.code(), Some(3), "status reports a stopped daemon");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "status reports a stopped daemon"
+    );
     Ok(())
 }
 
@@ -378,7 +464,10 @@ fn the_client_autostarts_a_daemon_that_outlives_it() -> anyhow::Result<()> {
     // The daemon process ends (or is a zombie until its parent, init, reaps it).
     let deadline = std::time::Instant::now() + WAIT;
     while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z")) {
-        assert!(std::time::Instant::now() < deadline, "tetherd {pid} still runs after stop");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tetherd {pid} still runs after stop"
+        );
         std::thread::yield_now();
     }
     Ok(())

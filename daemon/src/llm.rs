@@ -1,0 +1,26 @@
+//! The Anthropic Messages API client: request building, streaming decode, message assembly,
+//! error classes, retries, models and prices.
+//!
+//! Invariant: the only module that imports reqwest. Everything the model sends reaches the caller
+//! piece by piece as it arrives ([`StreamUpdate`]); nothing buffers a whole response. Secrets
+//! never appear in errors, logs or updates.
+
+mod accumulate;
+mod auth;
+mod client;
+mod error;
+mod models;
+mod request;
+mod retry;
+
+pub use accumulate::{
+    Accumulator, AssembledMessage, StreamUpdate, TruncatedToolInput, assemble, decode_stream,
+};
+pub use auth::{Auth, Credential, custom_headers};
+pub use client::{AnthropicClient, LlmConfig};
+pub use error::{ApiErrorKind, LlmError};
+pub use models::{ModelCatalog, ModelInfo, Price, Usage};
+pub use request::{
+    CacheControl, Message, MessagesRequest, Role, SystemBlock, Thinking, ToolDefinition,
+};
+pub use retry::RetryPolicy;

@@ -1,0 +1,214 @@
+//! The HTTP side: sends a request, classifies failures, retries with backoff, and streams the
+//! response through the accumulator.
+
+use super::accumulate::{Accumulator, AssembledMessage, StreamUpdate, decode_stream};
+use super::auth::{Auth, Credential, custom_headers};
+use super::error::LlmError;
+use super::request::MessagesRequest;
+use super::retry::RetryPolicy;
+use futures::{StreamExt, TryStreamExt};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How the client talks to the API.
+#[derive(Debug, Clone)]
+pub struct LlmConfig {
+    /// `ANTHROPIC_BASE_URL`, default `https://api.anthropic.com`.
+    pub base_url: String,
+    /// Retries.
+    pub retry: RetryPolicy,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Longest silence inside a stream.
+    pub idle_timeout: Duration,
+    /// Longest whole request.
+    pub overall_timeout: Duration,
+    /// Extra headers (`ANTHROPIC_CUSTOM_HEADERS`).
+    pub custom_headers: Vec<(String, String)>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "https://api.anthropic.com".into(),
+            retry: RetryPolicy::default(),
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(90),
+            overall_timeout: Duration::from_secs(600),
+            custom_headers: Vec::new(),
+        }
+    }
+}
+
+impl LlmConfig {
+    /// Defaults with `ANTHROPIC_BASE_URL` and `ANTHROPIC_CUSTOM_HEADERS` applied.
+    pub fn from_env() -> Result<Self, LlmError> {
+        let mut config = Self::default();
+        if let Ok(base) = std::env::var("ANTHROPIC_BASE_URL") {
+            if !base.trim().is_empty() {
+                config.base_url = base.trim().to_owned();
+            }
+        }
+        if let Ok(spec) = std::env::var("ANTHROPIC_CUSTOM_HEADERS") {
+            config.custom_headers = custom_headers(&spec)?;
+        }
+        Ok(config)
+    }
+}
+
+/// The Anthropic Messages API client.
+#[derive(Debug)]
+pub struct AnthropicClient {
+    http: reqwest::Client,
+    config: LlmConfig,
+    endpoint: String,
+    headers: HeaderMap,
+    auth: Auth,
+}
+
+impl AnthropicClient {
+    /// A client for `config` with credentials from `auth`.
+    pub fn new(config: LlmConfig, auth: Auth) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.idle_timeout)
+            .timeout(config.overall_timeout)
+            .build()
+            .map_err(|e| LlmError::Config(e.to_string()))?;
+        let mut headers = HeaderMap::new();
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+        for (name, value) in &config.custom_headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| LlmError::Config(format!("invalid header name {name:?}")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| LlmError::Config(format!("invalid value for header {name}")))?;
+            headers.insert(name, value);
+        }
+        let endpoint = format!("{}/v1/messages", config.base_url.trim_end_matches('/'));
+        Ok(Self {
+            http,
+            config,
+            endpoint,
+            headers,
+            auth,
+        })
+    }
+
+    /// Streams `request`, retrying what is retryable, handing each piece to `on_update` (retries
+    /// included), until the message is complete, a non-retryable error, or `cancel`.
+    pub async fn stream(
+        &self,
+        request: &MessagesRequest,
+        on_update: &mut (dyn FnMut(StreamUpdate) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<AssembledMessage, LlmError> {
+        let body = serde_json::to_vec(request)
+            .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?;
+        let betas = request.betas().join(",");
+        let mut retry = 0u32;
+        let mut reauthenticated = false;
+        loop {
+            let mut streamed = false;
+            let attempt = self.attempt(&body, &betas, on_update, &mut streamed);
+            let result = tokio::select! {
+                r = attempt => r,
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            };
+            let error = match result {
+                Ok(message) => return Ok(message),
+                Err(e) => e,
+            };
+            if matches!(&error, LlmError::Api { status: 401, .. })
+                && self.auth.has_helper()
+                && !reauthenticated
+            {
+                // The helper's key may have rotated: ask it again, once.
+                reauthenticated = true;
+                self.auth.invalidate().await;
+                continue;
+            }
+            if !error.is_retryable() || retry >= self.config.retry.max_retries {
+                return Err(error);
+            }
+            let delay = self.config.retry.delay(retry, &error);
+            retry += 1;
+            tracing::warn!(
+                attempt = retry,
+                delay_ms = delay.as_millis() as u64,
+                "model request failed, retrying: {error}"
+            );
+            on_update(StreamUpdate::Retrying {
+                attempt: retry,
+                delay,
+                error,
+                discarded: streamed,
+            });
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        body: &[u8],
+        betas: &str,
+        on_update: &mut (dyn FnMut(StreamUpdate) + Send),
+        streamed: &mut bool,
+    ) -> Result<AssembledMessage, LlmError> {
+        let mut req = self
+            .http
+            .post(&self.endpoint)
+            .headers(self.headers.clone())
+            .body(body.to_vec());
+        if !betas.is_empty() {
+            req = req.header("anthropic-beta", betas);
+        }
+        req = match self.auth.credential().await? {
+            Credential::ApiKey(k) => req.header("x-api-key", k.expose()),
+            Credential::Bearer(t) => req.header("authorization", format!("Bearer {}", t.expose())),
+        };
+        let response = req.send().await.map_err(transport_error)?;
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let body = response.bytes().await.map_err(transport_error)?;
+            return Err(LlmError::from_response(status.as_u16(), &headers, &body));
+        }
+        let events = decode_stream(response.bytes_stream().map_err(transport_error));
+        futures::pin_mut!(events);
+        let mut acc = Accumulator::new();
+        while let Some(data) = events.next().await {
+            if let Some(update) = acc.apply(&data?)? {
+                *streamed = true;
+                on_update(update);
+            }
+        }
+        acc.finish()
+    }
+}
+
+/// Maps a reqwest failure to our classes, without its URL (which could carry a secret).
+fn transport_error(e: reqwest::Error) -> LlmError {
+    let e = e.without_url();
+    if e.is_timeout() {
+        LlmError::Timeout(e.to_string())
+    } else {
+        LlmError::Connection(error_chain(&e))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

@@ -1,0 +1,265 @@
+//! The body of `POST /v1/messages`, and where prompt-caching breakpoints go.
+//!
+//! Content blocks are kept as JSON values, verbatim as the API sent them, so thinking blocks
+//! (with signatures), server tool blocks and anything newer round-trip unchanged.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The user (and tool results).
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    /// Its author.
+    pub role: Role,
+    /// Its content blocks.
+    pub content: Vec<Value>,
+}
+
+impl Message {
+    /// A user message with one text block.
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: vec![json!({"type": "text", "text": text.into()})],
+        }
+    }
+}
+
+/// `cache_control: {type: ephemeral}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl CacheControl {
+    /// The ephemeral (5-minute) breakpoint.
+    pub const EPHEMERAL: Self = Self { kind: "ephemeral" };
+}
+
+/// A text block of the system prompt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SystemBlock {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// The text.
+    pub text: String,
+    /// Set on the last block by [`MessagesRequest::with_cache_breakpoints`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<CacheControl>,
+}
+
+impl SystemBlock {
+    /// A system text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            kind: "text",
+            text: text.into(),
+            cache_control: None,
+        }
+    }
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDefinition {
+    /// `^[a-zA-Z0-9_-]{1,128}$`
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON schema of its input.
+    pub input_schema: Value,
+    /// Set on the last tool by [`MessagesRequest::with_cache_breakpoints`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<CacheControl>,
+}
+
+/// Extended thinking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Thinking {
+    /// Thinking with a token budget.
+    Enabled {
+        /// Tokens the model may think for (≥ 1024, < max_tokens).
+        budget_tokens: u32,
+    },
+    /// The model decides how much to think.
+    Adaptive,
+}
+
+/// A streaming Messages API request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessagesRequest {
+    /// Model id (aliases resolved).
+    pub model: String,
+    /// Output limit.
+    pub max_tokens: u32,
+    /// System prompt blocks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub system: Vec<SystemBlock>,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Tools.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDefinition>,
+    /// `{type: auto|any|tool|none, …}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
+    /// Extended thinking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Thinking>,
+    /// `{user_id}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    /// Custom stop sequences.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop_sequences: Vec<String>,
+    /// Sampling temperature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Always true: tether streams.
+    pub stream: bool,
+}
+
+/// Block types that accept a `cache_control` breakpoint.
+const CACHEABLE: &[&str] = &["text", "image", "document", "tool_use", "tool_result"];
+
+impl MessagesRequest {
+    /// A streaming request with no system prompt, tools or options.
+    pub fn new(model: impl Into<String>, max_tokens: u32, messages: Vec<Message>) -> Self {
+        Self {
+            model: model.into(),
+            max_tokens,
+            system: Vec::new(),
+            messages,
+            tools: Vec::new(),
+            tool_choice: None,
+            thinking: None,
+            metadata: None,
+            stop_sequences: Vec::new(),
+            temperature: None,
+            stream: true,
+        }
+    }
+
+    /// Places the prompt-caching breakpoints: the last system block, the last tool, and the
+    /// last cacheable block of the last message; any other breakpoint in the messages is removed,
+    /// so a request never carries more than 3 (the API allows 4).
+    pub fn with_cache_breakpoints(mut self) -> Self {
+        for block in &mut self.system {
+            block.cache_control = None;
+        }
+        if let Some(last) = self.system.last_mut() {
+            last.cache_control = Some(CacheControl::EPHEMERAL);
+        }
+        for tool in &mut self.tools {
+            tool.cache_control = None;
+        }
+        if let Some(last) = self.tools.last_mut() {
+            last.cache_control = Some(CacheControl::EPHEMERAL);
+        }
+        for message in &mut self.messages {
+            for block in &mut message.content {
+                if let Some(obj) = block.as_object_mut() {
+                    obj.remove("cache_control");
+                }
+            }
+        }
+        if let Some(last) = self.messages.last_mut() {
+            let target = last.content.iter_mut().rev().find(|b| {
+                b.get("type")
+                    .and_then(|t| t.as_str())
+                    .is_some_and(|t| CACHEABLE.contains(&t))
+            });
+            if let Some(obj) = target.and_then(|b| b.as_object_mut()) {
+                obj.insert("cache_control".into(), json!({"type": "ephemeral"}));
+            }
+        }
+        self
+    }
+
+    /// The `anthropic-beta` features this request needs (none for the stable API).
+    pub fn betas(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count_breakpoints(v: &Value) -> usize {
+        match v {
+            Value::Object(m) => {
+                usize::from(m.contains_key("cache_control"))
+                    + m.values().map(count_breakpoints).sum::<usize>()
+            }
+            Value::Array(a) => a.iter().map(count_breakpoints).sum(),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn breakpoints_go_on_the_last_system_block_tool_and_message_block() {
+        let mut req = MessagesRequest::new(
+            "m",
+            100,
+            vec![
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        json!({"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}),
+                    ],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![json!({"type": "text", "text": "b"})],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        json!({"type": "tool_result", "tool_use_id": "t", "content": "x"}),
+                        json!({"type": "text", "text": "c"}),
+                    ],
+                },
+            ],
+        );
+        req.system = vec![SystemBlock::text("one"), SystemBlock::text("two")];
+        req.tools = vec![
+            ToolDefinition {
+                name: "A".into(),
+                description: "a".into(),
+                input_schema: json!({"type": "object"}),
+                cache_control: None,
+            },
+            ToolDefinition {
+                name: "B".into(),
+                description: "b".into(),
+                input_schema: json!({"type": "object"}),
+                cache_control: None,
+            },
+        ];
+        let req = req.with_cache_breakpoints();
+        let v = serde_json::to_value(&req).expect("serializes");
+        assert_eq!(count_breakpoints(&v), 3);
+        assert!(v["system"][1]["cache_control"].is_object());
+        assert!(v["tools"][1]["cache_control"].is_object());
+        assert!(v["messages"][2]["content"][1]["cache_control"].is_object());
+        assert!(
+            v["messages"][0]["content"][0]
+                .get("cache_control")
+                .is_none()
+        );
+        assert_eq!(v["stream"], true);
+    }
+}
