@@ -18,7 +18,7 @@ pub use accumulate::{
 };
 pub use auth::{Auth, Credential, custom_headers};
 pub use client::{AnthropicClient, LlmConfig};
-pub use error::{ApiErrorKind, LlmError};
+pub use error::{ApiError, ApiErrorKind, LlmError};
 pub use models::{ModelCatalog, ModelInfo, Price, Usage};
 pub use request::{
     CacheControl, Message, MessagesRequest, Role, SystemBlock, Thinking, ToolDefinition,

@@ -4,6 +4,8 @@
 //! Binaries come from `$TETHER_BIN_DIR`, else the cargo target directory this test binary was
 //! built into (build them first: `cargo build --workspace --bins`).
 
+pub mod fake_anthropic;
+
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -23,12 +25,10 @@ pub fn bin_dir() -> PathBuf {
     }
     // target/<profile>/deps/<test binary> → target/<profile>
     let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
+    exe.parent()
         .and_then(|deps| deps.parent())
         .expect("target directory")
-        .to_owned();
-    dir
+        .to_owned()
 }
 
 /// Path of one of the project's binaries, failing clearly when it was not built.
@@ -231,13 +231,11 @@ impl Ndjson {
         self.next_id += 1;
         let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send_raw(format!("{line}\n").as_bytes())?;
-        loop {
-            let reply = self.reply()?;
-            if reply["id"] == json!(id) {
-                return Ok(reply);
-            }
+        let reply = self.reply()?;
+        if reply["id"] != json!(id) {
             bail!("reply to another request: {reply}");
         }
+        Ok(reply)
     }
 
     /// Sends a request and returns its `result`, failing on an error reply.
@@ -253,13 +251,13 @@ impl Ndjson {
     pub fn next_event(&mut self) -> anyhow::Result<Value> {
         let msg = match self.notifications.pop_front() {
             Some(m) => m,
-            None => loop {
+            None => {
                 let msg = self.read()?;
-                if msg.get("id").is_none() {
-                    break msg;
+                if msg.get("id").is_some() {
+                    bail!("unexpected reply while waiting for an event: {msg}");
                 }
-                bail!("unexpected reply while waiting for an event: {msg}");
-            },
+                msg
+            }
         };
         assert_eq!(
             msg["method"], "session/event",

@@ -86,10 +86,8 @@ impl Auth {
             return Err(LlmError::NoCredentials);
         };
         let mut cached = self.cached.lock().await;
-        if let Some((key, at)) = cached.as_ref() {
-            if at.elapsed() < HELPER_TTL {
-                return Ok(Credential::ApiKey(key.clone()));
-            }
+        if let Some((key, _)) = cached.as_ref().filter(|(_, at)| at.elapsed() < HELPER_TTL) {
+            return Ok(Credential::ApiKey(key.clone()));
         }
         let key = run_helper(command).await?;
         *cached = Some((key.clone(), Instant::now()));

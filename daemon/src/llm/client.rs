@@ -45,10 +45,11 @@ impl LlmConfig {
     /// Defaults with `ANTHROPIC_BASE_URL` and `ANTHROPIC_CUSTOM_HEADERS` applied.
     pub fn from_env() -> Result<Self, LlmError> {
         let mut config = Self::default();
-        if let Ok(base) = std::env::var("ANTHROPIC_BASE_URL") {
-            if !base.trim().is_empty() {
-                config.base_url = base.trim().to_owned();
-            }
+        if let Some(base) = std::env::var("ANTHROPIC_BASE_URL")
+            .ok()
+            .filter(|b| !b.trim().is_empty())
+        {
+            config.base_url = base.trim().to_owned();
         }
         if let Ok(spec) = std::env::var("ANTHROPIC_CUSTOM_HEADERS") {
             config.custom_headers = custom_headers(&spec)?;
@@ -121,7 +122,7 @@ impl AnthropicClient {
                 Ok(message) => return Ok(message),
                 Err(e) => e,
             };
-            if matches!(&error, LlmError::Api { status: 401, .. })
+            if error.api().is_some_and(|e| e.status == 401)
                 && self.auth.has_helper()
                 && !reauthenticated
             {

@@ -51,27 +51,31 @@ impl ApiErrorKind {
     }
 }
 
+/// An error status from the API, with what it said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// Classification.
+    pub kind: ApiErrorKind,
+    /// The API's `error.type`, e.g. `overloaded_error`.
+    pub error_type: String,
+    /// The API's message.
+    pub message: String,
+    /// The API's `request_id`, for support.
+    pub request_id: Option<String>,
+    /// From `retry-after-ms` / `retry-after`.
+    pub retry_after: Option<Duration>,
+    /// From `x-should-retry`.
+    pub should_retry: Option<bool>,
+}
+
 /// A failure talking to the model.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LlmError {
     /// The API answered with an error status.
-    #[error("{} error (HTTP {status}): {message}", kind.name())]
-    Api {
-        /// HTTP status.
-        status: u16,
-        /// Classification.
-        kind: ApiErrorKind,
-        /// The API's `error.type`, e.g. `overloaded_error`.
-        error_type: String,
-        /// The API's message.
-        message: String,
-        /// The API's `request_id`, for support.
-        request_id: Option<String>,
-        /// From `retry-after-ms` / `retry-after`.
-        retry_after: Option<Duration>,
-        /// From `x-should-retry`.
-        should_retry: Option<bool>,
-    },
+    #[error("{} error (HTTP {}): {}", .0.kind.name(), .0.status, .0.message)]
+    Api(Box<ApiError>),
     /// An `error` event in the middle of a stream.
     #[error("stream interrupted by {error_type}: {message}")]
     Stream {
@@ -112,17 +116,12 @@ impl LlmError {
     /// Whether retrying the same request may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Api {
-                status,
-                should_retry,
-                kind,
-                ..
-            } => match should_retry {
-                Some(v) => *v,
+            Self::Api(e) => match e.should_retry {
+                Some(v) => v,
                 None => {
-                    matches!(status, 408 | 409 | 429)
-                        || *status >= 500
-                        || matches!(kind, ApiErrorKind::Overloaded)
+                    matches!(e.status, 408 | 409 | 429)
+                        || e.status >= 500
+                        || e.kind == ApiErrorKind::Overloaded
                 }
             },
             Self::Stream { .. }
@@ -137,7 +136,7 @@ impl LlmError {
     /// Whether the model is overloaded (a reason to fall back to another model).
     pub fn is_overloaded(&self) -> bool {
         match self {
-            Self::Api { kind, .. } => *kind == ApiErrorKind::Overloaded,
+            Self::Api(e) => e.kind == ApiErrorKind::Overloaded,
             Self::Stream { error_type, .. } => error_type == "overloaded_error",
             _ => false,
         }
@@ -146,7 +145,7 @@ impl LlmError {
     /// A short stable code for events, e.g. `overloaded`, `auth`, `connection`.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::Api { kind, .. } => kind.name(),
+            Self::Api(e) => e.kind.name(),
             Self::Stream { error_type, .. } if error_type == "overloaded_error" => "overloaded",
             Self::Stream { .. } => "stream_error",
             Self::Connection(_) => "connection",
@@ -189,7 +188,7 @@ impl LlmError {
             .map(str::to_owned)
             .or_else(|| header(headers, "request-id").map(str::to_owned));
         let kind = classify(status, &error_type, &message);
-        Self::Api {
+        Self::Api(Box::new(ApiError {
             status,
             kind,
             error_type,
@@ -201,6 +200,14 @@ impl LlmError {
                 "false" => Some(false),
                 _ => None,
             }),
+        }))
+    }
+
+    /// The API error, when this is one.
+    pub fn api(&self) -> Option<&ApiError> {
+        match self {
+            Self::Api(e) => Some(e),
+            _ => None,
         }
     }
 }
@@ -240,10 +247,11 @@ pub fn prompt_too_long(message: &str) -> Option<(Option<u64>, Option<u64>)> {
 
 /// `retry-after-ms` (milliseconds), else `retry-after` (seconds or an HTTP date).
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    if let Some(ms) = header(headers, "retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
-        }
+    if let Some(ms) = header(headers, "retry-after-ms")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
     }
     let value = header(headers, "retry-after")?.trim();
     if let Ok(secs) = value.parse::<f64>() {
@@ -348,8 +356,9 @@ mod tests {
         h.insert("retry-after", HeaderValue::from_static("3"));
         let e = LlmError::from_response(500, &h, b"{}");
         assert!(!e.is_retryable());
-        assert!(
-            matches!(e, LlmError::Api { retry_after: Some(d), .. } if d == Duration::from_secs(3))
+        assert_eq!(
+            e.api().and_then(|a| a.retry_after),
+            Some(Duration::from_secs(3))
         );
         let mut h = HeaderMap::new();
         h.insert("retry-after-ms", HeaderValue::from_static("1500"));

@@ -28,12 +28,8 @@ impl RetryPolicy {
     /// The wait before retry number `retry` (0-based): the server's `retry-after` when it gave
     /// one, else `min(base·2ⁿ, cap) × (1 − 0.25·rand)`.
     pub fn delay(&self, retry: u32, error: &LlmError) -> Duration {
-        if let LlmError::Api {
-            retry_after: Some(d),
-            ..
-        } = error
-        {
-            return *d;
+        if let Some(d) = error.api().and_then(|e| e.retry_after) {
+            return d;
         }
         let exp = self.base.saturating_mul(2u32.saturating_pow(retry.min(20)));
         let capped = exp.min(self.cap);

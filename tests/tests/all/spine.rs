@@ -124,8 +124,7 @@ fn socat_speaks_ndjson_with_subscriptions() -> anyhow::Result<()> {
             let _ = tx.send(line);
         }
     });
-    let mut next =
-        || -> anyhow::Result<Value> { Ok(serde_json::from_str(&rx.recv_timeout(WAIT)?)?) };
+    let next = || -> anyhow::Result<Value> { Ok(serde_json::from_str(&rx.recv_timeout(WAIT)?)?) };
     writeln!(
         stdin,
         r#"{{"jsonrpc":"2.0","id":"s","method":"session/subscribe","params":{{"sessionId":"{session}","since":0,"role":"observer"}}}}"#
@@ -385,8 +384,7 @@ fn the_tether_client_creates_lists_attaches_and_stops() -> anyhow::Result<()> {
             let _ = tx.send(line);
         }
     });
-    let mut next =
-        || -> anyhow::Result<Value> { Ok(serde_json::from_str(&rx.recv_timeout(WAIT)?)?) };
+    let next = || -> anyhow::Result<Value> { Ok(serde_json::from_str(&rx.recv_timeout(WAIT)?)?) };
     let mut types = Vec::new();
     while types.last().map(String::as_str) != Some("client_attached") {
         types.push(next()?["type"].as_str().context("type")?.to_owned());

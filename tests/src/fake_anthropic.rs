@@ -1,0 +1,333 @@
+//! A scripted fake of the Anthropic Messages API: a real HTTP server on `127.0.0.1` that answers
+//! from a script, injects faults, checks every request against the API's rules and records it.
+//!
+//! A script is an ordered list of responses (`responses`, served one per request) and `rules`
+//! (served whenever a request matches, before the list). Each step is a body — an SSE file, raw
+//! SSE, a list of events, or a `text` shorthand for a complete reply — or an HTTP error, plus
+//! faults: a mid-stream `error` event, a cut connection, a stall, slow chunks. One chunk is one
+//! SSE event.
+
+mod script;
+mod validate;
+
+pub use script::{Rule, Script, Step};
+pub use validate::validate;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// `/v1/messages` or `/v1/messages/count_tokens`.
+    pub path: String,
+    /// Headers, names lowercase.
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body (`Null` if it was not JSON).
+    pub body: Value,
+    /// Why validation rejected it, if it did.
+    pub rejected: Option<String>,
+}
+
+#[derive(Default)]
+struct Inner {
+    responses: std::collections::VecDeque<Step>,
+    rules: Vec<(Rule, Option<regex::Regex>)>,
+    recorded: Vec<Recorded>,
+    /// signature → thinking text, for every thinking block served.
+    signatures: HashMap<String, String>,
+    served: u64,
+}
+
+type Shared = Arc<Mutex<Inner>>;
+
+fn lock(state: &Shared) -> std::sync::MutexGuard<'_, Inner> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running fake server; stops when dropped.
+pub struct FakeAnthropic {
+    addr: SocketAddr,
+    state: Shared,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl FakeAnthropic {
+    /// Starts a server on `127.0.0.1:port` (0 = any free port) with `script`.
+    pub async fn start_on(script: Script, port: u16) -> anyhow::Result<Self> {
+        let mut inner = Inner::default();
+        for step in script.responses {
+            inner.responses.push_back(step);
+        }
+        for rule in script.rules {
+            let re = match &rule.last_user_matches {
+                Some(r) => Some(regex::Regex::new(r)?),
+                None => None,
+            };
+            inner.rules.push((rule, re));
+        }
+        let state: Shared = Arc::new(Mutex::new(inner));
+        let app = Router::new()
+            .route("/v1/messages", post(messages))
+            .route("/v1/messages/count_tokens", post(count_tokens))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Ok(Self {
+            addr,
+            state,
+            _stop: stop,
+        })
+    }
+
+    /// Starts a server on a free port.
+    pub async fn start(script: Script) -> anyhow::Result<Self> {
+        Self::start_on(script, 0).await
+    }
+
+    /// The base URL (`ANTHROPIC_BASE_URL`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Appends a response to the script.
+    pub fn push(&self, step: Step) {
+        lock(&self.state).responses.push_back(step);
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        lock(&self.state).recorded.clone()
+    }
+
+    /// The `/v1/messages` requests received so far.
+    pub fn message_requests(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path == "/v1/messages")
+            .collect()
+    }
+}
+
+fn header_map(headers: &HeaderMap) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                v.to_str().unwrap_or("<binary>").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The API's error envelope.
+pub fn error_body(error_type: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": error_type, "message": message}, "request_id": "req_fake"})
+}
+
+fn json_response(status: u16, body: &Value, headers: &BTreeMap<String, String>) -> Response {
+    let mut builder = Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("content-type", "application/json")
+        .header("request-id", "req_fake");
+    for (k, v) in headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    builder
+        .body(Body::from(body.to_string()))
+        .unwrap_or_else(|_| Response::new(Body::from("fake-anthropic: bad response")))
+}
+
+async fn count_tokens(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    lock(&state).recorded.push(Recorded {
+        path: "/v1/messages/count_tokens".into(),
+        headers: header_map(&headers),
+        body: value.clone(),
+        rejected: None,
+    });
+    let estimate = value.to_string().len() / 4;
+    json_response(200, &json!({"input_tokens": estimate}), &BTreeMap::new())
+}
+
+async fn messages(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let hmap = header_map(&headers);
+    let parsed: Result<Value, _> = serde_json::from_slice(&body);
+    let (step, rejection) = {
+        let mut inner = lock(&state);
+        let verdict = match &parsed {
+            Ok(v) => validate(&hmap, v, &inner.signatures),
+            Err(e) => Err((400, format!("request body is not valid JSON: {e}"))),
+        };
+        let body_value = parsed.as_ref().cloned().unwrap_or(Value::Null);
+        let step = match &verdict {
+            Ok(()) => pick(&mut inner, &body_value),
+            Err(_) => None,
+        };
+        inner.recorded.push(Recorded {
+            path: "/v1/messages".into(),
+            headers: hmap,
+            body: body_value,
+            rejected: verdict.as_ref().err().map(|(_, m)| m.clone()),
+        });
+        (step, verdict.err())
+    };
+    if let Some((status, message)) = rejection {
+        let error_type = if status == 401 {
+            "authentication_error"
+        } else {
+            "invalid_request_error"
+        };
+        return json_response(status, &error_body(error_type, &message), &BTreeMap::new());
+    }
+    let request = parsed.unwrap_or(Value::Null);
+    let Some(step) = step else {
+        return json_response(
+            400,
+            &error_body(
+                "invalid_request_error",
+                "fake-anthropic: the script has no response left for this request",
+            ),
+            &BTreeMap::new(),
+        );
+    };
+    serve_step(&state, step, &request)
+}
+
+/// The first matching rule, else the next scripted response.
+fn pick(inner: &mut Inner, request: &Value) -> Option<Step> {
+    let last_user = validate::last_user_text(request);
+    let has_tool_result = validate::last_user_has_tool_result(request);
+    for (rule, re) in inner.rules.iter_mut() {
+        if rule.times == Some(0) {
+            continue;
+        }
+        let text_ok = re.as_ref().is_none_or(|re| re.is_match(&last_user));
+        let tool_ok = rule
+            .has_tool_result
+            .is_none_or(|want| want == has_tool_result);
+        if text_ok && tool_ok {
+            if let Some(t) = rule.times.as_mut() {
+                *t -= 1;
+            }
+            return Some(rule.step.clone());
+        }
+    }
+    inner.responses.pop_front()
+}
+
+fn serve_step(state: &Shared, step: Step, request: &Value) -> Response {
+    if let Some(status) = step.status {
+        let body = step.body.clone().unwrap_or_else(|| {
+            error_body(
+                "api_error",
+                &format!("fake-anthropic: scripted HTTP {status}"),
+            )
+        });
+        return json_response(status, &body, &step.headers);
+    }
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("claude-fake");
+    let serial = {
+        let mut inner = lock(state);
+        inner.served += 1;
+        inner.served
+    };
+    let events = match step.events(model, serial) {
+        Ok(e) => e,
+        Err(e) => {
+            return json_response(
+                500,
+                &error_body("api_error", &format!("fake-anthropic: {e}")),
+                &BTreeMap::new(),
+            );
+        }
+    };
+    {
+        let mut inner = lock(state);
+        for (sig, text) in script::thinking_signatures(&events) {
+            inner.signatures.insert(sig, text);
+        }
+    }
+    let streaming = request
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if !streaming {
+        return match script::assemble(&events) {
+            Some(message) => json_response(200, &message, &step.headers),
+            None => json_response(
+                500,
+                &error_body("api_error", "fake-anthropic: cannot assemble"),
+                &BTreeMap::new(),
+            ),
+        };
+    }
+    let mut chunks: Vec<Bytes> = events.iter().map(|e| Bytes::from(e.clone())).collect();
+    if let Some(fault) = &step.mid_stream_error {
+        let (at, error_type) = (fault.after_chunk.min(chunks.len()), &fault.error_type);
+        chunks.truncate(at);
+        let err = json!({"type": "error", "error": {"type": error_type, "message": "fake-anthropic: scripted mid-stream error"}});
+        chunks.push(Bytes::from(format!("event: error\ndata: {err}\n\n")));
+    }
+    let cut = step.cut_after_chunk;
+    let stall = step.stall_after_chunk;
+    let delay = step.chunk_delay_ms.map(Duration::from_millis);
+    let stream =
+        futures::stream::iter(chunks.into_iter().enumerate()).then(move |(i, chunk)| async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            if stall.is_some_and(|k| i >= k) {
+                futures::future::pending::<()>().await;
+            }
+            if cut.is_some_and(|k| i >= k) {
+                return Err(std::io::Error::other("fake-anthropic: scripted cut"));
+            }
+            Ok(chunk)
+        });
+    // Stop after the first error so the connection is aborted there.
+    let stream = stream.scan(false, |failed, item| {
+        let out = if *failed { None } else { Some(item) };
+        if matches!(out, Some(Err(_))) {
+            *failed = true;
+        }
+        futures::future::ready(out)
+    });
+    let mut builder = Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .header("request-id", "req_fake");
+    for (k, v) in &step.headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    builder
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| Response::new(Body::from("fake-anthropic: bad response")))
+}

@@ -1,0 +1,384 @@
+//! The API's rules, checked on every request the fake receives. A broken rule gets the answer the
+//! real API gives: 400 `invalid_request_error` (401 without a credential).
+
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+type Verdict = Result<(), (u16, String)>;
+
+fn bad(message: impl Into<String>) -> Verdict {
+    Err((400, message.into()))
+}
+
+fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn count_cache_control(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => {
+            usize::from(m.contains_key("cache_control"))
+                + m.values().map(count_cache_control).sum::<usize>()
+        }
+        Value::Array(a) => a.iter().map(count_cache_control).sum(),
+        _ => 0,
+    }
+}
+
+fn blocks(message: &Value) -> Vec<Value> {
+    match &message["content"] {
+        Value::String(s) => vec![serde_json::json!({"type": "text", "text": s})],
+        Value::Array(a) => a.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// Checks headers and body; `signatures` maps every thinking signature the fake issued to its
+/// text, so a thinking block sent back altered is caught.
+pub fn validate(
+    headers: &BTreeMap<String, String>,
+    body: &Value,
+    signatures: &HashMap<String, String>,
+) -> Verdict {
+    let has_key = headers.get("x-api-key").is_some_and(|k| !k.is_empty());
+    let has_bearer = headers
+        .get("authorization")
+        .is_some_and(|a| a.starts_with("Bearer ") && a.len() > 7);
+    if !has_key && !has_bearer {
+        return Err((401, "x-api-key header is required".into()));
+    }
+    if !headers.contains_key("anthropic-version") {
+        return bad("anthropic-version: header is required");
+    }
+    if !body.is_object() {
+        return bad("the request body must be a JSON object");
+    }
+    if body["model"].as_str().is_none_or(str::is_empty) {
+        return bad("model: field required");
+    }
+    match body["max_tokens"].as_u64() {
+        Some(n) if n >= 1 => {}
+        _ => return bad("max_tokens: must be an integer greater than or equal to 1"),
+    }
+    let Some(messages) = body["messages"].as_array() else {
+        return bad("messages: field required");
+    };
+    if messages.is_empty() {
+        return bad("messages: at least one message is required");
+    }
+    match &body["system"] {
+        Value::Null | Value::String(_) => {}
+        Value::Array(system) => {
+            for (i, b) in system.iter().enumerate() {
+                if b["type"] != "text" || b["text"].as_str().is_none_or(str::is_empty) {
+                    return bad(format!(
+                        "system.{i}: system blocks must be non-empty text blocks"
+                    ));
+                }
+            }
+        }
+        _ => return bad("system: must be a string or a list of text blocks"),
+    }
+    if let Some(tools) = body["tools"].as_array() {
+        for (i, t) in tools.iter().enumerate() {
+            let name = t["name"].as_str().unwrap_or("");
+            // Server tools (web_search, …) have a `type` and no schema.
+            if t.get("type").is_none() && !t["input_schema"].is_object() {
+                return bad(format!("tools.{i}.input_schema: field required"));
+            }
+            if !valid_tool_name(name) {
+                return bad(format!(
+                    "tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+                ));
+            }
+        }
+    }
+    let breakpoints = count_cache_control(&body["system"])
+        + count_cache_control(&body["tools"])
+        + count_cache_control(&body["messages"]);
+    if breakpoints > 4 {
+        return bad(format!(
+            "A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
+        ));
+    }
+
+    let mut pending_tool_uses: Vec<String> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let role = message["role"].as_str().unwrap_or("");
+        let expected = if i % 2 == 0 { "user" } else { "assistant" };
+        if role != expected {
+            return bad(format!(
+                "messages.{i}.role: roles must alternate between \"user\" and \"assistant\" starting with \"user\", got {role:?}"
+            ));
+        }
+        let content = blocks(message);
+        if content.is_empty() {
+            return bad(format!(
+                "messages.{i}: all messages must have non-empty content"
+            ));
+        }
+        let is_last = i + 1 == messages.len();
+        for (j, b) in content.iter().enumerate() {
+            let kind = b["type"].as_str().unwrap_or("");
+            match kind {
+                "text" => {
+                    let empty = b["text"].as_str().is_none_or(|t| t.is_empty());
+                    // A final assistant message may be a prefill, but never empty.
+                    if empty {
+                        return bad(format!(
+                            "messages.{i}.content.{j}.text: text content blocks must be non-empty"
+                        ));
+                    }
+                }
+                "thinking" => {
+                    let sig = b["signature"].as_str().unwrap_or("");
+                    if sig.is_empty() {
+                        return bad(format!(
+                            "messages.{i}.content.{j}.thinking.signature: Field required"
+                        ));
+                    }
+                    if signatures
+                        .get(sig)
+                        .is_some_and(|original| b["thinking"].as_str() != Some(original.as_str()))
+                    {
+                        return bad(format!(
+                            "messages.{i}.content.{j}: thinking blocks must be passed back unmodified"
+                        ));
+                    }
+                }
+                "tool_use" => {
+                    if role != "assistant" {
+                        return bad(format!(
+                            "messages.{i}.content.{j}: tool_use blocks are only allowed in assistant messages"
+                        ));
+                    }
+                    if !b["input"].is_object() {
+                        return bad(format!(
+                            "messages.{i}.content.{j}.tool_use.input: Input should be a valid dictionary"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        // tool_use → tool_result pairing.
+        let results: Vec<&str> = content
+            .iter()
+            .filter(|b| b["type"] == "tool_result")
+            .filter_map(|b| b["tool_use_id"].as_str())
+            .collect();
+        if role == "user" {
+            let leading = content
+                .iter()
+                .take_while(|b| b["type"] == "tool_result")
+                .count();
+            if leading != results.len() {
+                return bad(format!(
+                    "messages.{i}: tool_result blocks must come first in the user message, before any other content"
+                ));
+            }
+            let mut seen = HashSet::new();
+            for id in &results {
+                if !pending_tool_uses.iter().any(|p| p == id) {
+                    return bad(format!(
+                        "messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                    ));
+                }
+                if !seen.insert(*id) {
+                    return bad(format!(
+                        "messages.{i}.content: duplicate tool_result for {id}"
+                    ));
+                }
+            }
+            if let Some(missing) = pending_tool_uses
+                .iter()
+                .find(|p| !seen.contains(p.as_str()))
+            {
+                return bad(format!(
+                    "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {missing}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+                ));
+            }
+            pending_tool_uses.clear();
+        } else {
+            if !results.is_empty() {
+                return bad(format!(
+                    "messages.{i}: tool_result blocks are only allowed in user messages"
+                ));
+            }
+            pending_tool_uses = content
+                .iter()
+                .filter(|b| b["type"] == "tool_use")
+                .filter_map(|b| b["id"].as_str().map(str::to_owned))
+                .collect();
+            if is_last && !pending_tool_uses.is_empty() {
+                return bad(format!(
+                    "messages.{i}: the final assistant message cannot end with unanswered tool_use blocks"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The text of the last user message (its text blocks joined).
+pub fn last_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .map(|m| {
+            blocks(m)
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the last user message carries tool results.
+pub fn last_user_has_tool_result(request: &Value) -> bool {
+    request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .is_some_and(|m| blocks(m).iter().any(|b| b["type"] == "tool_result"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn headers() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("x-api-key".into(), "k".into()),
+            ("anthropic-version".into(), "2023-06-01".into()),
+        ])
+    }
+
+    fn check(body: Value) -> Result<(), String> {
+        validate(&headers(), &body, &HashMap::new()).map_err(|(_, m)| m)
+    }
+
+    fn req(messages: Value) -> Value {
+        json!({"model": "m", "max_tokens": 10, "messages": messages})
+    }
+
+    #[test]
+    fn table() {
+        let tool_turn = json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+        ]);
+        let cases: Vec<(Value, Option<&str>)> = vec![
+            (req(json!([{"role": "user", "content": "hi"}])), None),
+            (req(tool_turn), None),
+            (
+                req(json!([{"role": "assistant", "content": "hi"}])),
+                Some("alternate"),
+            ),
+            (
+                req(json!([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])),
+                Some("alternate"),
+            ),
+            (
+                req(json!([{"role": "user", "content": [{"type": "text", "text": ""}]}])),
+                Some("non-empty"),
+            ),
+            (
+                req(json!([
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+                    {"role": "user", "content": "forgot the result"},
+                ])),
+                Some("without `tool_result`"),
+            ),
+            (
+                req(json!([
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "zz", "content": "x"}]},
+                ])),
+                Some("unexpected `tool_use_id`"),
+            ),
+            (
+                req(json!([
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+                    {"role": "user", "content": [{"type": "text", "text": "first"}, {"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+                ])),
+                Some("must come first"),
+            ),
+            (
+                req(json!([
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": "ok"}]},
+                    {"role": "user", "content": "more"},
+                ])),
+                Some("signature"),
+            ),
+            (
+                json!({"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "hi"}]}),
+                Some("max_tokens"),
+            ),
+            (
+                json!({"max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}),
+                Some("model"),
+            ),
+            (
+                json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}],
+                    "tools": [{"name": "bad name!", "description": "", "input_schema": {"type": "object"}}]}),
+                Some("pattern"),
+            ),
+            (
+                json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "c", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "d", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "e", "cache_control": {"type": "ephemeral"}}]}]}),
+                Some("maximum of 4"),
+            ),
+        ];
+        for (body, expect) in cases {
+            let got = check(body.clone());
+            match expect {
+                None => assert!(got.is_ok(), "{body} → {got:?}"),
+                Some(needle) => {
+                    let msg = got.expect_err(&format!("{body} should be rejected"));
+                    assert!(msg.contains(needle), "{body} → {msg}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn credentials_and_version_header() {
+        let body = req(json!([{"role": "user", "content": "hi"}]));
+        let no_key = BTreeMap::from([("anthropic-version".to_owned(), "2023-06-01".to_owned())]);
+        assert_eq!(
+            validate(&no_key, &body, &HashMap::new()).map_err(|e| e.0),
+            Err(401)
+        );
+        let no_version = BTreeMap::from([("authorization".to_owned(), "Bearer t".to_owned())]);
+        assert_eq!(
+            validate(&no_version, &body, &HashMap::new()).map_err(|e| e.0),
+            Err(400)
+        );
+    }
+
+    #[test]
+    fn altered_thinking_is_caught() {
+        let sigs = HashMap::from([("s1".to_owned(), "original".to_owned())]);
+        let body = |thinking: &str| {
+            req(json!([
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": thinking, "signature": "s1"}, {"type": "text", "text": "ok"}]},
+                {"role": "user", "content": "more"},
+            ]))
+        };
+        assert!(validate(&headers(), &body("original"), &sigs).is_ok());
+        assert!(validate(&headers(), &body("edited"), &sigs).is_err());
+    }
+}
