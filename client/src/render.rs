@@ -88,6 +88,106 @@ pub fn event_line(ev: &Event) -> String {
         ),
         EventKind::SessionStatus { status } => format!("status: {}", status.as_str()),
         EventKind::Notice { level, message } => format!("{level}: {message}"),
+        EventKind::TurnStarted {
+            content, by: who, ..
+        } => {
+            let text: Vec<&str> = content.iter().filter_map(|b| b["text"].as_str()).collect();
+            format!(
+                "> {}{}",
+                text.join(" ").chars().take(200).collect::<String>(),
+                by(who)
+            )
+        }
+        EventKind::TurnEnded {
+            stop_reason,
+            usage,
+            cost_usd,
+            error,
+        } => {
+            let cost = cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+            let err = error
+                .as_ref()
+                .map(|e| format!(" — {}: {}", e.code, e.message))
+                .unwrap_or_default();
+            format!(
+                "turn ended ({stop_reason}; {} in, {} out{cost}){err}",
+                usage.input_tokens
+                    + usage.cache_read_input_tokens
+                    + usage.cache_creation_input_tokens,
+                usage.output_tokens
+            )
+        }
+        EventKind::AssistantBlockStarted { kind, block, .. } => match kind.as_str() {
+            "tool_use" => format!("calling {}…", block["name"].as_str().unwrap_or("a tool")),
+            other => format!("{other}…"),
+        },
+        EventKind::TextDelta { text, .. } => text.clone(),
+        EventKind::ThinkingDelta { .. } => "(thinking)".into(),
+        EventKind::ToolInputDelta { partial_json, .. } => partial_json.clone(),
+        EventKind::AssistantBlockCompleted { block, .. } => match block["type"].as_str() {
+            Some("text") => block["text"].as_str().unwrap_or("").to_owned(),
+            Some("tool_use") => format!(
+                "{} {}",
+                block["name"].as_str().unwrap_or("?"),
+                block["input"]
+            ),
+            Some(other) => format!("[{other}]"),
+            None => "[block]".into(),
+        },
+        EventKind::AssistantMessageCompleted { stop_reason, .. } => {
+            format!("reply complete ({})", stop_reason.as_deref().unwrap_or("?"))
+        }
+        EventKind::ToolCall { name, input, .. } => format!("▶ {name} {input}"),
+        EventKind::ToolProgress { chunk, .. } => chunk.trim_end().to_owned(),
+        EventKind::ToolResult {
+            content, is_error, ..
+        } => {
+            let text = content
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| content.to_string());
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(120)
+                .collect::<String>();
+            let more = text.lines().count().saturating_sub(1);
+            let more = if more > 0 {
+                format!(" (+{more} lines)")
+            } else {
+                String::new()
+            };
+            format!("{} {first}{more}", if *is_error { "✗" } else { "✓" })
+        }
+        EventKind::Retrying {
+            attempt,
+            delay_ms,
+            error,
+            ..
+        } => format!(
+            "retrying ({attempt}) in {:.1} s: {error}",
+            *delay_ms as f64 / 1000.0
+        ),
+        EventKind::Continuation { attempt, .. } => {
+            format!("reply hit the output limit; continuing ({attempt})")
+        }
+        EventKind::UsageUpdated {
+            session_cost_usd,
+            context_percent,
+            ..
+        } => format!(
+            "usage: context {}, session {}",
+            context_percent
+                .map(|p| format!("{p:.0}%"))
+                .unwrap_or_else(|| "?".into()),
+            session_cost_usd
+                .map(|c| format!("${c:.4}"))
+                .unwrap_or_else(|| "cost unknown".into())
+        ),
+        EventKind::HistoryCleared {} => "conversation cleared".into(),
+        EventKind::Error { code, message } => format!("error ({code}): {message}"),
     };
     format!("{seq:>6}  {}  {detail}", clock(&ev.ts))
 }

@@ -23,7 +23,9 @@ fn stream_of(kind: &str, deltas: usize) -> Vec<u8> {
             s.push_str("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\\\"}\"}}\n\n");
         }
     }
-    s.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
+    s.push_str(
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    );
     s.push_str("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":100}}\n\n");
     s.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
     s.into_bytes()
@@ -42,7 +44,8 @@ fn main() {
         let mut best = f64::MAX;
         let mut updates = 0usize;
         for _ in 0..5 {
-            let chunks: Vec<Result<Vec<u8>, LlmError>> = bytes.chunks(16 * 1024).map(|c| Ok(c.to_vec())).collect();
+            let chunks: Vec<Result<Vec<u8>, LlmError>> =
+                bytes.chunks(16 * 1024).map(|c| Ok(c.to_vec())).collect();
             let start = Instant::now();
             let mut n = 0usize;
             let result = rt.block_on(assemble(futures::stream::iter(chunks), |_| n += 1));

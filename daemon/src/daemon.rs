@@ -1,8 +1,10 @@
 //! Start-up and shutdown of the daemon: resolve paths, bind the socket, open the store, serve,
 //! and on SIGTERM/SIGINT or `daemon/shutdown` end every subscription, flush and remove the socket.
 
+use crate::agent::TurnLimits;
+use crate::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog};
 use crate::rpc::{self, Connections, Listener, RpcApi};
-use crate::session::Sessions;
+use crate::session::{Sessions, TurnEnv};
 use crate::store::Store;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,7 +52,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     })?;
     let store = Store::open(&data_dir)?;
     let epoch = store.next_epoch()?;
-    let sessions = Arc::new(Sessions::new(store.clone(), epoch));
+    let sessions = Arc::new(Sessions::new(store.clone(), epoch, Arc::new(turn_env())));
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
 
@@ -77,6 +79,28 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     drop(listener);
     tracing::info!("tetherd stopped");
     Ok(())
+}
+
+/// The model client and tools, configured from the environment.
+fn turn_env() -> TurnEnv {
+    let llm = LlmConfig::from_env()
+        .and_then(|config| {
+            AnthropicClient::new(
+                config,
+                Auth::from_env(std::env::var("TETHER_API_KEY_HELPER").ok()),
+            )
+        })
+        .map(Arc::new)
+        .map_err(|e| e.to_string());
+    if let Err(e) = &llm {
+        tracing::error!("the model client is not usable: {e}");
+    }
+    TurnEnv {
+        llm,
+        catalog: ModelCatalog::from_env(),
+        tools: crate::tools::builtin(),
+        limits: TurnLimits::default(),
+    }
 }
 
 async fn watch_signals(shutdown: CancellationToken) {

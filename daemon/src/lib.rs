@@ -1,10 +1,13 @@
 //! `tetherd`, the daemon that holds tether sessions: a library so benchmarks and tests can reach
 //! its parts; `main.rs` is the thin binary over [`run`].
 
+pub mod agent;
+pub mod context;
 pub mod daemon;
 pub mod llm;
 pub mod rpc;
 pub mod session;
 pub mod store;
+pub mod tools;
 
 pub use daemon::{Options, run};

@@ -13,9 +13,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tether_proto::{ClientRef, PermissionMode, SessionId, SessionStatus, SessionSummary};
 
-/// The model a new session uses when none is given.
-pub const DEFAULT_MODEL: &str = "sonnet";
-
 /// Errors of session operations.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -31,6 +28,24 @@ pub enum SessionError {
     /// The session's actor has stopped (the daemon is shutting down).
     #[error("session {0} is shutting down")]
     Stopped(SessionId),
+    /// A turn is running and the request asked not to queue.
+    #[error("a turn is already running in this session (use mode \"queue\" to run after it)")]
+    Busy,
+    /// An observer tried to act.
+    #[error("this client is attached as an observer and cannot start turns")]
+    NotController,
+}
+
+/// What turns need from the daemon: the model client, model facts, tools, limits.
+pub struct TurnEnv {
+    /// The model client, or why there is none.
+    pub llm: Result<Arc<crate::llm::AnthropicClient>, String>,
+    /// Aliases and prices.
+    pub catalog: crate::llm::ModelCatalog,
+    /// The tools.
+    pub tools: crate::agent::Tools,
+    /// Turn limits.
+    pub limits: crate::agent::TurnLimits,
 }
 
 /// What a new session starts with.
@@ -61,15 +76,17 @@ pub struct Configure {
 pub struct Sessions {
     store: Store,
     epoch: u64,
+    env: Arc<TurnEnv>,
     live: Mutex<HashMap<SessionId, SessionHandle>>,
 }
 
 impl Sessions {
     /// A registry over `store`, stamping events with `epoch`.
-    pub fn new(store: Store, epoch: u64) -> Self {
+    pub fn new(store: Store, epoch: u64, env: Arc<TurnEnv>) -> Self {
         Self {
             store,
             epoch,
+            env,
             live: Mutex::new(HashMap::new()),
         }
     }
@@ -92,14 +109,28 @@ impl Sessions {
             id: id.clone(),
             title: new.title.filter(|t| !t.trim().is_empty()),
             cwd: new.cwd,
-            model: new.model.unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
+            model: new
+                .model
+                .unwrap_or_else(|| self.env.catalog.default_model().to_owned()),
             permission_mode: new.permission_mode.unwrap_or_default(),
             status: SessionStatus::Idle,
             created_at: now.clone(),
             updated_at: now,
         };
         let log = self.store.log(&id)?;
-        let handle = actor::spawn(record, self.store.clone(), log, self.epoch, 0);
+        let loaded = actor::Loaded {
+            head: 0,
+            history: Default::default(),
+            open_turn: None,
+        };
+        let handle = actor::spawn(
+            record,
+            self.store.clone(),
+            log,
+            self.epoch,
+            loaded,
+            self.env.clone(),
+        );
         self.live().insert(id.clone(), handle.clone());
         handle.announce_creation(by).await?;
         Ok(id)
@@ -116,8 +147,15 @@ impl Sessions {
             .session(id)?
             .ok_or_else(|| SessionError::NotFound(id.clone()))?;
         let log = self.store.log(id)?;
-        let head = log.head()?;
-        let handle = actor::spawn(record, self.store.clone(), log, self.epoch, head);
+        let loaded = actor::replay(&log)?;
+        let handle = actor::spawn(
+            record,
+            self.store.clone(),
+            log,
+            self.epoch,
+            loaded,
+            self.env.clone(),
+        );
         live.insert(id.clone(), handle.clone());
         Ok(handle)
     }

@@ -7,8 +7,9 @@
 //! envelope as JSON first and skip types they do not know. A replayed event is byte-for-byte the event as it happened.
 
 use crate::ids::{Epoch, Seq, SessionId, TurnId};
-use crate::types::{ClientRef, PermissionMode, Role, SessionStatus};
+use crate::types::{ClientRef, PermissionMode, Role, SessionStatus, TokenUsage, TurnError};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// One event of a session, as logged and as sent to subscribers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,6 +111,142 @@ pub enum EventKind {
         /// The new status.
         status: SessionStatus,
     },
+    /// A turn began; `content` is the user message sent to the model.
+    TurnStarted {
+        /// The input as the client gave it.
+        input: Vec<Value>,
+        /// The API content blocks built from it (text, attachments, images).
+        content: Vec<Value>,
+        /// Who started it.
+        #[serde(default)]
+        by: Option<ClientRef>,
+        /// The client's id for the turn (idempotent retries).
+        #[serde(default)]
+        client_turn_id: Option<String>,
+    },
+    /// A turn ended.
+    TurnEnded {
+        /// The API's stop reason, or tether's (`cancelled`, `error`, `max_turns`, …).
+        stop_reason: String,
+        /// Tokens of every request of the turn.
+        usage: TokenUsage,
+        /// What the turn cost; `None` when the model's price is unknown.
+        #[serde(default)]
+        cost_usd: Option<f64>,
+        /// Why it failed, when it did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<TurnError>,
+    },
+    /// A content block of the model's reply began.
+    AssistantBlockStarted {
+        /// Block index within the reply.
+        index: u32,
+        /// Block type: `text`, `thinking`, `tool_use`, …
+        kind: String,
+        /// The block as it started (a tool_use carries its id and name).
+        block: Value,
+    },
+    /// More text of a block.
+    TextDelta {
+        /// Block index.
+        index: u32,
+        /// The new text.
+        text: String,
+    },
+    /// More thinking of a block.
+    ThinkingDelta {
+        /// Block index.
+        index: u32,
+        /// The new thinking text.
+        thinking: String,
+    },
+    /// More of a tool call's input JSON.
+    ToolInputDelta {
+        /// Block index.
+        index: u32,
+        /// The new piece of JSON.
+        partial_json: String,
+    },
+    /// A content block is complete: the verbatim API block.
+    AssistantBlockCompleted {
+        /// Block index.
+        index: u32,
+        /// The block.
+        block: Value,
+    },
+    /// The model's reply is complete; its completed blocks are now part of the history.
+    AssistantMessageCompleted {
+        /// The model that answered.
+        model: String,
+        /// Tokens of this request.
+        usage: TokenUsage,
+        /// Why the model stopped.
+        #[serde(default)]
+        stop_reason: Option<String>,
+    },
+    /// A tool call is about to run.
+    ToolCall {
+        /// The API's tool_use id.
+        tool_call_id: String,
+        /// The tool.
+        name: String,
+        /// Its input.
+        input: Value,
+    },
+    /// Output of a running tool.
+    ToolProgress {
+        /// The call.
+        tool_call_id: String,
+        /// New output.
+        chunk: String,
+    },
+    /// A tool call's result, as the model gets it.
+    ToolResult {
+        /// The call.
+        tool_call_id: String,
+        /// A string or content blocks.
+        content: Value,
+        /// Whether the call failed.
+        is_error: bool,
+    },
+    /// A model request failed and is retried; `discarded` deltas of the failed attempt are void.
+    Retrying {
+        /// Retry number, from 1.
+        attempt: u32,
+        /// Wait before it.
+        delay_ms: u64,
+        /// What failed.
+        error: String,
+        /// Whether deltas already streamed by the failed attempt must be dropped.
+        discarded: bool,
+    },
+    /// The reply hit `max_tokens`; the model is asked to continue.
+    Continuation {
+        /// Continuation number, from 1.
+        attempt: u32,
+        /// The user message asking it to go on.
+        prompt: String,
+    },
+    /// Token usage after a model request.
+    UsageUpdated {
+        /// Session totals.
+        session: TokenUsage,
+        /// Session cost so far; `None` when unknown.
+        #[serde(default)]
+        session_cost_usd: Option<f64>,
+        /// How full the context window is (last request's input / window), in percent.
+        #[serde(default)]
+        context_percent: Option<f64>,
+    },
+    /// The conversation history was cleared (`/clear`); the log keeps it.
+    HistoryCleared {},
+    /// A failure a user should see (the turn may go on).
+    Error {
+        /// Stable code.
+        code: String,
+        /// What happened.
+        message: String,
+    },
     /// Something a user should know that is not an error.
     Notice {
         /// `info` or `warning`.
@@ -133,7 +270,34 @@ impl EventKind {
             Self::ClientDetached { .. } => "client_detached",
             Self::SessionStatus { .. } => "session_status",
             Self::Notice { .. } => "notice",
+            Self::TurnStarted { .. } => "turn_started",
+            Self::TurnEnded { .. } => "turn_ended",
+            Self::AssistantBlockStarted { .. } => "assistant_block_started",
+            Self::TextDelta { .. } => "text_delta",
+            Self::ThinkingDelta { .. } => "thinking_delta",
+            Self::ToolInputDelta { .. } => "tool_input_delta",
+            Self::AssistantBlockCompleted { .. } => "assistant_block_completed",
+            Self::AssistantMessageCompleted { .. } => "assistant_message_completed",
+            Self::ToolCall { .. } => "tool_call",
+            Self::ToolProgress { .. } => "tool_progress",
+            Self::ToolResult { .. } => "tool_result",
+            Self::Retrying { .. } => "retrying",
+            Self::Continuation { .. } => "continuation",
+            Self::UsageUpdated { .. } => "usage_updated",
+            Self::HistoryCleared {} => "history_cleared",
+            Self::Error { .. } => "error",
         }
+    }
+
+    /// Whether the event is a streaming delta (superseded by a `*_completed` event).
+    pub fn is_delta(&self) -> bool {
+        matches!(
+            self,
+            Self::TextDelta { .. }
+                | Self::ThinkingDelta { .. }
+                | Self::ToolInputDelta { .. }
+                | Self::ToolProgress { .. }
+        )
     }
 
     /// Whether the event ends the subscription that carries it.

@@ -90,22 +90,22 @@ pub trait TetherRpc {
         format: Option<String>,
     ) -> RpcResult<serde_json::Value>;
 
-    /// Starts a turn.
-    #[method(name = "turn/start", param_kind = map)]
+    /// Starts a turn; its progress arrives as events.
+    #[method(name = "turn/start", param_kind = map, with_extensions)]
     async fn turn_start(
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
-        input: Vec<serde_json::Value>,
+        input: Vec<InputItem>,
         #[argument(rename = "clientTurnId")] client_turn_id: Option<String>,
-        mode: Option<String>,
-    ) -> RpcResult<serde_json::Value>;
+        mode: Option<BusyMode>,
+    ) -> RpcResult<TurnStarted>;
 
-    /// Interrupts the running turn.
-    #[method(name = "turn/cancel", param_kind = map)]
+    /// Interrupts the running turn (idempotent).
+    #[method(name = "turn/cancel", param_kind = map, with_extensions)]
     async fn turn_cancel(
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
-    ) -> RpcResult<serde_json::Value>;
+    ) -> RpcResult<TurnCancelled>;
 
     /// Answers a permission request.
     #[method(name = "permission/respond", param_kind = map)]

@@ -289,6 +289,116 @@ pub struct SessionSnapshot {
     /// Permission requests waiting for an answer.
     #[serde(default)]
     pub pending_permissions: Vec<serde_json::Value>,
+    /// Tokens used by every turn of the session.
+    #[serde(default)]
+    pub usage: TokenUsage,
+    /// What the session cost so far; `None` when a model's price is unknown.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    /// The running turn, if any.
+    #[serde(default)]
+    pub running_turn: Option<crate::ids::TurnId>,
+}
+
+/// Token counts, as events and `session/get` report them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsage {
+    /// Uncached input tokens.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Output tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Adds another usage to this one.
+    pub fn add(&mut self, o: &TokenUsage) {
+        self.input_tokens += o.input_tokens;
+        self.output_tokens += o.output_tokens;
+        self.cache_creation_input_tokens += o.cache_creation_input_tokens;
+        self.cache_read_input_tokens += o.cache_read_input_tokens;
+    }
+}
+
+/// Why a turn failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnError {
+    /// Stable code, e.g. `auth`, `overloaded`, `prompt_too_long`.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+    /// Whether trying again later may work.
+    pub retryable: bool,
+}
+
+/// One item of a turn's input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum InputItem {
+    /// Text (may contain `@path` mentions and start with a `/command`).
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// A file or directory attached by path.
+    File {
+        /// Its path (relative to the session's cwd, or absolute).
+        path: String,
+    },
+    /// An image, by path or inline base64.
+    Image {
+        /// Its path.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+        /// Base64 data.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+        /// e.g. `image/png`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        media_type: Option<String>,
+    },
+}
+
+/// What `turn/start` does while a turn runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BusyMode {
+    /// Refuse with `session_busy`.
+    #[default]
+    Reject,
+    /// Run it after the current turn (and those queued before it).
+    Queue,
+}
+
+/// Result of `turn/start`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnStarted {
+    /// The turn's id (the same for a repeated `clientTurnId`).
+    pub turn_id: crate::ids::TurnId,
+    /// Whether it waits behind another turn.
+    pub queued: bool,
+}
+
+/// Result of `turn/cancel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnCancelled {
+    /// Whether a turn was running (cancelling nothing is not an error).
+    pub cancelled: bool,
 }
 
 /// Result of `session/delete`.

@@ -48,15 +48,63 @@ pub struct Daemon {
     pub dir: tempfile::TempDir,
     /// The daemon process, while it runs.
     pub child: Option<Child>,
+    /// Extra environment for the daemon.
+    pub env: Vec<(String, String)>,
+}
+
+/// The fake Anthropic API on its own runtime, for synchronous tests.
+pub struct Fake {
+    /// The server.
+    pub server: fake_anthropic::FakeAnthropic,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Fake {
+    /// Starts the fake with `script`.
+    pub fn start(script: fake_anthropic::Script) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let server = runtime.block_on(fake_anthropic::FakeAnthropic::start(script))?;
+        Ok(Self {
+            server,
+            _runtime: runtime,
+        })
+    }
+
+    /// The environment that points a daemon at this fake.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("ANTHROPIC_BASE_URL".into(), self.server.url()),
+            ("ANTHROPIC_API_KEY".into(), "sk-ant-test".into()),
+        ]
+    }
 }
 
 impl Daemon {
     /// Starts a daemon and waits until it serves.
     pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(Vec::new())
+    }
+
+    /// Starts a daemon with extra environment (e.g. [`Fake::env`]).
+    pub fn start_with(env: Vec<(String, String)>) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("tether-test").tempdir()?;
-        let mut daemon = Self { dir, child: None };
+        std::fs::create_dir_all(dir.path().join("home"))?;
+        std::fs::create_dir_all(dir.path().join("work"))?;
+        let mut daemon = Self {
+            dir,
+            child: None,
+            env,
+        };
         daemon.spawn()?;
         Ok(daemon)
+    }
+
+    /// A directory sessions can use as their cwd.
+    pub fn workdir(&self) -> PathBuf {
+        self.dir.path().join("work")
     }
 
     /// The socket path.
@@ -76,7 +124,15 @@ impl Daemon {
             .arg(self.socket())
             .arg("--data-dir")
             .arg(self.data_dir())
-            .env("TETHER_LOG", "warn");
+            .env("TETHER_LOG", "warn")
+            .env("HOME", self.dir.path().join("home"))
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .env_remove("ANTHROPIC_BASE_URL")
+            .env_remove("ANTHROPIC_MODEL");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
         cmd
     }
 
@@ -283,6 +339,21 @@ impl Ndjson {
     pub fn new_session(&mut self, title: &str) -> anyhow::Result<String> {
         let r = self.call("session/new", json!({"cwd": "/tmp", "title": title}))?;
         Ok(r["sessionId"].as_str().context("sessionId")?.to_owned())
+    }
+
+    /// Creates a session in `cwd` and returns its id.
+    pub fn new_session_in(&mut self, cwd: &Path) -> anyhow::Result<String> {
+        let r = self.call("session/new", json!({"cwd": cwd, "title": "test"}))?;
+        Ok(r["sessionId"].as_str().context("sessionId")?.to_owned())
+    }
+
+    /// Starts a text turn and returns its turn id.
+    pub fn start_turn(&mut self, session: &str, text: &str) -> anyhow::Result<String> {
+        let r = self.call(
+            "turn/start",
+            json!({"sessionId": session, "input": [{"type": "text", "text": text}]}),
+        )?;
+        Ok(r["turnId"].as_str().context("turnId")?.to_owned())
     }
 
     /// Subscribes and returns the subscription id.

@@ -42,6 +42,8 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
         SessionError::NotFound(_) => ErrorCode::SessionNotFound,
         SessionError::Store(_) | SessionError::Commit(_) => ErrorCode::Storage,
         SessionError::Stopped(_) => ErrorCode::DaemonShuttingDown,
+        SessionError::Busy => ErrorCode::SessionBusy,
+        SessionError::NotController => ErrorCode::NotController,
     };
     code.with_message(e.to_string())
 }
@@ -170,11 +172,7 @@ impl TetherRpcServer for RpcApi {
 
     async fn session_get(&self, session_id: SessionId) -> RpcResult<SessionSnapshot> {
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
-        let summary = handle.summary().await.map_err(rpc_error)?;
-        Ok(SessionSnapshot {
-            summary,
-            pending_permissions: Vec::new(),
-        })
+        handle.snapshot().await.map_err(rpc_error)
     }
 
     async fn session_configure(
@@ -237,16 +235,32 @@ impl TetherRpcServer for RpcApi {
 
     async fn turn_start(
         &self,
-        _session_id: SessionId,
-        _input: Vec<serde_json::Value>,
-        _client_turn_id: Option<String>,
-        _mode: Option<String>,
-    ) -> RpcResult<serde_json::Value> {
-        Err(not_implemented("turn/start"))
+        ext: &Extensions,
+        session_id: SessionId,
+        input: Vec<InputItem>,
+        client_turn_id: Option<String>,
+        mode: Option<BusyMode>,
+    ) -> RpcResult<TurnStarted> {
+        self.check_running()?;
+        if input.is_empty() {
+            return Err(invalid_params("input must hold at least one item"));
+        }
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let by = self.connections.client_ref(connection_id(ext));
+        handle
+            .start_turn(input, client_turn_id, mode.unwrap_or_default(), by)
+            .await
+            .map_err(rpc_error)
     }
 
-    async fn turn_cancel(&self, _session_id: SessionId) -> RpcResult<serde_json::Value> {
-        Err(not_implemented("turn/cancel"))
+    async fn turn_cancel(
+        &self,
+        _ext: &Extensions,
+        session_id: SessionId,
+    ) -> RpcResult<TurnCancelled> {
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let cancelled = handle.cancel_turn().await.map_err(rpc_error)?;
+        Ok(TurnCancelled { cancelled })
     }
 
     async fn permission_respond(

@@ -6,14 +6,23 @@
 //! broadcast watermark (`committed`) is what a new subscriber replays up to, so replay and live
 //! delivery meet with no gap and no duplicate.
 
-use super::{Configure, SessionError};
+use super::{Configure, SessionError, TurnEnv};
+use crate::agent::{History, SinkError, Turn, TurnOutcome, TurnSink};
+use crate::llm::SystemBlock;
 use crate::store::{EventLog, SessionRecord, Store};
+use futures::FutureExt;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::SystemTime;
 use tether_proto::{
-    AttachedClient, ClientRef, Event, EventKind, Role, Seq, SessionId, SessionSummary,
+    AttachedClient, BusyMode, ClientRef, Event, EventKind, InputItem, Role, Seq, SessionId,
+    SessionSnapshot, SessionStatus, SessionSummary, TokenUsage, TurnError, TurnId, TurnStarted,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 /// How many events a subscriber may fall behind before it gets `lagged`.
 pub const FANOUT_CAPACITY: usize = 8192;
@@ -65,6 +74,32 @@ enum Command {
     Summary {
         reply: oneshot::Sender<SessionSummary>,
     },
+    Snapshot {
+        reply: oneshot::Sender<SessionSnapshot>,
+    },
+    StartTurn {
+        input: Vec<InputItem>,
+        client_turn_id: Option<String>,
+        mode: BusyMode,
+        by: ClientRef,
+        reply: oneshot::Sender<Result<TurnStarted, SessionError>>,
+    },
+    CancelTurn {
+        reply: oneshot::Sender<bool>,
+    },
+    TurnEvent {
+        turn_id: TurnId,
+        event: EventKind,
+        ack: Option<oneshot::Sender<Result<(), SinkError>>>,
+    },
+    TurnFinished {
+        turn_id: TurnId,
+        outcome: TurnOutcome,
+    },
+    /// Ends a turn the log left open (the daemon stopped during it).
+    RecoverOpenTurn {
+        turn_id: TurnId,
+    },
     Delete {
         by: Option<ClientRef>,
         reply: oneshot::Sender<Result<(), SessionError>>,
@@ -78,7 +113,7 @@ enum Command {
 #[derive(Clone)]
 pub struct SessionHandle {
     id: SessionId,
-    tx: mpsc::Sender<Command>,
+    tx: mpsc::UnboundedSender<Command>,
 }
 
 impl SessionHandle {
@@ -99,7 +134,6 @@ impl SessionHandle {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(make(reply))
-            .await
             .map_err(|_| SessionError::Stopped(self.id.clone()))?;
         rx.await.map_err(|_| SessionError::Stopped(self.id.clone()))
     }
@@ -124,14 +158,11 @@ impl SessionHandle {
 
     /// Detaches a subscriber (logs `client_detached`); a stopped session ignores it.
     pub async fn detach(&self, client: ClientRef, role: Role, reason: &'static str) {
-        let _ = self
-            .tx
-            .send(Command::Detach {
-                client,
-                role,
-                reason,
-            })
-            .await;
+        let _ = self.tx.send(Command::Detach {
+            client,
+            role,
+            reason,
+        });
     }
 
     /// Changes settings; logs `session_configured` with what changed.
@@ -149,12 +180,49 @@ impl SessionHandle {
         self.call(|reply| Command::Summary { reply }).await
     }
 
+    /// The session's full snapshot (totals, running turn).
+    pub async fn snapshot(&self) -> Result<SessionSnapshot, SessionError> {
+        self.call(|reply| Command::Snapshot { reply }).await
+    }
+
+    /// Starts (or queues) a turn; a repeated `client_turn_id` returns the turn it started.
+    pub async fn start_turn(
+        &self,
+        input: Vec<InputItem>,
+        client_turn_id: Option<String>,
+        mode: BusyMode,
+        by: ClientRef,
+    ) -> Result<TurnStarted, SessionError> {
+        self.call(|reply| Command::StartTurn {
+            input,
+            client_turn_id,
+            mode,
+            by,
+            reply,
+        })
+        .await?
+    }
+
+    /// Cancels the running turn; `false` when none runs.
+    pub async fn cancel_turn(&self) -> Result<bool, SessionError> {
+        self.call(|reply| Command::CancelTurn { reply }).await
+    }
+
     pub(super) async fn delete(&self, by: Option<ClientRef>) -> Result<(), SessionError> {
         self.call(|reply| Command::Delete { by, reply }).await?
     }
 
     pub(super) async fn shutdown(&self) {
         let _ = self.call(|reply| Command::Shutdown { reply }).await;
+    }
+}
+
+fn interrupted_outcome() -> TurnOutcome {
+    TurnOutcome {
+        stop_reason: "interrupted_by_restart".into(),
+        usage: TokenUsage::default(),
+        cost_usd: Some(0.0),
+        error: None,
     }
 }
 
@@ -201,21 +269,117 @@ struct SessionActor {
     /// Answers to give once the batch is durable.
     deferred: Vec<Deferred>,
     record_dirty: bool,
+    env: Arc<TurnEnv>,
+    history: History,
+    running: Option<Running>,
+    queue: VecDeque<Queued>,
+    system: Option<Vec<SystemBlock>>,
+    me: mpsc::WeakUnboundedSender<Command>,
 }
 
-/// Starts the actor of a session whose log ends at `head`.
+struct Running {
+    turn_id: TurnId,
+    cancel: CancellationToken,
+}
+
+struct Queued {
+    turn_id: TurnId,
+    input: Vec<InputItem>,
+    client_turn_id: Option<String>,
+    by: ClientRef,
+}
+
+/// The turn's outlet into its session actor.
+struct ActorSink {
+    tx: mpsc::UnboundedSender<Command>,
+    turn_id: TurnId,
+}
+
+impl TurnSink for ActorSink {
+    fn send(&self, event: EventKind) {
+        let _ = self.tx.send(Command::TurnEvent {
+            turn_id: self.turn_id.clone(),
+            event,
+            ack: None,
+        });
+    }
+
+    fn commit(
+        &self,
+        event: EventKind,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + '_>> {
+        Box::pin(async move {
+            let (ack, done) = oneshot::channel();
+            self.tx
+                .send(Command::TurnEvent {
+                    turn_id: self.turn_id.clone(),
+                    event,
+                    ack: Some(ack),
+                })
+                .map_err(|_| SinkError("the session stopped".into()))?;
+            done.await
+                .map_err(|_| SinkError("the session stopped".into()))?
+        })
+    }
+}
+
+/// What a session's log says when it is loaded.
+pub(super) struct Loaded {
+    pub head: Seq,
+    pub history: History,
+    pub open_turn: Option<TurnId>,
+}
+
+/// Replays a session's log into its history.
+pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
+    let head = log.head()?;
+    let mut history = History::default();
+    let mut open_turn = None;
+    let mut after = 0;
+    while after < head {
+        let chunk = log.read(after, head, 4096)?;
+        if chunk.is_empty() {
+            break;
+        }
+        for (seq, bytes) in chunk {
+            after = seq;
+            let Ok(event) = serde_json::from_slice::<Event>(&bytes) else {
+                tracing::warn!(seq, "skipping an undecodable event while loading a session");
+                continue;
+            };
+            match &event.kind {
+                EventKind::TurnStarted { .. } => open_turn = event.turn_id.clone(),
+                EventKind::TurnEnded { .. } => open_turn = None,
+                _ => {}
+            }
+            history.apply(&event.kind, event.turn_id.as_ref());
+        }
+    }
+    Ok(Loaded {
+        head,
+        history,
+        open_turn,
+    })
+}
+
+/// Starts the actor of a session whose log is `loaded`.
 pub(super) fn spawn(
     record: SessionRecord,
     store: Store,
     log: EventLog,
     epoch: u64,
-    head: Seq,
+    loaded: Loaded,
+    env: Arc<TurnEnv>,
 ) -> SessionHandle {
-    let (tx, rx) = mpsc::channel(1024);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let head = loaded.head;
+    if let Some(turn_id) = loaded.open_turn {
+        let _ = tx.send(Command::RecoverOpenTurn { turn_id });
+    }
     let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
     let handle = SessionHandle {
         id: record.id.clone(),
-        tx,
+        tx: tx.clone(),
     };
     let actor = SessionActor {
         record,
@@ -229,6 +393,12 @@ pub(super) fn spawn(
         unsent: Vec::new(),
         deferred: Vec::new(),
         record_dirty: false,
+        env,
+        history: loaded.history,
+        running: None,
+        queue: VecDeque::new(),
+        system: None,
+        me: tx.downgrade(),
     };
     tokio::spawn(actor.run(rx));
     handle
@@ -240,7 +410,7 @@ enum Flow {
 }
 
 impl SessionActor {
-    async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         while let Some(cmd) = rx.recv().await {
             let mut flow = self.handle(cmd).await;
             let mut handled = 1;
@@ -358,6 +528,69 @@ impl SessionActor {
             Command::Summary { reply } => {
                 let _ = reply.send(self.summary());
             }
+            Command::Snapshot { reply } => {
+                let _ = reply.send(SessionSnapshot {
+                    summary: self.summary(),
+                    pending_permissions: Vec::new(),
+                    usage: self.history.usage,
+                    cost_usd: self.history.cost_usd,
+                    running_turn: self.running.as_ref().map(|r| r.turn_id.clone()),
+                });
+            }
+            Command::StartTurn {
+                input,
+                client_turn_id,
+                mode,
+                by,
+                reply,
+            } => {
+                let result = self.request_turn(input, client_turn_id, mode, by).await;
+                let _ = reply.send(result);
+            }
+            Command::CancelTurn { reply } => {
+                let running = self.running.as_ref();
+                if let Some(r) = running {
+                    r.cancel.cancel();
+                }
+                let _ = reply.send(running.is_some());
+            }
+            Command::TurnEvent {
+                turn_id,
+                event,
+                ack,
+            } => {
+                let result = self.emit_in(event, Some(turn_id));
+                match (ack, result) {
+                    (Some(ack), Ok(())) => {
+                        self.deferred
+                            .push(Box::new(move |err: Option<&SessionError>| {
+                                let _ = ack.send(match err {
+                                    Some(e) => Err(SinkError(e.to_string())),
+                                    None => Ok(()),
+                                });
+                            }))
+                    }
+                    (Some(ack), Err(e)) => drop(ack.send(Err(SinkError(e.to_string())))),
+                    (None, Err(e)) => {
+                        tracing::error!(session = %self.record.id, "could not log a turn event: {e}")
+                    }
+                    (None, Ok(())) => {}
+                }
+            }
+            Command::TurnFinished { turn_id, outcome } => {
+                if self.running.as_ref().is_some_and(|r| r.turn_id == turn_id) {
+                    self.running = None;
+                    self.end_turn(turn_id, outcome);
+                    self.start_next().await;
+                }
+            }
+            Command::RecoverOpenTurn { turn_id } => {
+                self.end_turn(turn_id, interrupted_outcome());
+                let _ = self.emit(EventKind::Notice {
+                    level: "warning".into(),
+                    message: "the daemon stopped during the last turn; it was ended and the session is ready".into(),
+                });
+            }
             Command::Delete { by, reply } => {
                 self.commit().await;
                 let result = self
@@ -375,6 +608,10 @@ impl SessionActor {
                 }
             }
             Command::Shutdown { reply } => {
+                if let Some(running) = self.running.take() {
+                    running.cancel.cancel();
+                    self.end_turn(running.turn_id, interrupted_outcome());
+                }
                 self.commit().await;
                 self.broadcast_control(EventKind::DaemonShutdown {});
                 let _ = reply.send(());
@@ -382,6 +619,196 @@ impl SessionActor {
             }
         }
         Flow::Continue
+    }
+
+    fn set_status(&mut self, status: SessionStatus) {
+        if self.record.status != status {
+            self.record.status = status;
+            if let Err(e) = self.emit(EventKind::SessionStatus { status }) {
+                tracing::error!(session = %self.record.id, "could not log session_status: {e}");
+            }
+        }
+    }
+
+    fn end_turn(&mut self, turn_id: TurnId, outcome: TurnOutcome) {
+        let event = EventKind::TurnEnded {
+            stop_reason: outcome.stop_reason,
+            usage: outcome.usage,
+            cost_usd: outcome.cost_usd,
+            error: outcome.error,
+        };
+        if let Err(e) = self.emit_in(event, Some(turn_id)) {
+            tracing::error!(session = %self.record.id, "could not log turn_ended: {e}");
+        }
+        if self.running.is_none() && self.queue.is_empty() {
+            self.set_status(SessionStatus::Idle);
+        }
+    }
+
+    async fn request_turn(
+        &mut self,
+        input: Vec<InputItem>,
+        client_turn_id: Option<String>,
+        mode: BusyMode,
+        by: ClientRef,
+    ) -> Result<TurnStarted, SessionError> {
+        if let Some(c) = &client_turn_id {
+            if let Some(turn_id) = self.history.client_turns.get(c) {
+                return Ok(TurnStarted {
+                    turn_id: turn_id.clone(),
+                    queued: false,
+                });
+            }
+            if let Some(q) = self
+                .queue
+                .iter()
+                .find(|q| q.client_turn_id.as_ref() == Some(c))
+            {
+                return Ok(TurnStarted {
+                    turn_id: q.turn_id.clone(),
+                    queued: true,
+                });
+            }
+        }
+        let mine: Vec<Role> = self
+            .attached
+            .iter()
+            .filter(|a| a.client.client_id == by.client_id)
+            .map(|a| a.role)
+            .collect();
+        if !mine.is_empty() && !mine.contains(&Role::Controller) {
+            return Err(SessionError::NotController);
+        }
+        let turn_id = TurnId(uuid::Uuid::new_v4().to_string());
+        let queued = Queued {
+            turn_id: turn_id.clone(),
+            input,
+            client_turn_id,
+            by,
+        };
+        if self.running.is_some() {
+            if mode == BusyMode::Reject {
+                return Err(SessionError::Busy);
+            }
+            self.queue.push_back(queued);
+            return Ok(TurnStarted {
+                turn_id,
+                queued: true,
+            });
+        }
+        self.start_turn(queued).await;
+        Ok(TurnStarted {
+            turn_id,
+            queued: false,
+        })
+    }
+
+    async fn start_next(&mut self) {
+        if self.running.is_none()
+            && let Some(next) = self.queue.pop_front()
+        {
+            self.start_turn(next).await;
+        }
+    }
+
+    async fn start_turn(&mut self, q: Queued) {
+        let cwd = std::path::PathBuf::from(&self.record.cwd);
+        let processed = crate::agent::process_input(&cwd, &q.input);
+        let input: Vec<serde_json::Value> = q
+            .input
+            .iter()
+            .filter_map(|i| serde_json::to_value(i).ok())
+            .collect();
+        let started = EventKind::TurnStarted {
+            input,
+            content: processed.content,
+            by: Some(q.by),
+            client_turn_id: q.client_turn_id.clone(),
+        };
+        if let Err(e) = self.emit_in(started, Some(q.turn_id.clone())) {
+            tracing::error!(session = %self.record.id, "could not log turn_started: {e}");
+            return;
+        }
+        for notice in processed.notices {
+            let _ = self.emit_in(
+                EventKind::Notice {
+                    level: "warning".into(),
+                    message: notice,
+                },
+                Some(q.turn_id.clone()),
+            );
+        }
+        let cancel = CancellationToken::new();
+        self.running = Some(Running {
+            turn_id: q.turn_id.clone(),
+            cancel: cancel.clone(),
+        });
+        self.set_status(SessionStatus::Running);
+        let llm = match &self.env.llm {
+            Ok(llm) => llm.clone(),
+            Err(message) => {
+                let outcome = TurnOutcome {
+                    stop_reason: "error".into(),
+                    usage: TokenUsage::default(),
+                    cost_usd: None,
+                    error: Some(TurnError {
+                        code: "config".into(),
+                        message: message.clone(),
+                        retryable: false,
+                    }),
+                };
+                self.running = None;
+                self.end_turn(q.turn_id, outcome);
+                return;
+            }
+        };
+        if self.system.is_none() {
+            self.system = Some(crate::context::system_prompt(&cwd, &self.record.model).await);
+        }
+        let Some(tx) = self.me.upgrade() else { return };
+        let turn = Turn {
+            model: self.record.model.clone(),
+            system: self.system.clone().unwrap_or_default(),
+            tools: self.env.tools.clone(),
+            llm,
+            catalog: self.env.catalog.clone(),
+            cwd,
+            cancel,
+            limits: self.env.limits.clone(),
+        };
+        let history = self.history.clone();
+        let sink = Arc::new(ActorSink {
+            tx: tx.clone(),
+            turn_id: q.turn_id.clone(),
+        });
+        let turn_id = q.turn_id;
+        tokio::spawn(async move {
+            let outcome = match AssertUnwindSafe(turn.run(history, sink))
+                .catch_unwind()
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    tracing::error!("a turn panicked: {what}");
+                    TurnOutcome {
+                        stop_reason: "error".into(),
+                        usage: TokenUsage::default(),
+                        cost_usd: None,
+                        error: Some(TurnError {
+                            code: "internal".into(),
+                            message: format!("the turn crashed: {what}"),
+                            retryable: false,
+                        }),
+                    }
+                }
+            };
+            let _ = tx.send(Command::TurnFinished { turn_id, outcome });
+        });
     }
 
     fn summary(&self) -> SessionSummary {
@@ -416,12 +843,19 @@ impl SessionActor {
 
     /// Appends an event to the log (not yet durable nor broadcast).
     fn emit(&mut self, kind: EventKind) -> Result<(), SessionError> {
+        self.emit_in(kind, None)
+    }
+
+    /// Appends an event of a turn to the log and applies it to the history.
+    fn emit_in(&mut self, kind: EventKind, turn_id: Option<TurnId>) -> Result<(), SessionError> {
         let seq = self.head + 1;
-        let event = self.envelope(Some(seq), kind);
+        let mut event = self.envelope(Some(seq), kind);
+        event.turn_id = turn_id;
         let json =
             serde_json::to_string(&event).map_err(|e| SessionError::Commit(e.to_string()))?;
         self.log.append(seq, json.as_bytes())?;
         self.head = seq;
+        self.history.apply(&event.kind, event.turn_id.as_ref());
         self.record.updated_at = event.ts;
         self.record_dirty = true;
         self.unsent.push(Arc::new(LiveEvent {

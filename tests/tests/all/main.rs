@@ -1,3 +1,4 @@
 //! All end-to-end suites, in one test binary (one link, parallel tests).
 
 mod spine;
+mod turns;

@@ -256,7 +256,7 @@ fn malformed_and_oversized_input_get_errors_and_the_connection_keeps_working() -
         json!({"sessionId": session, "since": "tail"}),
     )?;
     assert_eq!(bad_sub["error"]["code"], -32602, "{bad_sub}");
-    let later = c.request("turn/start", json!({"sessionId": session, "input": []}))?;
+    let later = c.request("session/fork", json!({"sessionId": session}))?;
     assert!(
         later["error"]["message"]
             .as_str()

@@ -1,0 +1,21 @@
+//! The query loop: a turn streams the model's reply, runs the tool calls it asks for, feeds the
+//! results back, and repeats until the model stops; it recovers from `max_tokens` and retryable
+//! errors and keeps the history valid through cancellation.
+//!
+//! Invariant: knows nothing of sockets, RPC or sled. Events leave through a [`TurnSink`]; the
+//! history is derived from events by [`History`], the same way the session derives it from its
+//! log.
+
+mod dispatch;
+mod history;
+mod input;
+mod sink;
+mod tool;
+mod turn;
+
+pub use dispatch::{Call, INTERRUPTED};
+pub use history::{History, MISSING_RESULT};
+pub use input::{Processed, mentions, process as process_input};
+pub use sink::{SinkError, TurnSink};
+pub use tool::{Tool, ToolContext, ToolFuture, ToolOutput, Tools};
+pub use turn::{CONTINUE_PROMPT, Turn, TurnLimits, TurnOutcome};

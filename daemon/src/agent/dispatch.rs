@@ -1,0 +1,217 @@
+//! Running the tool calls of one reply: lookup by name or alias, schema validation, the
+//! permission check, read-only calls in parallel and mutating calls in order, a per-call timeout,
+//! panics caught. Every outcome becomes a `tool_result`.
+
+use super::history::History;
+use super::sink::{SinkError, TurnSink};
+use super::tool::{ToolContext, ToolOutput, Tools};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tether_proto::EventKind;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Result text for calls stopped by `turn/cancel`.
+pub const INTERRUPTED: &str =
+    "interrupted by user: the turn was cancelled before this tool call finished";
+
+/// One `tool_use` block to run.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The API's tool_use id.
+    pub id: String,
+    /// The name the model used.
+    pub name: String,
+    /// Its input.
+    pub input: Value,
+}
+
+/// Whether a call may run. The permission broker plugs in here.
+fn authorize(_call: &Call) -> Result<(), String> {
+    Ok(())
+}
+
+/// What the calls run with.
+pub struct Dispatch<'a> {
+    /// The tools.
+    pub tools: &'a Tools,
+    /// The session's directory.
+    pub cwd: PathBuf,
+    /// The turn's cancellation.
+    pub cancel: &'a CancellationToken,
+    /// Longest a call may run.
+    pub timeout: Duration,
+    /// Where events go.
+    pub sink: Arc<dyn TurnSink>,
+}
+
+impl Dispatch<'_> {
+    async fn record(&self, history: &mut History, event: EventKind) -> Result<(), SinkError> {
+        history.apply(&event, None);
+        self.sink.commit(event).await
+    }
+
+    async fn result(
+        &self,
+        history: &mut History,
+        id: &str,
+        out: ToolOutput,
+    ) -> Result<(), SinkError> {
+        self.record(
+            history,
+            EventKind::ToolResult {
+                tool_call_id: id.to_owned(),
+                content: out.content,
+                is_error: out.is_error,
+            },
+        )
+        .await
+    }
+
+    /// Runs `calls` and records a result for every one of them, in batches: consecutive read-only
+    /// calls together, each mutating call alone. Returns whether the turn was cancelled.
+    pub async fn run(&self, calls: Vec<Call>, history: &mut History) -> Result<bool, SinkError> {
+        let mut batches: Vec<Vec<Call>> = Vec::new();
+        for call in calls {
+            let read_only = self
+                .tools
+                .find(&call.name)
+                .is_some_and(|t| t.is_read_only());
+            match batches.last_mut() {
+                Some(batch)
+                    if read_only
+                        && batch.iter().all(|c| {
+                            self.tools.find(&c.name).is_some_and(|t| t.is_read_only())
+                        }) =>
+                {
+                    batch.push(call)
+                }
+                _ => batches.push(vec![call]),
+            }
+        }
+        let mut cancelled = false;
+        for batch in batches {
+            if cancelled || self.cancel.is_cancelled() {
+                cancelled = true;
+                for call in batch {
+                    self.result(history, &call.id, ToolOutput::error(INTERRUPTED))
+                        .await?;
+                }
+                continue;
+            }
+            cancelled = self.run_batch(batch, history).await?;
+        }
+        Ok(cancelled)
+    }
+
+    async fn run_batch(&self, batch: Vec<Call>, history: &mut History) -> Result<bool, SinkError> {
+        let mut running: JoinSet<(String, ToolOutput)> = JoinSet::new();
+        let mut unanswered: Vec<String> = Vec::new();
+        for call in batch {
+            // Write-ahead: the call is durable before it runs.
+            self.record(
+                history,
+                EventKind::ToolCall {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    input: call.input.clone(),
+                },
+            )
+            .await?;
+            let Some(tool) = self.tools.find(&call.name) else {
+                let msg = format!(
+                    "there is no tool named {:?}; the available tools are: {}",
+                    call.name,
+                    self.tools.names().join(", ")
+                );
+                self.result(history, &call.id, ToolOutput::error(msg))
+                    .await?;
+                continue;
+            };
+            if let Err(msg) = self.tools.validate(&call.name, &call.input) {
+                self.result(history, &call.id, ToolOutput::error(msg))
+                    .await?;
+                continue;
+            }
+            if let Err(msg) = authorize(&call) {
+                self.result(history, &call.id, ToolOutput::error(msg))
+                    .await?;
+                continue;
+            }
+            let sink = self.sink.clone();
+            let id = call.id.clone();
+            let ctx = ToolContext {
+                cwd: self.cwd.clone(),
+                cancel: self.cancel.child_token(),
+                progress: Arc::new(move |chunk: String| {
+                    sink.send(EventKind::ToolProgress {
+                        tool_call_id: id.clone(),
+                        chunk,
+                    })
+                }),
+            };
+            let timeout = self.timeout;
+            let name = call.name.clone();
+            let id = call.id.clone();
+            unanswered.push(id.clone());
+            running.spawn(async move {
+                let out = tokio::select! {
+                    out = tool.run(call.input, &ctx) => out,
+                    _ = tokio::time::sleep(timeout) => {
+                        ctx.cancel.cancel();
+                        ToolOutput::error(format!("{name} timed out after {}s and was stopped", timeout.as_secs()))
+                    }
+                };
+                (id, out)
+            });
+        }
+        let mut cancelled = false;
+        while !running.is_empty() {
+            let joined = tokio::select! {
+                j = running.join_next() => j,
+                _ = self.cancel.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    // Tools see their child token fire; give them a moment to stop, then abort.
+                    let grace = tokio::time::sleep(Duration::from_secs(2));
+                    tokio::pin!(grace);
+                    loop {
+                        tokio::select! {
+                            j = running.join_next() => match j {
+                                Some(Ok((id, out))) => {
+                                    unanswered.retain(|u| *u != id);
+                                    self.result(history, &id, out).await?;
+                                }
+                                Some(Err(_)) => {}
+                                None => break,
+                            },
+                            _ = &mut grace => { running.abort_all(); }
+                        }
+                    }
+                    None
+                }
+            };
+            match joined {
+                Some(Ok((id, out))) => {
+                    unanswered.retain(|u| *u != id);
+                    self.result(history, &id, out).await?;
+                }
+                Some(Err(e)) if e.is_panic() => {
+                    tracing::error!("a tool panicked: {e}");
+                }
+                Some(Err(_)) | None => {}
+            }
+        }
+        // Calls whose task panicked or was aborted still get a result.
+        for id in unanswered {
+            let msg = if cancelled {
+                INTERRUPTED.to_owned()
+            } else {
+                "the tool crashed while running; its work may be incomplete".to_owned()
+            };
+            self.result(history, &id, ToolOutput::error(msg)).await?;
+        }
+        Ok(cancelled)
+    }
+}

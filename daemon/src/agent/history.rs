@@ -1,0 +1,345 @@
+//! The API message history, derived from a session's events.
+//!
+//! Invariant: one derivation, used both when a session loads (replaying its log) and while a turn
+//! runs (applying each event as it is emitted), so the history can never disagree with what
+//! clients saw. [`History::messages`] is always valid for the API: roles alternate starting with
+//! the user, every `tool_use` is answered by a `tool_result` at the start of the next message (a
+//! missing one is filled with an error result), no empty text blocks.
+
+use crate::llm::{Message, Role};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use tether_proto::{EventKind, TokenUsage, TurnId};
+
+/// What a tool result says when the log has none for a call (a crash or cancel before it).
+pub const MISSING_RESULT: &str = "interrupted: no result was recorded for this tool call";
+
+/// A session's conversation as the model sees it, plus the session totals.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    messages: Vec<Message>,
+    /// Blocks of the reply being streamed; committed by `assistant_message_completed`.
+    pending: Vec<Value>,
+    /// Tokens of every finished turn.
+    pub usage: TokenUsage,
+    /// Cost of every finished turn; `None` once any turn's cost was unknown.
+    pub cost_usd: Option<f64>,
+    /// Input tokens of the last model request (how full the context is).
+    pub last_context_tokens: u64,
+    /// `clientTurnId` → turn id, for idempotent `turn/start`.
+    pub client_turns: HashMap<String, TurnId>,
+    turns_ended: u64,
+}
+
+fn is_empty_text(block: &Value) -> bool {
+    block["type"] == "text" && block["text"].as_str().is_none_or(|t| t.trim().is_empty())
+}
+
+impl History {
+    /// Applies one event of the session's log.
+    pub fn apply(&mut self, event: &EventKind, turn_id: Option<&TurnId>) {
+        match event {
+            EventKind::TurnStarted {
+                content,
+                client_turn_id,
+                ..
+            } => {
+                self.pending.clear();
+                if let (Some(c), Some(t)) = (client_turn_id, turn_id) {
+                    self.client_turns.insert(c.clone(), t.clone());
+                }
+                self.push(Role::User, content.clone());
+            }
+            EventKind::AssistantBlockCompleted { block, .. } if !is_empty_text(block) => {
+                self.pending.push(block.clone());
+            }
+            // A failed attempt's blocks are void.
+            EventKind::Retrying { .. } => self.pending.clear(),
+            EventKind::AssistantMessageCompleted { usage, .. } => {
+                self.last_context_tokens = usage.input_tokens
+                    + usage.cache_creation_input_tokens
+                    + usage.cache_read_input_tokens;
+                let blocks = std::mem::take(&mut self.pending);
+                self.push(Role::Assistant, blocks);
+            }
+            EventKind::ToolResult {
+                tool_call_id,
+                content,
+                is_error,
+            } => {
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": tool_call_id, "content": content});
+                if *is_error {
+                    block["is_error"] = json!(true);
+                }
+                self.push(Role::User, vec![block]);
+            }
+            EventKind::Continuation { prompt, .. } => {
+                self.push(Role::User, vec![json!({"type": "text", "text": prompt})]);
+            }
+            EventKind::TurnEnded {
+                usage, cost_usd, ..
+            } => {
+                // A reply cut off by cancel or failure never joins the history.
+                self.pending.clear();
+                self.usage.add(usage);
+                self.cost_usd = match (self.turns_ended, self.cost_usd, cost_usd) {
+                    (0, _, c) => *c,
+                    (_, Some(a), Some(b)) => Some(a + b),
+                    _ => None,
+                };
+                self.turns_ended += 1;
+            }
+            EventKind::HistoryCleared {} => {
+                self.messages.clear();
+                self.pending.clear();
+                self.last_context_tokens = 0;
+            }
+            _ => {}
+        }
+    }
+
+    fn push(&mut self, role: Role, content: Vec<Value>) {
+        if content.is_empty() {
+            return;
+        }
+        match self.messages.last_mut() {
+            Some(last) if last.role == role => last.content.extend(content),
+            _ => self.messages.push(Message { role, content }),
+        }
+    }
+
+    /// Whether nothing has been said yet.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The messages to send, repaired to be valid for the API.
+    pub fn messages(&self) -> Vec<Message> {
+        let mut out: Vec<Message> = Vec::with_capacity(self.messages.len() + 1);
+        for m in &self.messages {
+            if out.is_empty() && m.role == Role::Assistant {
+                continue; // the API wants the user first
+            }
+            out.push(m.clone());
+        }
+        let mut i = 0;
+        while i < out.len() {
+            if out[i].role == Role::Assistant {
+                let ids: Vec<String> = out[i]
+                    .content
+                    .iter()
+                    .filter(|b| b["type"] == "tool_use")
+                    .filter_map(|b| b["id"].as_str().map(str::to_owned))
+                    .collect();
+                if !ids.is_empty() {
+                    if out.get(i + 1).is_none_or(|m| m.role != Role::User) {
+                        out.insert(
+                            i + 1,
+                            Message {
+                                role: Role::User,
+                                content: Vec::new(),
+                            },
+                        );
+                    }
+                    answer_in_order(&mut out[i + 1].content, &ids);
+                }
+            } else if i > 0 {
+                // Results whose call is not in the previous message are orphans (e.g. after /clear).
+                let prev_ids: Vec<&str> = out[i - 1]
+                    .content
+                    .iter()
+                    .filter(|b| b["type"] == "tool_use")
+                    .filter_map(|b| b["id"].as_str())
+                    .collect();
+                let keep: Vec<Value> = out[i]
+                    .content
+                    .iter()
+                    .filter(|b| {
+                        b["type"] != "tool_result"
+                            || b["tool_use_id"]
+                                .as_str()
+                                .is_some_and(|id| prev_ids.contains(&id))
+                    })
+                    .cloned()
+                    .collect();
+                out[i].content = keep;
+            } else {
+                out[i].content.retain(|b| b["type"] != "tool_result");
+            }
+            i += 1;
+        }
+        out.retain(|m| !m.content.is_empty());
+        // Dropping empty messages may have put two of one role side by side.
+        let mut merged: Vec<Message> = Vec::with_capacity(out.len());
+        for m in out {
+            match merged.last_mut() {
+                Some(last) if last.role == m.role => last.content.extend(m.content),
+                _ => merged.push(m),
+            }
+        }
+        merged
+    }
+}
+
+/// Puts one `tool_result` per id first in `content`, in the calls' order, filling missing ones.
+fn answer_in_order(content: &mut Vec<Value>, ids: &[String]) {
+    let (mut results, rest): (Vec<Value>, Vec<Value>) =
+        content.drain(..).partition(|b| b["type"] == "tool_result");
+    let mut ordered = Vec::with_capacity(ids.len() + rest.len());
+    for id in ids {
+        match results.iter().position(|r| r["tool_use_id"] == id.as_str()) {
+            Some(p) => ordered.push(results.remove(p)),
+            None => ordered.push(json!({"type": "tool_result", "tool_use_id": id, "content": MISSING_RESULT, "is_error": true})),
+        }
+    }
+    ordered.extend(rest);
+    *content = ordered;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(text: &str) -> EventKind {
+        EventKind::TurnStarted {
+            input: vec![],
+            content: vec![json!({"type": "text", "text": text})],
+            by: None,
+            client_turn_id: None,
+        }
+    }
+
+    fn block(b: Value) -> EventKind {
+        EventKind::AssistantBlockCompleted { index: 0, block: b }
+    }
+
+    fn done() -> EventKind {
+        EventKind::AssistantMessageCompleted {
+            model: "m".into(),
+            usage: TokenUsage::default(),
+            stop_reason: Some("end_turn".into()),
+        }
+    }
+
+    fn result(id: &str) -> EventKind {
+        EventKind::ToolResult {
+            tool_call_id: id.into(),
+            content: json!("ok"),
+            is_error: false,
+        }
+    }
+
+    fn roles(h: &History) -> Vec<(Role, Vec<String>)> {
+        h.messages()
+            .into_iter()
+            .map(|m| {
+                let kinds = m
+                    .content
+                    .iter()
+                    .map(|b| match b["type"].as_str() {
+                        Some("tool_result") => {
+                            format!("result:{}", b["tool_use_id"].as_str().unwrap_or(""))
+                        }
+                        Some("tool_use") => format!("use:{}", b["id"].as_str().unwrap_or("")),
+                        Some(t) => t.to_owned(),
+                        None => "?".into(),
+                    })
+                    .collect();
+                (m.role, kinds)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn results_are_ordered_by_call_and_missing_ones_filled() {
+        let mut h = History::default();
+        for e in [
+            turn("go"),
+            block(json!({"type": "text", "text": "ok"})),
+            block(json!({"type": "tool_use", "id": "a", "name": "Read", "input": {}})),
+            block(json!({"type": "tool_use", "id": "b", "name": "Read", "input": {}})),
+            block(json!({"type": "tool_use", "id": "c", "name": "Read", "input": {}})),
+            done(),
+            result("c"),
+            result("a"),
+        ] {
+            h.apply(&e, None);
+        }
+        assert_eq!(
+            roles(&h),
+            vec![
+                (Role::User, vec!["text".into()]),
+                (
+                    Role::Assistant,
+                    vec![
+                        "text".into(),
+                        "use:a".into(),
+                        "use:b".into(),
+                        "use:c".into()
+                    ]
+                ),
+                (
+                    Role::User,
+                    vec!["result:a".into(), "result:b".into(), "result:c".into()]
+                ),
+            ]
+        );
+        let msgs = h.messages();
+        assert_eq!(msgs[2].content[1]["content"], MISSING_RESULT);
+    }
+
+    #[test]
+    fn failed_attempts_and_cancelled_replies_leave_no_trace() {
+        let mut h = History::default();
+        h.apply(&turn("one"), None);
+        h.apply(&block(json!({"type": "text", "text": "first try"})), None);
+        h.apply(
+            &EventKind::Retrying {
+                attempt: 1,
+                delay_ms: 1,
+                error: "x".into(),
+                discarded: true,
+            },
+            None,
+        );
+        h.apply(&block(json!({"type": "text", "text": "second"})), None);
+        h.apply(&block(json!({"type": "text", "text": ""})), None);
+        h.apply(&done(), None);
+        h.apply(&turn("two"), None);
+        h.apply(&block(json!({"type": "text", "text": "cut"})), None);
+        h.apply(
+            &EventKind::TurnEnded {
+                stop_reason: "cancelled".into(),
+                usage: TokenUsage::default(),
+                cost_usd: None,
+                error: None,
+            },
+            None,
+        );
+        h.apply(&turn("three"), None);
+        let msgs = h.messages();
+        assert_eq!(msgs.len(), 3);
+        assert_eq!(
+            msgs[1].content,
+            vec![json!({"type": "text", "text": "second"})]
+        );
+        // "two" and "three" merge into one user message.
+        assert_eq!(msgs[2].content.len(), 2);
+    }
+
+    #[test]
+    fn clear_forgets_and_orphans_are_dropped() {
+        let mut h = History::default();
+        h.apply(&turn("one"), None);
+        h.apply(
+            &block(json!({"type": "tool_use", "id": "a", "name": "Read", "input": {}})),
+            None,
+        );
+        h.apply(&done(), None);
+        h.apply(&EventKind::HistoryCleared {}, None);
+        h.apply(&result("a"), None);
+        h.apply(&turn("fresh"), None);
+        assert_eq!(roles(&h), vec![(Role::User, vec!["text".into()])]);
+    }
+}

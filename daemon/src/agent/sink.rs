@@ -1,0 +1,23 @@
+//! Where a turn's events go. The session actor implements it: it appends each event to the log,
+//! makes it durable and broadcasts it, in the order they were sent.
+
+use std::future::Future;
+use std::pin::Pin;
+use tether_proto::EventKind;
+
+/// The session's answer when an event could not be recorded.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the session could not record an event: {0}")]
+pub struct SinkError(pub String);
+
+/// The turn's outlet.
+pub trait TurnSink: Send + Sync {
+    /// Sends an event without waiting (deltas, progress, completed blocks).
+    fn send(&self, event: EventKind);
+    /// Sends an event and waits until it — and everything sent before it — is durable
+    /// (write-ahead points: a tool call before it runs, results before the next request).
+    fn commit(
+        &self,
+        event: EventKind,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + '_>>;
+}

@@ -1,0 +1,174 @@
+//! The `Tool` trait and the registry the query loop looks tools up in.
+//!
+//! Invariant: a tool failure is an `is_error` [`ToolOutput`] the model can act on, never a
+//! daemon error.
+
+use crate::llm::ToolDefinition;
+use serde_json::Value;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// What a tool hands back to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// A string, or content blocks (text, image).
+    pub content: Value,
+    /// Whether the call failed.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            content: Value::String(text.into()),
+            is_error: false,
+        }
+    }
+
+    /// A failure the model should read.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self {
+            content: Value::String(message.into()),
+            is_error: true,
+        }
+    }
+}
+
+/// Where a tool runs and how it reports.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The session's current directory (relative paths resolve against it).
+    pub cwd: PathBuf,
+    /// Fires when the call must stop (turn cancelled, timeout).
+    pub cancel: CancellationToken,
+    /// Streams output while the tool runs.
+    pub progress: Arc<dyn Fn(String) + Send + Sync>,
+}
+
+impl ToolContext {
+    /// Resolves a path the model gave against the session's directory.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let p = PathBuf::from(path);
+        if p.is_absolute() { p } else { self.cwd.join(p) }
+    }
+}
+
+/// A boxed tool future.
+pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
+
+/// A tool the model can call.
+pub trait Tool: Send + Sync + 'static {
+    /// Its name, as the model calls it.
+    fn name(&self) -> &'static str;
+    /// Other names it answers to.
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// What it does, for the model.
+    fn description(&self) -> &'static str;
+    /// JSON schema of its input.
+    fn input_schema(&self) -> Value;
+    /// Whether it only reads (read-only calls of one reply run in parallel).
+    fn is_read_only(&self) -> bool;
+    /// Runs one call with input already validated against the schema.
+    fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a>;
+}
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    validator: Option<jsonschema::Validator>,
+}
+
+/// The tools of a session (or a sub-agent's subset).
+#[derive(Clone, Default)]
+pub struct Tools {
+    entries: Arc<Vec<Entry>>,
+}
+
+impl Tools {
+    /// A registry of these tools.
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Self {
+        let entries = tools
+            .into_iter()
+            .map(|tool| {
+                let validator = match jsonschema::validator_for(&tool.input_schema()) {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        tracing::error!(
+                            tool = tool.name(),
+                            "invalid input schema, input is not validated: {e}"
+                        );
+                        None
+                    }
+                };
+                Entry { tool, validator }
+            })
+            .collect();
+        Self {
+            entries: Arc::new(entries),
+        }
+    }
+
+    /// The tool called `name` (or one of its aliases).
+    pub fn find(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.entries
+            .iter()
+            .find(|e| e.tool.name() == name || e.tool.aliases().contains(&name))
+            .map(|e| e.tool.clone())
+    }
+
+    /// Every tool's name.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.entries.iter().map(|e| e.tool.name()).collect()
+    }
+
+    /// The definitions sent to the API, in a stable order.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.entries
+            .iter()
+            .map(|e| ToolDefinition {
+                name: e.tool.name().to_owned(),
+                description: e.tool.description().to_owned(),
+                input_schema: e.tool.input_schema(),
+                cache_control: None,
+            })
+            .collect()
+    }
+
+    /// Checks `input` against the tool's schema; the error names the offending field.
+    pub fn validate(&self, name: &str, input: &Value) -> Result<(), String> {
+        let Some(entry) = self
+            .entries
+            .iter()
+            .find(|e| e.tool.name() == name || e.tool.aliases().contains(&name))
+        else {
+            return Ok(());
+        };
+        let Some(validator) = &entry.validator else {
+            return Ok(());
+        };
+        let problems: Vec<String> = validator
+            .iter_errors(input)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{}: {e}", at.trim_start_matches('/'))
+                }
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "invalid input for {name}: {}. Fix the input and call the tool again.",
+                problems.join("; ")
+            ))
+        }
+    }
+}

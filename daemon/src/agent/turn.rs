@@ -1,0 +1,353 @@
+//! One turn: model requests and tool runs, looped until the model stops asking for tools;
+//! `max_tokens` continuation, `pause_turn`, refusal, cancellation, usage and cost.
+
+use super::dispatch::{Call, Dispatch};
+use super::history::History;
+use super::sink::{SinkError, TurnSink};
+use super::tool::Tools;
+use crate::llm::{
+    AnthropicClient, LlmError, MessagesRequest, ModelCatalog, StreamUpdate, SystemBlock, Usage,
+};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tether_proto::{EventKind, TokenUsage, TurnError};
+use tokio_util::sync::CancellationToken;
+
+/// The user message that asks the model to go on after `max_tokens`.
+pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off because it reached the maximum output length. \
+Continue exactly where you stopped, without repeating what you already wrote. If you were in the middle of a tool call, \
+make that call again in full.";
+
+/// Limits of a turn.
+#[derive(Debug, Clone)]
+pub struct TurnLimits {
+    /// `max_tokens` of each request (capped by the model's own limit).
+    pub max_tokens: u32,
+    /// Continuations after `max_tokens`.
+    pub max_continuations: u32,
+    /// Model requests per turn before it stops with `max_turns`.
+    pub max_requests: u32,
+    /// Longest a tool call may run.
+    pub tool_timeout: Duration,
+}
+
+impl Default for TurnLimits {
+    fn default() -> Self {
+        Self {
+            max_tokens: 32_000,
+            max_continuations: 3,
+            max_requests: 200,
+            tool_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Everything a turn runs with.
+pub struct Turn {
+    /// Model alias or id.
+    pub model: String,
+    /// The system prompt.
+    pub system: Vec<SystemBlock>,
+    /// The tools.
+    pub tools: Tools,
+    /// The model client.
+    pub llm: Arc<AnthropicClient>,
+    /// Aliases and prices.
+    pub catalog: ModelCatalog,
+    /// The session's directory.
+    pub cwd: PathBuf,
+    /// Fires on `turn/cancel`.
+    pub cancel: CancellationToken,
+    /// Limits.
+    pub limits: TurnLimits,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    /// The API's stop reason or tether's (`cancelled`, `error`, `max_turns`).
+    pub stop_reason: String,
+    /// Tokens of every request of the turn.
+    pub usage: TokenUsage,
+    /// What it cost; `None` when the model's price is unknown.
+    pub cost_usd: Option<f64>,
+    /// Why it failed.
+    pub error: Option<TurnError>,
+}
+
+fn wire_usage(u: &Usage) -> TokenUsage {
+    TokenUsage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_creation_input_tokens: u.cache_creation_input_tokens,
+        cache_read_input_tokens: u.cache_read_input_tokens,
+    }
+}
+
+struct Tally {
+    usage: TokenUsage,
+    cost: Option<f64>,
+}
+
+impl Tally {
+    fn outcome(&self, stop_reason: &str, error: Option<TurnError>) -> TurnOutcome {
+        TurnOutcome {
+            stop_reason: stop_reason.to_owned(),
+            usage: self.usage,
+            cost_usd: self.cost,
+            error,
+        }
+    }
+}
+
+fn turn_error(e: &LlmError) -> TurnError {
+    TurnError {
+        code: e.code().to_owned(),
+        message: e.to_string(),
+        retryable: e.is_retryable(),
+    }
+}
+
+impl Turn {
+    /// Runs the turn on `history` (which already holds its `turn_started`), sending every event to
+    /// `sink`. Never fails: problems end the turn with an error outcome.
+    pub async fn run(&self, mut history: History, sink: Arc<dyn TurnSink>) -> TurnOutcome {
+        let mut tally = Tally {
+            usage: TokenUsage::default(),
+            cost: Some(0.0),
+        };
+        match self.run_loop(&mut history, sink, &mut tally).await {
+            Ok(outcome) => outcome,
+            Err(e) => tally.outcome(
+                "error",
+                Some(TurnError {
+                    code: "storage".into(),
+                    message: e.to_string(),
+                    retryable: true,
+                }),
+            ),
+        }
+    }
+
+    async fn run_loop(
+        &self,
+        history: &mut History,
+        sink: Arc<dyn TurnSink>,
+        tally: &mut Tally,
+    ) -> Result<TurnOutcome, SinkError> {
+        let model_id = self.catalog.resolve(&self.model);
+        let max_tokens = self
+            .catalog
+            .info(&model_id)
+            .map(|m| m.max_output.min(self.limits.max_tokens))
+            .unwrap_or(self.limits.max_tokens);
+        let window = self.catalog.info(&model_id).map(|m| m.context_window);
+        let tools = self.tools.definitions();
+        let mut continuations = 0;
+        let mut requests = 0;
+        loop {
+            if self.cancel.is_cancelled() {
+                return Ok(tally.outcome("cancelled", None));
+            }
+            requests += 1;
+            if requests > self.limits.max_requests {
+                return Ok(tally.outcome("max_turns", None));
+            }
+            let mut request =
+                MessagesRequest::new(model_id.clone(), max_tokens, history.messages());
+            request.system = self.system.clone();
+            request.tools = tools.clone();
+            let request = request.with_cache_breakpoints();
+
+            let mut completed: HashSet<usize> = HashSet::new();
+            let result = {
+                let sink = sink.clone();
+                let history = &mut *history;
+                let completed = &mut completed;
+                let mut on_update = move |update: StreamUpdate| {
+                    let event = match update {
+                        StreamUpdate::MessageStarted { .. } | StreamUpdate::MessageDelta { .. } => {
+                            return;
+                        }
+                        StreamUpdate::BlockStarted { index, block } => {
+                            EventKind::AssistantBlockStarted {
+                                index: index as u32,
+                                kind: block["type"].as_str().unwrap_or("unknown").to_owned(),
+                                block,
+                            }
+                        }
+                        StreamUpdate::TextDelta { index, text } => EventKind::TextDelta {
+                            index: index as u32,
+                            text,
+                        },
+                        StreamUpdate::ThinkingDelta { index, thinking } => {
+                            EventKind::ThinkingDelta {
+                                index: index as u32,
+                                thinking,
+                            }
+                        }
+                        StreamUpdate::ToolInputDelta {
+                            index,
+                            partial_json,
+                        } => EventKind::ToolInputDelta {
+                            index: index as u32,
+                            partial_json,
+                        },
+                        StreamUpdate::BlockCompleted { index, block } => {
+                            completed.insert(index);
+                            EventKind::AssistantBlockCompleted {
+                                index: index as u32,
+                                block,
+                            }
+                        }
+                        StreamUpdate::Retrying {
+                            attempt,
+                            delay,
+                            error,
+                            discarded,
+                        } => {
+                            completed.clear();
+                            EventKind::Retrying {
+                                attempt,
+                                delay_ms: delay.as_millis() as u64,
+                                error: error.to_string(),
+                                discarded,
+                            }
+                        }
+                    };
+                    history.apply(&event, None);
+                    sink.send(event);
+                };
+                self.llm
+                    .stream(&request, &mut on_update, &self.cancel)
+                    .await
+            };
+            let message = match result {
+                Ok(m) => m,
+                Err(LlmError::Cancelled) => return Ok(tally.outcome("cancelled", None)),
+                Err(e) => {
+                    let event = EventKind::Error {
+                        code: e.code().to_owned(),
+                        message: e.to_string(),
+                    };
+                    history.apply(&event, None);
+                    sink.commit(event).await?;
+                    return Ok(tally.outcome("error", Some(turn_error(&e))));
+                }
+            };
+
+            // Blocks cut off before their stop (max_tokens) are kept, except unusable tool calls.
+            let truncated: HashSet<usize> = message
+                .truncated_tool_inputs
+                .iter()
+                .map(|t| t.index)
+                .collect();
+            for (index, block) in message.content().iter().enumerate() {
+                if !completed.contains(&index) && !truncated.contains(&index) {
+                    let event = EventKind::AssistantBlockCompleted {
+                        index: index as u32,
+                        block: block.clone(),
+                    };
+                    history.apply(&event, None);
+                    sink.send(event);
+                }
+            }
+            for t in &message.truncated_tool_inputs {
+                let event = EventKind::Notice {
+                    level: "warning".into(),
+                    message: format!(
+                        "the model's call to {} was cut off before its input was complete; it was not run",
+                        t.name
+                    ),
+                };
+                sink.send(event);
+            }
+            let usage = wire_usage(&message.usage);
+            tally.usage.add(&usage);
+            tally.cost = match (tally.cost, self.catalog.cost_usd(&model_id, &message.usage)) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+            let stop_reason = message
+                .stop_reason
+                .clone()
+                .unwrap_or_else(|| "end_turn".into());
+            let done = EventKind::AssistantMessageCompleted {
+                model: message.message["model"]
+                    .as_str()
+                    .unwrap_or(&model_id)
+                    .to_owned(),
+                usage,
+                stop_reason: Some(stop_reason.clone()),
+            };
+            history.apply(&done, None);
+            sink.commit(done).await?;
+            let mut session = history.usage;
+            session.add(&tally.usage);
+            let session_cost = match (
+                history
+                    .cost_usd
+                    .or(if history.usage == TokenUsage::default() {
+                        Some(0.0)
+                    } else {
+                        None
+                    }),
+                tally.cost,
+            ) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+            sink.send(EventKind::UsageUpdated {
+                session,
+                session_cost_usd: session_cost,
+                context_percent: window
+                    .map(|w| 100.0 * message.usage.context_tokens() as f64 / w as f64),
+            });
+
+            let calls: Vec<Call> = message
+                .content()
+                .iter()
+                .enumerate()
+                .filter(|(i, b)| b["type"] == "tool_use" && !truncated.contains(i))
+                .map(|(_, b)| Call {
+                    id: b["id"].as_str().unwrap_or_default().to_owned(),
+                    name: b["name"].as_str().unwrap_or_default().to_owned(),
+                    input: b
+                        .get("input")
+                        .cloned()
+                        .unwrap_or(Value::Object(Default::default())),
+                })
+                .collect();
+            if !calls.is_empty() {
+                let dispatch = Dispatch {
+                    tools: &self.tools,
+                    cwd: self.cwd.clone(),
+                    cancel: &self.cancel,
+                    timeout: self.limits.tool_timeout,
+                    sink: sink.clone(),
+                };
+                if dispatch.run(calls, history).await? {
+                    return Ok(tally.outcome("cancelled", None));
+                }
+            }
+            match stop_reason.as_str() {
+                "max_tokens" if continuations < self.limits.max_continuations => {
+                    continuations += 1;
+                    let event = EventKind::Continuation {
+                        attempt: continuations,
+                        prompt: CONTINUE_PROMPT.into(),
+                    };
+                    history.apply(&event, None);
+                    sink.commit(event).await?;
+                }
+                "pause_turn" | "tool_use" => {}
+                _ if message.content().iter().any(|b| b["type"] == "tool_use")
+                    && stop_reason != "max_tokens" => {}
+                other => return Ok(tally.outcome(other, None)),
+            }
+        }
+    }
+}

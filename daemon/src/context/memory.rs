@@ -1,0 +1,159 @@
+//! Memory files: `~/.claude/CLAUDE.md`, then from the repository root (or only the working
+//! directory outside a repository) down to the working directory: `CLAUDE.md`,
+//! `.claude/CLAUDE.md`, `CLAUDE.local.md`, `AGENTS.md`. `@relative/path` imports inside them are
+//! inlined up to 4 hops deep; cycles are ignored.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// How deep imports are followed.
+const MAX_HOPS: usize = 4;
+/// Largest memory file read.
+const MAX_BYTES: u64 = 64 * 1024;
+/// Memory file names, in the order they are read in each directory.
+const NAMES: &[&str] = &[
+    "CLAUDE.md",
+    ".claude/CLAUDE.md",
+    "CLAUDE.local.md",
+    "AGENTS.md",
+];
+
+/// One memory file with its imports inlined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Memory {
+    /// Where it was read.
+    pub path: PathBuf,
+    /// Its text.
+    pub text: String,
+}
+
+/// The memory files for `cwd`, outermost first.
+pub fn load(cwd: &Path, repo_root: Option<&Path>, home: Option<&Path>) -> Vec<Memory> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    if let Some(home) = home {
+        read(&home.join(".claude/CLAUDE.md"), &mut seen, &mut out);
+    }
+    let top = repo_root.filter(|r| cwd.starts_with(r)).unwrap_or(cwd);
+    let mut dirs: Vec<&Path> = cwd.ancestors().take_while(|d| d.starts_with(top)).collect();
+    dirs.reverse();
+    for dir in dirs {
+        for name in NAMES {
+            read(&dir.join(name), &mut seen, &mut out);
+        }
+    }
+    out
+}
+
+fn read(path: &Path, seen: &mut HashSet<PathBuf>, out: &mut Vec<Memory>) {
+    let Some(text) = read_capped(path) else {
+        return;
+    };
+    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    if !seen.insert(canonical) {
+        return;
+    }
+    let text = inline_imports(path, &text, seen, 1);
+    out.push(Memory {
+        path: path.to_owned(),
+        text,
+    });
+}
+
+fn read_capped(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_BYTES {
+        return None;
+    }
+    std::fs::read_to_string(path).ok()
+}
+
+fn inline_imports(path: &Path, text: &str, seen: &mut HashSet<PathBuf>, depth: usize) -> String {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut out = String::with_capacity(text.len());
+    let mut in_code = false;
+    for line in text.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        }
+        if in_code || depth > MAX_HOPS {
+            continue;
+        }
+        for token in line.split_whitespace().filter_map(|t| t.strip_prefix('@')) {
+            let target = if let Some(rest) = token.strip_prefix("~/") {
+                match std::env::var_os("HOME") {
+                    Some(h) => PathBuf::from(h).join(rest),
+                    None => continue,
+                }
+            } else {
+                dir.join(token)
+            };
+            let Some(imported) = read_capped(&target) else {
+                continue;
+            };
+            let canonical = target.canonicalize().unwrap_or_else(|_| target.clone());
+            if !seen.insert(canonical) {
+                continue;
+            }
+            let body = inline_imports(&target, &imported, seen, depth + 1);
+            out.push_str(&format!(
+                "\n<!-- imported from {} -->\n{}\n",
+                target.display(),
+                body.trim_end()
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_from_root_to_cwd_with_imports_and_cycles() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let sub = root.join("crates/app");
+        std::fs::create_dir_all(sub.join(".claude")).expect("mkdir");
+        std::fs::write(root.join("CLAUDE.md"), "root rules\nsee @docs/style.md\n").expect("w");
+        std::fs::create_dir_all(root.join("docs")).expect("mkdir");
+        std::fs::write(
+            root.join("docs/style.md"),
+            "tabs not spaces\n@../CLAUDE.md\n",
+        )
+        .expect("w");
+        std::fs::write(sub.join(".claude/CLAUDE.md"), "app rules\n").expect("w");
+        std::fs::write(sub.join("AGENTS.md"), "agents\n").expect("w");
+        let home = root.join("home");
+        std::fs::create_dir_all(home.join(".claude")).expect("mkdir");
+        std::fs::write(home.join(".claude/CLAUDE.md"), "personal\n").expect("w");
+        let got = load(&sub, Some(root), Some(&home));
+        let names: Vec<String> = got
+            .iter()
+            .map(|m| {
+                m.path
+                    .strip_prefix(root)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "home/.claude/CLAUDE.md",
+                "CLAUDE.md",
+                "crates/app/.claude/CLAUDE.md",
+                "crates/app/AGENTS.md"
+            ]
+        );
+        assert!(got[1].text.contains("tabs not spaces"), "{}", got[1].text);
+        assert_eq!(
+            got[1].text.matches("root rules").count(),
+            1,
+            "the cycle back is ignored"
+        );
+    }
+}

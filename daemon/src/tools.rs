@@ -1,0 +1,14 @@
+//! The built-in tools, one file each. Each follows Claude Code's name and input fields, so
+//! prompts and habits carry over.
+
+mod read;
+mod write;
+
+use crate::agent::{Tool, Tools};
+use std::sync::Arc;
+
+/// Every built-in tool.
+pub fn builtin() -> Tools {
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(read::Read), Arc::new(write::Write)];
+    Tools::new(tools)
+}

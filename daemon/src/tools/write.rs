@@ -1,0 +1,87 @@
+//! `Write {file_path, content}`: creates or replaces a file atomically (temp file + rename),
+//! creating parent directories and keeping an existing file's permissions.
+
+use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use serde_json::{Value, json};
+
+/// Writes a file.
+pub struct Write;
+
+impl Tool for Write {
+    fn name(&self) -> &'static str {
+        "Write"
+    }
+
+    fn description(&self) -> &'static str {
+        "Writes content to a file, replacing it if it exists and creating parent directories. \
+         Give an absolute file_path and the complete new content."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "Absolute path of the file to write"},
+                "content": {"type": "string", "description": "The complete content of the file"}
+            },
+            "required": ["file_path", "content"],
+            "additionalProperties": false
+        })
+    }
+
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let path = ctx.resolve(input["file_path"].as_str().unwrap_or_default());
+            let content = input["content"].as_str().unwrap_or_default().to_owned();
+            let result = tokio::task::spawn_blocking(move || {
+                write_atomic(&path, content.as_bytes()).map(|existed| (path, existed))
+            })
+            .await;
+            match result {
+                Ok(Ok((path, existed))) => ToolOutput::text(format!(
+                    "{} {}",
+                    if existed { "Updated" } else { "Created" },
+                    path.display()
+                )),
+                Ok(Err(e)) => ToolOutput::error(e),
+                Err(e) => ToolOutput::error(format!("the write did not complete: {e}")),
+            }
+        })
+    }
+}
+
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<bool, String> {
+    use std::io::Write as _;
+    let dir = path
+        .parent()
+        .ok_or_else(|| format!("{} has no parent directory", path.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let existing = std::fs::metadata(path).ok();
+    if existing.as_ref().is_some_and(|m| m.is_dir()) {
+        return Err(format!("{} is a directory", path.display()));
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tether-{}", std::process::id()));
+    let mut f =
+        std::fs::File::create(&tmp).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    let written = f.write_all(bytes).and_then(|_| f.sync_all());
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("cannot write {}: {e}", path.display()));
+    }
+    if let Some(m) = &existing {
+        let _ = std::fs::set_permissions(&tmp, m.permissions());
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot replace {}: {e}", path.display())
+    })?;
+    Ok(existing.is_some())
+}

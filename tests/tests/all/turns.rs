@@ -1,0 +1,428 @@
+//! Turns end to end: the real daemon, the fake Anthropic API, raw NDJSON clients.
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake, Ndjson};
+
+/// A daemon wired to a fake with `script`, a subscribed client and a session in the work dir.
+fn setup(script: Script) -> anyhow::Result<(Fake, Daemon, Ndjson, String)> {
+    let fake = Fake::start(script)?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut client = daemon.ndjson()?;
+    let session = client.new_session_in(&daemon.workdir())?;
+    client.subscribe(&session, json!("head"))?;
+    client.events_until("client_attached")?;
+    Ok((fake, daemon, client, session))
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().filter_map(|e| e["type"].as_str()).collect()
+}
+
+fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == ty).collect()
+}
+
+fn no_rejections(fake: &Fake) {
+    for r in fake.server.message_requests() {
+        assert!(
+            r.rejected.is_none(),
+            "the fake API rejected a request: {:?}\n{}",
+            r.rejected,
+            r.body
+        );
+    }
+}
+
+#[test]
+fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([Step::text("Hello from the model.")]))?;
+    let turn = c.start_turn(&session, "say hi")?;
+    let events = c.events_until("turn_ended")?;
+    let t = types(&events);
+    let expected_order = [
+        "turn_started",
+        "session_status",
+        "assistant_block_started",
+        "text_delta",
+        "assistant_block_completed",
+        "assistant_message_completed",
+        "usage_updated",
+        "turn_ended",
+    ];
+    let mut at = 0;
+    for ty in t.iter() {
+        if at < expected_order.len() && *ty == expected_order[at] {
+            at += 1;
+        }
+    }
+    assert_eq!(at, expected_order.len(), "order: {t:?}");
+    let text: String = of_type(&events, "text_delta")
+        .iter()
+        .filter_map(|e| e["data"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "Hello from the model.");
+    let completed = of_type(&events, "assistant_block_completed");
+    assert_eq!(
+        completed[0]["data"]["block"],
+        json!({"type": "text", "text": "Hello from the model."})
+    );
+    let ended = events.last().context("turn_ended")?;
+    assert_eq!(ended["turnId"], turn.as_str());
+    assert_eq!(ended["data"]["stopReason"], "end_turn");
+    assert_eq!(ended["data"]["usage"]["inputTokens"], 25);
+    assert!(
+        ended["data"]["costUsd"].as_f64().is_some_and(|c| c > 0.0),
+        "{ended}"
+    );
+    for e in &events {
+        assert!(
+            e["turnId"] == turn.as_str() || e["type"] == "session_status",
+            "{e}"
+        );
+    }
+    assert_eq!(c.next_event()?["data"]["status"], "idle");
+
+    let reqs = fake.server.message_requests();
+    assert_eq!(reqs.len(), 1);
+    let body = &reqs[0].body;
+    assert_eq!(body["model"], "claude-sonnet-4-5");
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "say hi", "cache_control": {"type": "ephemeral"}}]}])
+    );
+    assert!(
+        body["system"][0]["text"]
+            .as_str()
+            .is_some_and(|s| s.contains("tether"))
+    );
+    assert_eq!(body["tools"].as_array().map(Vec::len), Some(2));
+    no_rejections(&fake);
+
+    let snapshot = c.call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(snapshot["usage"]["inputTokens"], 25);
+    assert!(snapshot["costUsd"].as_f64().is_some_and(|c| c > 0.0));
+    assert_eq!(snapshot["runningTurn"], Value::Null);
+    Ok(())
+}
+
+#[test]
+fn parallel_reads_then_a_write_and_all_results_in_one_message_in_order() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::default())?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::write(work.join("a.txt"), "alpha\n")?;
+    std::fs::write(work.join("b.txt"), "beta\n")?;
+    let out = work.join("out/c.txt");
+    fake.server.push(
+        Step::text("Reading both, then writing.")
+            .tool_use("Read", json!({"file_path": work.join("a.txt")}))
+            .tool_use("Read", json!({"file_path": work.join("b.txt")}))
+            .tool_use("Write", json!({"file_path": out, "content": "gamma\n"})),
+    );
+    fake.server.push(Step::text("All done."));
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "copy things")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let calls = of_type(&events, "tool_call");
+    let results = of_type(&events, "tool_result");
+    assert_eq!((calls.len(), results.len()), (3, 3), "{:?}", types(&events));
+    assert!(
+        results.iter().all(|r| r["data"]["isError"] == false),
+        "{results:?}"
+    );
+    // The write ran after both reads finished.
+    let pos = |pred: &dyn Fn(&Value) -> bool| events.iter().position(pred).unwrap_or(usize::MAX);
+    let write_call = pos(&|e| e["type"] == "tool_call" && e["data"]["name"] == "Write");
+    let last_read_result = events
+        .iter()
+        .rposition(|e| {
+            e["type"] == "tool_result"
+                && e["data"]["content"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("\talpha") || s.contains("\tbeta"))
+        })
+        .context("read results")?;
+    assert!(
+        last_read_result < write_call,
+        "reads finish before the write starts"
+    );
+    assert_eq!(std::fs::read_to_string(&out)?, "gamma\n");
+
+    let reqs = fake.server.message_requests();
+    assert_eq!(reqs.len(), 2);
+    let second = &reqs[1].body["messages"];
+    let last = second
+        .as_array()
+        .and_then(|m| m.last())
+        .context("last message")?;
+    assert_eq!(last["role"], "user");
+    let ids: Vec<&str> = last["content"]
+        .as_array()
+        .context("content")?
+        .iter()
+        .filter_map(|b| b["tool_use_id"].as_str())
+        .collect();
+    let call_ids: Vec<&str> = calls
+        .iter()
+        .filter_map(|c| c["data"]["toolCallId"].as_str())
+        .collect();
+    assert_eq!(
+        ids, call_ids,
+        "one user message with every result, in call order"
+    );
+    assert!(
+        last["content"][0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("     1\talpha"))
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::default())?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let file = daemon.workdir().join("notes.txt");
+    std::fs::write(&file, "hello\n")?;
+    fake.server
+        .push(Step::default().tool_use("Read", json!({"path": "notes.txt"})));
+    fake.server
+        .push(Step::default().tool_use("Read", json!({"file_path": file})));
+    fake.server
+        .push(Step::default().tool_use("Teleport", json!({})));
+    fake.server.push(Step::text("It says hello."));
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "read notes")?;
+    let events = c.events_until("turn_ended")?;
+    let results = of_type(&events, "tool_result");
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0]["data"]["isError"], true);
+    let msg = results[0]["data"]["content"].as_str().context("msg")?;
+    assert!(msg.contains("file_path"), "names the field: {msg}");
+    assert_eq!(results[1]["data"]["isError"], false);
+    let unknown = results[2]["data"]["content"].as_str().context("msg")?;
+    assert!(
+        unknown.contains("Teleport") && unknown.contains("Read, Write"),
+        "{unknown}"
+    );
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn max_tokens_is_continued_with_our_own_user_message() -> anyhow::Result<()> {
+    let mut cut = Step::text("The first half of a long answer");
+    cut.stop_reason = Some("max_tokens".into());
+    let (fake, _daemon, mut c, session) =
+        setup(Script::of([cut, Step::text(" and the second half.")]))?;
+    c.start_turn(&session, "write a lot")?;
+    let events = c.events_until("turn_ended")?;
+    let cont = of_type(&events, "continuation");
+    assert_eq!(cont.len(), 1);
+    assert_eq!(cont[0]["data"]["attempt"], 1);
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let reqs = fake.server.message_requests();
+    let msgs = reqs[1].body["messages"]
+        .as_array()
+        .context("messages")?
+        .clone();
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(msgs[1]["role"], "assistant");
+    assert_eq!(
+        msgs[1]["content"][0]["text"],
+        "The first half of a long answer"
+    );
+    assert!(
+        msgs[2]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Continue exactly where you stopped"))
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn cancel_mid_stream_then_the_next_turn_works() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::text("This reply will never finish because it stalls").stall_after(3),
+        Step::text("Fresh answer."),
+    ]))?;
+    c.start_turn(&session, "first")?;
+    c.events_until("text_delta")?;
+    let r = c.call("turn/cancel", json!({"sessionId": session}))?;
+    assert_eq!(r["cancelled"], true);
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "cancelled"
+    );
+    // Cancelling again is harmless.
+    assert_eq!(
+        c.call("turn/cancel", json!({"sessionId": session}))?["cancelled"],
+        false
+    );
+
+    c.start_turn(&session, "second")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let reqs = fake.server.message_requests();
+    let msgs = reqs[1].body["messages"].as_array().context("messages")?;
+    assert_eq!(
+        msgs.len(),
+        1,
+        "the cancelled reply left nothing behind: {msgs:?}"
+    );
+    assert_eq!(
+        msgs[0]["content"].as_array().map(Vec::len),
+        Some(2),
+        "both prompts, one user message"
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn busy_sessions_reject_or_queue_and_client_turn_ids_are_idempotent() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::text("slow one").stall_after(3),
+        Step::text("queued one"),
+    ]))?;
+    let start = |c: &mut Ndjson, id: &str, mode: &str| {
+        c.request(
+            "turn/start",
+            json!({"sessionId": session, "input": [{"type": "text", "text": id}], "clientTurnId": id, "mode": mode}),
+        )
+    };
+    let first = start(&mut c, "t1", "reject")?;
+    let again = start(&mut c, "t1", "reject")?;
+    assert_eq!(
+        first["result"]["turnId"], again["result"]["turnId"],
+        "same clientTurnId, same turn"
+    );
+    let busy = start(&mut c, "t2", "reject")?;
+    assert_eq!(busy["error"]["code"], -32001);
+    let queued = start(&mut c, "t3", "queue")?;
+    assert_eq!(queued["result"]["queued"], true);
+    let mut events = c.events_until("text_delta")?;
+    c.call("turn/cancel", json!({"sessionId": session}))?;
+    events.extend(c.events_until("turn_ended")?);
+    assert_eq!(
+        of_type(&events, "turn_started").len(),
+        1,
+        "{:?}",
+        types(&events)
+    );
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["turnId"],
+        queued["result"]["turnId"]
+    );
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    assert_eq!(fake.server.message_requests().len(), 2);
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn memory_files_and_git_reach_the_model_and_the_system_prompt_is_stable() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("one"), Step::text("two")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(&work)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+    };
+    git(&["init", "-q", "-b", "trunk"])?;
+    std::fs::write(
+        work.join("CLAUDE.md"),
+        "Always answer in haiku.\n@docs/extra.md\n",
+    )?;
+    std::fs::create_dir_all(work.join("docs"))?;
+    std::fs::write(work.join("docs/extra.md"), "Never use semicolons.\n")?;
+    git(&["add", "."])?;
+    git(&["commit", "-q", "-m", "first commit"])?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "one")?;
+    c.events_until("turn_ended")?;
+    c.start_turn(&session, "two")?;
+    c.events_until("turn_ended")?;
+    let reqs = fake.server.message_requests();
+    let system = reqs[0].body["system"].to_string();
+    assert!(system.contains("Always answer in haiku."), "{system}");
+    assert!(
+        system.contains("Never use semicolons."),
+        "imports are inlined"
+    );
+    assert!(system.contains("Current branch: trunk"), "{system}");
+    assert!(system.contains("first commit"));
+    assert_eq!(
+        reqs[0].body["system"], reqs[1].body["system"],
+        "byte-identical across requests"
+    );
+    assert_eq!(reqs[0].body["tools"], reqs[1].body["tools"]);
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn without_credentials_a_turn_fails_clearly_and_the_session_survives() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("unreachable")]))?;
+    let env: Vec<(String, String)> = fake
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k != "ANTHROPIC_API_KEY")
+        .collect();
+    let daemon = Daemon::start_with(env)?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "hello?")?;
+    let events = c.events_until("turn_ended")?;
+    let end = events.last().context("end")?;
+    assert_eq!(end["data"]["stopReason"], "error");
+    assert_eq!(end["data"]["error"]["code"], "no_credentials");
+    assert!(
+        end["data"]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("ANTHROPIC_API_KEY"))
+    );
+    assert!(fake.server.requests().is_empty());
+    c.call("session/get", json!({"sessionId": session}))?;
+    Ok(())
+}
