@@ -187,6 +187,17 @@ pub fn event_line(ev: &Event) -> String {
                 .unwrap_or_else(|| "cost unknown".into())
         ),
         EventKind::HistoryCleared {} => "conversation cleared".into(),
+        EventKind::CompactionStarted { reason } => {
+            format!("compacting the conversation ({reason})…")
+        }
+        EventKind::CompactionCompleted {
+            tokens_before,
+            tokens_after,
+            ..
+        } => format!("compacted: {tokens_before} → ~{tokens_after} tokens"),
+        EventKind::ModelFallback { from, to } => {
+            format!("{from} is overloaded; continuing with {to}")
+        }
         EventKind::Error { code, message } => format!("error ({code}): {message}"),
     };
     format!("{seq:>6}  {}  {detail}", clock(&ev.ts))

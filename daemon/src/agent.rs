@@ -6,6 +6,8 @@
 //! history is derived from events by [`History`], the same way the session derives it from its
 //! log.
 
+mod commands;
+mod compact;
 mod dispatch;
 mod history;
 mod input;
@@ -13,8 +15,9 @@ mod sink;
 mod tool;
 mod turn;
 
+pub use commands::{BUILTIN as BUILTIN_COMMANDS, SlashCommand, parse as parse_command};
 pub use dispatch::{Call, INTERRUPTED};
-pub use history::{History, MISSING_RESULT};
+pub use history::{History, MISSING_RESULT, SUMMARY_PREFIX};
 pub use input::{Processed, mentions, process as process_input};
 pub use sink::{SinkError, TurnSink};
 pub use tool::{Tool, ToolContext, ToolFuture, ToolOutput, Tools};

@@ -25,8 +25,41 @@ code you need to understand. Prefer small, focused changes that fit the existing
 - Never invent file contents, command output or APIs; if you do not know, look or say so.
 - Do not commit, push, or delete work you did not create unless the user asks.";
 
-/// The system prompt blocks for a session in `cwd`.
-pub async fn system_prompt(cwd: &Path, model: &str) -> Vec<SystemBlock> {
+/// Where tether keeps the agent's own notes for the project in `cwd` (`# note` appends there).
+pub fn project_memory(data_dir: &Path, cwd: &Path) -> std::path::PathBuf {
+    let key: String = cwd
+        .to_string_lossy()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    data_dir.join("projects").join(key).join("MEMORY.md")
+}
+
+/// Appends a note to the project's memory file.
+pub fn remember(memory_file: &Path, note: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = memory_file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(memory_file)?;
+    writeln!(f, "- {}", note.trim())
+}
+
+/// The system prompt blocks for a session in `cwd`; `project_memory` is tether's own notes file.
+pub async fn system_prompt(
+    cwd: &Path,
+    model: &str,
+    project_memory: Option<&Path>,
+) -> Vec<SystemBlock> {
     let cwd_owned = cwd.to_owned();
     let snapshot = tokio::task::spawn_blocking(move || git::snapshot(&cwd_owned))
         .await
@@ -35,8 +68,13 @@ pub async fn system_prompt(cwd: &Path, model: &str) -> Vec<SystemBlock> {
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let root = snapshot.as_ref().map(|s| s.root.clone());
     let cwd_owned = cwd.to_owned();
+    let notes = project_memory.map(Path::to_owned);
     let memory = tokio::task::spawn_blocking(move || {
-        memory::load(&cwd_owned, root.as_deref(), home.as_deref())
+        let mut files = memory::load(&cwd_owned, root.as_deref(), home.as_deref());
+        if let Some(notes) = notes.and_then(|p| memory::read_one(&p)) {
+            files.push(notes);
+        }
+        files
     })
     .await
     .unwrap_or_default();

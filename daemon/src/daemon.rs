@@ -52,7 +52,11 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     })?;
     let store = Store::open(&data_dir)?;
     let epoch = store.next_epoch()?;
-    let sessions = Arc::new(Sessions::new(store.clone(), epoch, Arc::new(turn_env())));
+    let sessions = Arc::new(Sessions::new(
+        store.clone(),
+        epoch,
+        Arc::new(turn_env(&data_dir)),
+    ));
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
 
@@ -82,7 +86,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
 }
 
 /// The model client and tools, configured from the environment.
-fn turn_env() -> TurnEnv {
+fn turn_env(data_dir: &std::path::Path) -> TurnEnv {
     let llm = LlmConfig::from_env()
         .and_then(|config| {
             AnthropicClient::new(
@@ -99,7 +103,8 @@ fn turn_env() -> TurnEnv {
         llm,
         catalog: ModelCatalog::from_env(),
         tools: crate::tools::builtin(),
-        limits: TurnLimits::default(),
+        limits: TurnLimits::from_env(),
+        data_dir: data_dir.to_owned(),
     }
 }
 

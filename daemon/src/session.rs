@@ -46,6 +46,8 @@ pub struct TurnEnv {
     pub tools: crate::agent::Tools,
     /// Turn limits.
     pub limits: crate::agent::TurnLimits,
+    /// The daemon's data directory (project memory lives under it).
+    pub data_dir: std::path::PathBuf,
 }
 
 /// What a new session starts with.

@@ -240,6 +240,27 @@ pub enum EventKind {
     },
     /// The conversation history was cleared (`/clear`); the log keeps it.
     HistoryCleared {},
+    /// The history is being summarized to free context.
+    CompactionStarted {
+        /// `auto`, `manual` or `prompt_too_long`.
+        reason: String,
+    },
+    /// The history was replaced by a summary; the log keeps the original.
+    CompactionCompleted {
+        /// Context tokens before.
+        tokens_before: u64,
+        /// About how many tokens the summary takes.
+        tokens_after: u64,
+        /// The summary the conversation continues from.
+        summary: String,
+    },
+    /// The model was overloaded; the turn goes on with the fallback model.
+    ModelFallback {
+        /// The overloaded model.
+        from: String,
+        /// The model used instead.
+        to: String,
+    },
     /// A failure a user should see (the turn may go on).
     Error {
         /// Stable code.
@@ -285,6 +306,9 @@ impl EventKind {
             Self::Continuation { .. } => "continuation",
             Self::UsageUpdated { .. } => "usage_updated",
             Self::HistoryCleared {} => "history_cleared",
+            Self::CompactionStarted { .. } => "compaction_started",
+            Self::CompactionCompleted { .. } => "compaction_completed",
+            Self::ModelFallback { .. } => "model_fallback",
             Self::Error { .. } => "error",
         }
     }

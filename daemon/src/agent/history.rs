@@ -11,6 +11,10 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use tether_proto::{EventKind, TokenUsage, TurnId};
 
+/// How a summary opens the history after compaction.
+pub const SUMMARY_PREFIX: &str = "This session continues an earlier conversation that was summarized to free context. \
+The summary:\n\n";
+
 /// What a tool result says when the log has none for a call (a crash or cancel before it).
 pub const MISSING_RESULT: &str = "interrupted: no result was recorded for this tool call";
 
@@ -28,6 +32,8 @@ pub struct History {
     pub last_context_tokens: u64,
     /// `clientTurnId` → turn id, for idempotent `turn/start`.
     pub client_turns: HashMap<String, TurnId>,
+    /// Compactions that failed in a row.
+    pub compaction_failures: u32,
     turns_ended: u64,
 }
 
@@ -94,6 +100,23 @@ impl History {
                 self.messages.clear();
                 self.pending.clear();
                 self.last_context_tokens = 0;
+            }
+            EventKind::CompactionCompleted {
+                summary,
+                tokens_after,
+                ..
+            } => {
+                self.messages.clear();
+                self.pending.clear();
+                self.last_context_tokens = *tokens_after;
+                self.compaction_failures = 0;
+                self.push(
+                    Role::User,
+                    vec![json!({"type": "text", "text": format!("{SUMMARY_PREFIX}{summary}")})],
+                );
+            }
+            EventKind::Error { code, .. } if code == "compaction_failed" => {
+                self.compaction_failures += 1
             }
             _ => {}
         }

@@ -113,6 +113,21 @@ impl Tools {
         }
     }
 
+    /// Only the tools named in `names` (by name or alias).
+    pub fn subset(&self, names: &[String]) -> Self {
+        let tools: Vec<Arc<dyn Tool>> = self
+            .entries
+            .iter()
+            .filter(|e| {
+                names
+                    .iter()
+                    .any(|n| n == e.tool.name() || e.tool.aliases().contains(&n.as_str()))
+            })
+            .map(|e| e.tool.clone())
+            .collect();
+        Self::new(tools)
+    }
+
     /// The tool called `name` (or one of its aliases).
     pub fn find(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.entries

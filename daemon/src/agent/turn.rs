@@ -1,6 +1,7 @@
 //! One turn: model requests and tool runs, looped until the model stops asking for tools;
 //! `max_tokens` continuation, `pause_turn`, refusal, cancellation, usage and cost.
 
+use super::compact::{MAX_FAILURES, compact};
 use super::dispatch::{Call, Dispatch};
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
@@ -32,6 +33,11 @@ pub struct TurnLimits {
     pub max_requests: u32,
     /// Longest a tool call may run.
     pub tool_timeout: Duration,
+    /// Compact before a request once the last one filled this much of the context window
+    /// (percent); `None` disables automatic compaction.
+    pub auto_compact_percent: Option<f64>,
+    /// Model to switch to when the model stays overloaded after every retry.
+    pub fallback_model: Option<String>,
 }
 
 impl Default for TurnLimits {
@@ -41,7 +47,28 @@ impl Default for TurnLimits {
             max_continuations: 3,
             max_requests: 200,
             tool_timeout: Duration::from_secs(600),
+            auto_compact_percent: Some(90.0),
+            fallback_model: None,
         }
+    }
+}
+
+impl TurnLimits {
+    /// Defaults with `DISABLE_AUTO_COMPACT`, `TETHER_AUTO_COMPACT_PERCENT` and
+    /// `TETHER_FALLBACK_MODEL` applied.
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let mut limits = Self::default();
+        if let Some(p) =
+            var("TETHER_AUTO_COMPACT_PERCENT").and_then(|p| p.trim().parse::<f64>().ok())
+        {
+            limits.auto_compact_percent = Some(p.clamp(1.0, 100.0));
+        }
+        if var("DISABLE_AUTO_COMPACT").is_some_and(|v| v != "0" && v != "false") {
+            limits.auto_compact_percent = None;
+        }
+        limits.fallback_model = var("TETHER_FALLBACK_MODEL");
+        limits
     }
 }
 
@@ -132,22 +159,74 @@ impl Turn {
         }
     }
 
+    fn count(&self, tally: &mut Tally, model_id: &str, usage: &Usage) {
+        tally.usage.add(&wire_usage(usage));
+        tally.cost = match (tally.cost, self.catalog.cost_usd(model_id, usage)) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+
+    /// Only compacts the history (`/compact`).
+    pub async fn compact_only(
+        &self,
+        mut history: History,
+        sink: Arc<dyn TurnSink>,
+        instructions: Option<String>,
+    ) -> TurnOutcome {
+        let mut tally = Tally {
+            usage: TokenUsage::default(),
+            cost: Some(0.0),
+        };
+        let model_id = self.catalog.resolve(&self.model);
+        let tools = self.tools.definitions();
+        let done = compact(
+            &self.llm,
+            &model_id,
+            &tools,
+            &mut history,
+            &sink,
+            "manual",
+            instructions.as_deref(),
+            &self.cancel,
+        )
+        .await;
+        match done {
+            Ok(Some(c)) => {
+                self.count(&mut tally, &model_id, &c.usage);
+                tally.outcome("compacted", None)
+            }
+            Ok(None) if self.cancel.is_cancelled() => tally.outcome("cancelled", None),
+            Ok(None) => tally.outcome(
+                "error",
+                Some(TurnError {
+                    code: "compaction_failed".into(),
+                    message: "the conversation could not be compacted".into(),
+                    retryable: true,
+                }),
+            ),
+            Err(e) => tally.outcome(
+                "error",
+                Some(TurnError {
+                    code: "storage".into(),
+                    message: e.to_string(),
+                    retryable: true,
+                }),
+            ),
+        }
+    }
+
     async fn run_loop(
         &self,
         history: &mut History,
         sink: Arc<dyn TurnSink>,
         tally: &mut Tally,
     ) -> Result<TurnOutcome, SinkError> {
-        let model_id = self.catalog.resolve(&self.model);
-        let max_tokens = self
-            .catalog
-            .info(&model_id)
-            .map(|m| m.max_output.min(self.limits.max_tokens))
-            .unwrap_or(self.limits.max_tokens);
-        let window = self.catalog.info(&model_id).map(|m| m.context_window);
+        let mut model_id = self.catalog.resolve(&self.model);
         let tools = self.tools.definitions();
         let mut continuations = 0;
         let mut requests = 0;
+        let mut compacted_for_length = false;
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(tally.outcome("cancelled", None));
@@ -155,6 +234,29 @@ impl Turn {
             requests += 1;
             if requests > self.limits.max_requests {
                 return Ok(tally.outcome("max_turns", None));
+            }
+            let max_tokens = self
+                .catalog
+                .info(&model_id)
+                .map(|m| m.max_output.min(self.limits.max_tokens))
+                .unwrap_or(self.limits.max_tokens);
+            let window = self.catalog.info(&model_id).map(|m| m.context_window);
+            if let (Some(pct), Some(w)) = (self.limits.auto_compact_percent, window)
+                && history.last_context_tokens as f64 >= pct / 100.0 * w as f64
+                && history.compaction_failures < MAX_FAILURES
+                && let Some(c) = compact(
+                    &self.llm,
+                    &model_id,
+                    &tools,
+                    history,
+                    &sink,
+                    "auto",
+                    None,
+                    &self.cancel,
+                )
+                .await?
+            {
+                self.count(tally, &model_id, &c.usage);
             }
             let mut request =
                 MessagesRequest::new(model_id.clone(), max_tokens, history.messages());
@@ -228,6 +330,54 @@ impl Turn {
             let message = match result {
                 Ok(m) => m,
                 Err(LlmError::Cancelled) => return Ok(tally.outcome("cancelled", None)),
+                Err(e)
+                    if !compacted_for_length
+                        && e.api().is_some_and(|a| {
+                            matches!(a.kind, crate::llm::ApiErrorKind::PromptTooLong { .. })
+                        }) =>
+                {
+                    compacted_for_length = true;
+                    requests -= 1;
+                    match compact(
+                        &self.llm,
+                        &model_id,
+                        &tools,
+                        history,
+                        &sink,
+                        "prompt_too_long",
+                        None,
+                        &self.cancel,
+                    )
+                    .await?
+                    {
+                        Some(c) => {
+                            self.count(tally, &model_id, &c.usage);
+                            continue;
+                        }
+                        None => return Ok(tally.outcome("error", Some(turn_error(&e)))),
+                    }
+                }
+                Err(e)
+                    if e.is_overloaded()
+                        && self
+                            .limits
+                            .fallback_model
+                            .as_ref()
+                            .is_some_and(|f| self.catalog.resolve(f) != model_id) =>
+                {
+                    let to = self
+                        .catalog
+                        .resolve(self.limits.fallback_model.as_deref().unwrap_or_default());
+                    let event = EventKind::ModelFallback {
+                        from: model_id.clone(),
+                        to: to.clone(),
+                    };
+                    history.apply(&event, None);
+                    sink.commit(event).await?;
+                    model_id = to;
+                    requests -= 1;
+                    continue;
+                }
                 Err(e) => {
                     let event = EventKind::Error {
                         code: e.code().to_owned(),
@@ -266,11 +416,7 @@ impl Turn {
                 sink.send(event);
             }
             let usage = wire_usage(&message.usage);
-            tally.usage.add(&usage);
-            tally.cost = match (tally.cost, self.catalog.cost_usd(&model_id, &message.usage)) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
+            self.count(tally, &model_id, &message.usage);
             let stop_reason = message
                 .stop_reason
                 .clone()

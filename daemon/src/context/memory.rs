@@ -45,6 +45,14 @@ pub fn load(cwd: &Path, repo_root: Option<&Path>, home: Option<&Path>) -> Vec<Me
     out
 }
 
+/// One memory file on its own (no imports), if it exists.
+pub fn read_one(path: &Path) -> Option<Memory> {
+    read_capped(path).map(|text| Memory {
+        path: path.to_owned(),
+        text,
+    })
+}
+
 fn read(path: &Path, seen: &mut HashSet<PathBuf>, out: &mut Vec<Memory>) {
     let Some(text) = read_capped(path) else {
         return;

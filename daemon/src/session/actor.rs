@@ -7,7 +7,7 @@
 //! delivery meet with no gap and no duplicate.
 
 use super::{Configure, SessionError, TurnEnv};
-use crate::agent::{History, SinkError, Turn, TurnOutcome, TurnSink};
+use crate::agent::{History, SinkError, SlashCommand, Turn, TurnOutcome, TurnSink};
 use crate::llm::SystemBlock;
 use crate::store::{EventLog, SessionRecord, Store};
 use futures::FutureExt;
@@ -704,16 +704,54 @@ impl SessionActor {
     }
 
     async fn start_next(&mut self) {
-        if self.running.is_none()
+        while self.running.is_none()
             && let Some(next) = self.queue.pop_front()
         {
             self.start_turn(next).await;
         }
     }
 
+    /// Ends a turn that was handled without the model (a command).
+    fn finish_command(&mut self, turn_id: TurnId, error: Option<TurnError>) {
+        let outcome = TurnOutcome {
+            stop_reason: if error.is_some() { "error" } else { "command" }.into(),
+            usage: TokenUsage::default(),
+            cost_usd: Some(0.0),
+            error,
+        };
+        self.end_turn(turn_id, outcome);
+    }
+
+    fn notice(&mut self, turn_id: &TurnId, message: String) {
+        let _ = self.emit_in(
+            EventKind::Notice {
+                level: "info".into(),
+                message,
+            },
+            Some(turn_id.clone()),
+        );
+    }
+
     async fn start_turn(&mut self, q: Queued) {
         let cwd = std::path::PathBuf::from(&self.record.cwd);
-        let processed = crate::agent::process_input(&cwd, &q.input);
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let command = crate::agent::parse_command(&cwd, home.as_deref(), &q.input);
+        let (content, notices) = match &command {
+            Some(SlashCommand::Custom { prompt, .. }) => {
+                let p = crate::agent::process_input(
+                    &cwd,
+                    &[InputItem::Text {
+                        text: prompt.clone(),
+                    }],
+                );
+                (p.content, p.notices)
+            }
+            Some(_) => (Vec::new(), Vec::new()),
+            None => {
+                let p = crate::agent::process_input(&cwd, &q.input);
+                (p.content, p.notices)
+            }
+        };
         let input: Vec<serde_json::Value> = q
             .input
             .iter()
@@ -721,15 +759,15 @@ impl SessionActor {
             .collect();
         let started = EventKind::TurnStarted {
             input,
-            content: processed.content,
-            by: Some(q.by),
+            content,
+            by: Some(q.by.clone()),
             client_turn_id: q.client_turn_id.clone(),
         };
         if let Err(e) = self.emit_in(started, Some(q.turn_id.clone())) {
             tracing::error!(session = %self.record.id, "could not log turn_started: {e}");
             return;
         }
-        for notice in processed.notices {
+        for notice in notices {
             let _ = self.emit_in(
                 EventKind::Notice {
                     level: "warning".into(),
@@ -738,38 +776,140 @@ impl SessionActor {
                 Some(q.turn_id.clone()),
             );
         }
+        let turn_id = q.turn_id.clone();
+        let mut model = self.record.model.clone();
+        let mut tools = self.env.tools.clone();
+        let mut compact_instructions = None;
+        match command {
+            None => {}
+            Some(SlashCommand::Clear) => {
+                let _ = self.emit_in(EventKind::HistoryCleared {}, Some(turn_id.clone()));
+                return self.finish_command(turn_id, None);
+            }
+            Some(SlashCommand::Model(None)) => {
+                let resolved = self.env.catalog.resolve(&model);
+                self.notice(&turn_id, format!("model: {model} ({resolved})"));
+                return self.finish_command(turn_id, None);
+            }
+            Some(SlashCommand::Model(Some(name))) => {
+                self.record.model = name.clone();
+                self.record_dirty = true;
+                self.system = None;
+                let _ = self.emit_in(
+                    EventKind::SessionConfigured {
+                        title: None,
+                        model: Some(name.clone()),
+                        permission_mode: None,
+                        by: Some(q.by),
+                    },
+                    Some(turn_id.clone()),
+                );
+                return self.finish_command(turn_id, None);
+            }
+            Some(SlashCommand::Cost) => {
+                let u = self.history.usage;
+                let cost = self
+                    .history
+                    .cost_usd
+                    .map(|c| format!("${c:.4}"))
+                    .unwrap_or_else(|| "unknown (a model without a price was used)".into());
+                self.notice(
+                    &turn_id,
+                    format!(
+                        "session cost {cost}; tokens: {} input, {} output, {} cache writes, {} cache reads",
+                        u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens
+                    ),
+                );
+                return self.finish_command(turn_id, None);
+            }
+            Some(SlashCommand::Note(note)) => {
+                let file = crate::context::project_memory(&self.env.data_dir, &cwd);
+                match crate::context::remember(&file, &note) {
+                    Ok(()) => {
+                        self.system = None;
+                        self.notice(&turn_id, format!("noted in {}", file.display()));
+                        return self.finish_command(turn_id, None);
+                    }
+                    Err(e) => {
+                        let message = format!("could not write {}: {e}", file.display());
+                        let _ = self.emit_in(
+                            EventKind::Error {
+                                code: "memory".into(),
+                                message: message.clone(),
+                            },
+                            Some(turn_id.clone()),
+                        );
+                        let error = TurnError {
+                            code: "memory".into(),
+                            message,
+                            retryable: true,
+                        };
+                        return self.finish_command(turn_id, Some(error));
+                    }
+                }
+            }
+            Some(SlashCommand::Unknown(name)) => {
+                let message = format!(
+                    "unknown command /{name}; the commands are /{} and custom commands in .claude/commands/",
+                    crate::agent::BUILTIN_COMMANDS.join(", /")
+                );
+                let _ = self.emit_in(
+                    EventKind::Error {
+                        code: "unknown_command".into(),
+                        message: message.clone(),
+                    },
+                    Some(turn_id.clone()),
+                );
+                let error = TurnError {
+                    code: "unknown_command".into(),
+                    message,
+                    retryable: false,
+                };
+                return self.finish_command(turn_id, Some(error));
+            }
+            Some(SlashCommand::Compact(instructions)) => compact_instructions = Some(instructions),
+            Some(SlashCommand::Custom {
+                model: m,
+                allowed_tools,
+                ..
+            }) => {
+                if let Some(m) = m {
+                    model = m;
+                }
+                if let Some(names) = allowed_tools {
+                    tools = tools.subset(&names);
+                }
+            }
+        }
+
         let cancel = CancellationToken::new();
         self.running = Some(Running {
-            turn_id: q.turn_id.clone(),
+            turn_id: turn_id.clone(),
             cancel: cancel.clone(),
         });
         self.set_status(SessionStatus::Running);
         let llm = match &self.env.llm {
             Ok(llm) => llm.clone(),
             Err(message) => {
-                let outcome = TurnOutcome {
-                    stop_reason: "error".into(),
-                    usage: TokenUsage::default(),
-                    cost_usd: None,
-                    error: Some(TurnError {
-                        code: "config".into(),
-                        message: message.clone(),
-                        retryable: false,
-                    }),
+                let error = TurnError {
+                    code: "config".into(),
+                    message: message.clone(),
+                    retryable: false,
                 };
                 self.running = None;
-                self.end_turn(q.turn_id, outcome);
-                return;
+                return self.finish_command(turn_id, Some(error));
             }
         };
         if self.system.is_none() {
-            self.system = Some(crate::context::system_prompt(&cwd, &self.record.model).await);
+            let notes = crate::context::project_memory(&self.env.data_dir, &cwd);
+            self.system =
+                Some(crate::context::system_prompt(&cwd, &self.record.model, Some(&notes)).await);
         }
         let Some(tx) = self.me.upgrade() else { return };
         let turn = Turn {
-            model: self.record.model.clone(),
+            model,
             system: self.system.clone().unwrap_or_default(),
-            tools: self.env.tools.clone(),
+            tools,
             llm,
             catalog: self.env.catalog.clone(),
             cwd,
@@ -779,14 +919,16 @@ impl SessionActor {
         let history = self.history.clone();
         let sink = Arc::new(ActorSink {
             tx: tx.clone(),
-            turn_id: q.turn_id.clone(),
+            turn_id: turn_id.clone(),
         });
-        let turn_id = q.turn_id;
         tokio::spawn(async move {
-            let outcome = match AssertUnwindSafe(turn.run(history, sink))
-                .catch_unwind()
-                .await
-            {
+            let job = async {
+                match compact_instructions {
+                    Some(instructions) => turn.compact_only(history, sink, instructions).await,
+                    None => turn.run(history, sink).await,
+                }
+            };
+            let outcome = match AssertUnwindSafe(job).catch_unwind().await {
                 Ok(outcome) => outcome,
                 Err(panic) => {
                     let what = panic

@@ -426,3 +426,198 @@ fn without_credentials_a_turn_fails_clearly_and_the_session_survives() -> anyhow
     c.call("session/get", json!({"sessionId": session}))?;
     Ok(())
 }
+
+#[test]
+fn auto_compaction_near_the_context_limit_continues_from_the_summary() -> anyhow::Result<()> {
+    let mut big = Step::text("Long answer.");
+    big.usage = Some(json!({"input_tokens": 185_000}));
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        big,
+        Step::text("SUMMARY: the user asked for a long answer and got it."),
+        Step::text("Short answer."),
+    ]))?;
+    c.start_turn(&session, "first question")?;
+    c.events_until("turn_ended")?;
+    c.start_turn(&session, "second question")?;
+    let events = c.events_until("turn_ended")?;
+    let t = types(&events);
+    assert!(
+        t.contains(&"compaction_started") && t.contains(&"compaction_completed"),
+        "{t:?}"
+    );
+    let done = of_type(&events, "compaction_completed")[0];
+    assert_eq!(done["data"]["tokensBefore"], 185_000);
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let reqs = fake.server.message_requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(
+        reqs[1].body["tool_choice"],
+        json!({"type": "none"}),
+        "the summarizing request calls no tools"
+    );
+    let msgs = reqs[2].body["messages"].as_array().context("messages")?;
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    let text = msgs[0]["content"][0]["text"].as_str().context("text")?;
+    assert!(text.contains("SUMMARY: the user asked"), "{text}");
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn prompt_too_long_is_compacted_and_retried_once() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::error(
+            400,
+            "invalid_request_error",
+            "prompt is too long: 230000 tokens > 200000 maximum",
+        ),
+        Step::text("the summary"),
+        Step::text("Answer after compaction."),
+    ]))?;
+    c.start_turn(&session, "a huge question")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        of_type(&events, "compaction_started")[0]["data"]["reason"],
+        "prompt_too_long"
+    );
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let text: String = of_type(&events, "text_delta")
+        .iter()
+        .filter_map(|e| e["data"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "Answer after compaction.");
+    assert_eq!(fake.server.message_requests().len(), 3);
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn overloaded_after_retries_falls_back_to_the_fallback_model() -> anyhow::Result<()> {
+    let overloaded =
+        || Step::error(529, "overloaded_error", "Overloaded").header("x-should-retry", "false");
+    let fake = Fake::start(Script::of([overloaded(), Step::text("from the fallback")]))?;
+    let mut env = fake.env();
+    env.push(("TETHER_FALLBACK_MODEL".into(), "haiku".into()));
+    let daemon = Daemon::start_with(env)?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "hi")?;
+    let events = c.events_until("turn_ended")?;
+    let fb = of_type(&events, "model_fallback");
+    assert_eq!(fb.len(), 1, "{:?}", types(&events));
+    assert_eq!(
+        fb[0]["data"],
+        json!({"from": "claude-sonnet-4-5", "to": "claude-haiku-4-5"})
+    );
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let models: Vec<Value> = fake
+        .server
+        .message_requests()
+        .iter()
+        .map(|r| r.body["model"].clone())
+        .collect();
+    assert_eq!(
+        models,
+        [json!("claude-sonnet-4-5"), json!("claude-haiku-4-5")]
+    );
+    Ok(())
+}
+
+#[test]
+fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result<()> {
+    let (fake, daemon, mut c, session) = setup(Script::of([
+        Step::text("one"),
+        Step::text("two"),
+        Step::text("three"),
+    ]))?;
+    let cmds = daemon.workdir().join(".claude/commands");
+    std::fs::create_dir_all(&cmds)?;
+    std::fs::write(
+        cmds.join("greet.md"),
+        "---\ndescription: greet\nmodel: haiku\n---\nSay hello to $1 politely.\n",
+    )?;
+
+    c.start_turn(&session, "first")?;
+    c.events_until("turn_ended")?;
+
+    c.start_turn(&session, "/nosuch thing")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        of_type(&events, "error")[0]["data"]["code"],
+        "unknown_command"
+    );
+    assert_eq!(
+        events.last().context("end")?["data"]["error"]["code"],
+        "unknown_command"
+    );
+
+    c.start_turn(&session, "/cost")?;
+    let events = c.events_until("turn_ended")?;
+    assert!(
+        of_type(&events, "notice")[0]["data"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("session cost $"))
+    );
+
+    c.start_turn(&session, "# the tests live in tests/all")?;
+    let events = c.events_until("turn_ended")?;
+    assert!(
+        of_type(&events, "notice")[0]["data"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("MEMORY.md"))
+    );
+
+    c.start_turn(&session, "/clear")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(of_type(&events, "history_cleared").len(), 1);
+
+    c.start_turn(&session, "/greet Ada")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+
+    c.start_turn(&session, "/model opus")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        of_type(&events, "session_configured")[0]["data"]["model"],
+        "opus"
+    );
+    c.start_turn(&session, "after the switch")?;
+    c.events_until("turn_ended")?;
+
+    let reqs = fake.server.message_requests();
+    assert_eq!(reqs.len(), 3, "commands make no API calls");
+    assert_eq!(
+        reqs[1].body["model"], "claude-haiku-4-5",
+        "the custom command's model"
+    );
+    let msgs = reqs[1].body["messages"].as_array().context("messages")?;
+    assert_eq!(
+        msgs.len(),
+        1,
+        "/clear dropped the earlier conversation: {msgs:?}"
+    );
+    assert_eq!(msgs[0]["content"][0]["text"], "Say hello to Ada politely.");
+    assert!(
+        reqs[1].body["system"]
+            .to_string()
+            .contains("the tests live in tests/all"),
+        "the note is in memory"
+    );
+    assert_eq!(reqs[2].body["model"], "claude-opus-4-5");
+    no_rejections(&fake);
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, custom commands from
+//! `.claude/commands/*.md`) and `#` memory notes.
+
+use std::path::{Path, PathBuf};
+use tether_proto::InputItem;
+
+/// What a turn's input asks for besides a plain prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SlashCommand {
+    /// `/clear`: start the conversation over (the log keeps the old one).
+    Clear,
+    /// `/compact [instructions]`.
+    Compact(Option<String>),
+    /// `/model [name]`: show or change the model.
+    Model(Option<String>),
+    /// `/cost`: the session's usage and cost.
+    Cost,
+    /// A custom command: its prompt (arguments substituted) and settings.
+    Custom {
+        /// The prompt to send.
+        prompt: String,
+        /// Model for this turn.
+        model: Option<String>,
+        /// Tools this turn may use.
+        allowed_tools: Option<Vec<String>>,
+    },
+    /// `# note`: remember this for the project.
+    Note(String),
+    /// `/name` that matches nothing.
+    Unknown(String),
+}
+
+/// The built-in commands, for error messages and completion.
+pub const BUILTIN: &[&str] = &["clear", "compact", "model", "cost"];
+
+/// Reads the command in `input`, if its first text item is one. Custom commands are looked up
+/// in `<cwd>/.claude/commands/` and then `<home>/.claude/commands/` (`a:b` → `a/b.md`).
+pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<SlashCommand> {
+    let text = input.iter().find_map(|i| match i {
+        InputItem::Text { text } => Some(text.trim()),
+        _ => None,
+    })?;
+    if let Some(note) = text.strip_prefix('#') {
+        let note = note.trim();
+        return (!note.is_empty() && !note.starts_with('#'))
+            .then(|| SlashCommand::Note(note.to_owned()));
+    }
+    let body = text.strip_prefix('/')?;
+    if body.starts_with('/') || body.is_empty() {
+        return None;
+    }
+    let (name, args) = match body.split_once(char::is_whitespace) {
+        Some((n, a)) => (n, a.trim()),
+        None => (body, ""),
+    };
+    let arg = (!args.is_empty()).then(|| args.to_owned());
+    Some(match name {
+        "clear" => SlashCommand::Clear,
+        "compact" => SlashCommand::Compact(arg),
+        "model" => SlashCommand::Model(arg),
+        "cost" => SlashCommand::Cost,
+        _ => match custom(cwd, home, name, args) {
+            Some(c) => c,
+            None => SlashCommand::Unknown(name.to_owned()),
+        },
+    })
+}
+
+fn custom(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<SlashCommand> {
+    if name.contains("..") || name.contains('/') {
+        return None;
+    }
+    let rel: PathBuf = name.split(':').collect::<PathBuf>().with_extension("md");
+    let candidates = [
+        Some(cwd.join(".claude/commands").join(&rel)),
+        home.map(|h| h.join(".claude/commands").join(&rel)),
+    ];
+    let text = candidates
+        .into_iter()
+        .flatten()
+        .find_map(|p| std::fs::read_to_string(p).ok())?;
+    let (front, body) = frontmatter(&text);
+    let field = |key: &str| {
+        front
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let positional: Vec<&str> = args.split_whitespace().collect();
+    let mut prompt = body.replace("$ARGUMENTS", args);
+    for n in (1..=9).rev() {
+        prompt = prompt.replace(
+            &format!("${n}"),
+            positional.get(n - 1).copied().unwrap_or(""),
+        );
+    }
+    Some(SlashCommand::Custom {
+        prompt: prompt.trim().to_owned(),
+        model: field("model"),
+        allowed_tools: field("allowed-tools").map(|t| {
+            t.split(',')
+                .map(|s| s.trim().split('(').next().unwrap_or("").trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        }),
+    })
+}
+
+/// `---` frontmatter as `key: value` pairs, and the rest.
+fn frontmatter(text: &str) -> (Vec<(String, String)>, &str) {
+    let Some(rest) = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))
+    else {
+        return (Vec::new(), text);
+    };
+    let Some(end) = rest.find("\n---") else {
+        return (Vec::new(), text);
+    };
+    let pairs = rest[..end]
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let body = rest[end + 4..].trim_start_matches(['\r', '\n']);
+    (pairs, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> Vec<InputItem> {
+        vec![InputItem::Text { text: t.into() }]
+    }
+
+    #[test]
+    fn builtins_notes_and_plain_text() {
+        let cwd = Path::new("/nonexistent");
+        assert_eq!(parse(cwd, None, &text("/clear")), Some(SlashCommand::Clear));
+        assert_eq!(
+            parse(cwd, None, &text("/compact keep the API design")),
+            Some(SlashCommand::Compact(Some("keep the API design".into())))
+        );
+        assert_eq!(
+            parse(cwd, None, &text("/model opus")),
+            Some(SlashCommand::Model(Some("opus".into())))
+        );
+        assert_eq!(parse(cwd, None, &text("/cost")), Some(SlashCommand::Cost));
+        assert_eq!(
+            parse(cwd, None, &text("/nope x")),
+            Some(SlashCommand::Unknown("nope".into()))
+        );
+        assert_eq!(
+            parse(cwd, None, &text("# use tabs")),
+            Some(SlashCommand::Note("use tabs".into()))
+        );
+        assert_eq!(parse(cwd, None, &text("## heading")), None);
+        assert_eq!(parse(cwd, None, &text("fix /usr/bin path")), None);
+        assert_eq!(parse(cwd, None, &text("//comment")), None);
+    }
+
+    #[test]
+    fn custom_commands_with_frontmatter_and_arguments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cmds = dir.path().join(".claude/commands/git");
+        std::fs::create_dir_all(&cmds).expect("mkdir");
+        std::fs::write(
+            cmds.join("review.md"),
+            "---\ndescription: Review a branch\nallowed-tools: Read, Bash(git diff:*)\nmodel: opus\n---\nReview $1 against $2.\nAll: $ARGUMENTS\n",
+        )
+        .expect("write");
+        let got = parse(dir.path(), None, &text("/git:review feature main"));
+        assert_eq!(
+            got,
+            Some(SlashCommand::Custom {
+                prompt: "Review feature against main.\nAll: feature main".into(),
+                model: Some("opus".into()),
+                allowed_tools: Some(vec!["Read".into(), "Bash".into()]),
+            })
+        );
+    }
+}
