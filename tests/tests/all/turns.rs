@@ -621,3 +621,45 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
     no_rejections(&fake);
     Ok(())
 }
+
+#[test]
+fn history_survives_a_restart_and_a_turn_cut_by_kill_9_is_ended() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Remember: the answer is 42."),
+        Step::text("This reply is cut by a crash").stall_after(3),
+        Step::text("Still here."),
+    ]))?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "what is the answer?")?;
+    c.events_until("turn_ended")?;
+    c.start_turn(&session, "tell me more")?;
+    c.events_until("text_delta")?;
+    daemon.kill9()?;
+    daemon.spawn()?;
+
+    let mut c = daemon.ndjson()?;
+    c.subscribe(&session, json!(0))?;
+    // The open turn is ended when the session loads (in the replay or just after it).
+    let mut seen = c.events_until("replay_complete")?;
+    while of_type(&seen, "turn_ended").len() < 2 {
+        seen.push(c.next_event()?);
+    }
+    let ends = of_type(&seen, "turn_ended");
+    assert_eq!(ends[0]["data"]["stopReason"], "end_turn");
+    assert_eq!(ends[1]["data"]["stopReason"], "interrupted_by_restart");
+    c.start_turn(&session, "are you there?")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(events.last().context("end")?["data"]["stopReason"], "end_turn");
+
+    let reqs = fake.server.message_requests();
+    let msgs = reqs[2].body["messages"].as_array().context("messages")?;
+    assert_eq!(msgs[0]["content"][0]["text"], "what is the answer?");
+    assert_eq!(msgs[1]["content"][0]["text"], "Remember: the answer is 42.");
+    assert_eq!(msgs.len(), 3, "the cut reply is not in the history: {msgs:?}");
+    no_rejections(&fake);
+    Ok(())
+}
