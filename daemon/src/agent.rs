@@ -20,5 +20,5 @@ pub use dispatch::{Call, INTERRUPTED};
 pub use history::{History, MISSING_RESULT, SUMMARY_PREFIX};
 pub use input::{Processed, mentions, process as process_input};
 pub use sink::{SinkError, TurnSink};
-pub use tool::{Tool, ToolContext, ToolFuture, ToolOutput, Tools};
+pub use tool::{Tool, ToolContext, ToolFuture, ToolOutput, Tools, Workspace, normalize};
 pub use turn::{CONTINUE_PROMPT, Turn, TurnLimits, TurnOutcome};

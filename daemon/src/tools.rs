@@ -1,6 +1,7 @@
 //! The built-in tools, one file each. Each follows Claude Code's name and input fields, so
 //! prompts and habits carry over.
 
+mod bash;
 mod read;
 mod write;
 
@@ -9,6 +10,10 @@ use std::sync::Arc;
 
 /// Every built-in tool.
 pub fn builtin() -> Tools {
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(read::Read), Arc::new(write::Write)];
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(bash::Bash),
+        Arc::new(read::Read),
+        Arc::new(write::Write),
+    ];
     Tools::new(tools)
 }

@@ -6,7 +6,6 @@ use super::history::History;
 use super::sink::{SinkError, TurnSink};
 use super::tool::{ToolContext, ToolOutput, Tools};
 use serde_json::Value;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tether_proto::EventKind;
@@ -37,8 +36,8 @@ fn authorize(_call: &Call) -> Result<(), String> {
 pub struct Dispatch<'a> {
     /// The tools.
     pub tools: &'a Tools,
-    /// The session's directory.
-    pub cwd: PathBuf,
+    /// The session's directories.
+    pub workspace: Arc<super::tool::Workspace>,
     /// The turn's cancellation.
     pub cancel: &'a CancellationToken,
     /// Longest a call may run.
@@ -143,7 +142,7 @@ impl Dispatch<'_> {
             let sink = self.sink.clone();
             let id = call.id.clone();
             let ctx = ToolContext {
-                cwd: self.cwd.clone(),
+                workspace: self.workspace.clone(),
                 cancel: self.cancel.child_token(),
                 progress: Arc::new(move |chunk: String| {
                     sink.send(EventKind::ToolProgress {

@@ -38,11 +38,84 @@ impl ToolOutput {
     }
 }
 
+/// A session's working directories and current directory, shared by its tools across turns.
+///
+/// Invariant: the current directory always stays inside one of the roots; this is the one check
+/// of path containment the permission layer builds on.
+#[derive(Debug)]
+pub struct Workspace {
+    roots: Vec<PathBuf>,
+    cwd: std::sync::Mutex<PathBuf>,
+    scratch: PathBuf,
+}
+
+impl Workspace {
+    /// A workspace rooted at `root` (plus `extra` directories), with `scratch` for tool output files.
+    pub fn new(root: PathBuf, extra: Vec<PathBuf>, scratch: PathBuf) -> Self {
+        let mut roots = vec![root.clone()];
+        roots.extend(extra);
+        Self {
+            roots,
+            cwd: std::sync::Mutex::new(root),
+            scratch,
+        }
+    }
+
+    /// The current directory.
+    pub fn cwd(&self) -> PathBuf {
+        self.cwd.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether `path` is inside the working directories.
+    pub fn contains(&self, path: &std::path::Path) -> bool {
+        let path = normalize(path);
+        self.roots.iter().any(|r| path.starts_with(normalize(r)))
+    }
+
+    /// Moves the current directory; refused outside the working directories.
+    pub fn set_cwd(&self, dir: PathBuf) -> Result<(), String> {
+        if !self.contains(&dir) {
+            return Err(format!(
+                "{} is outside the session's working directories ({}); the current directory stays {}",
+                dir.display(),
+                self.roots
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.cwd().display()
+            ));
+        }
+        *self.cwd.lock().unwrap_or_else(|p| p.into_inner()) = dir;
+        Ok(())
+    }
+
+    /// A directory for files tools hand back by path (full outputs).
+    pub fn scratch(&self) -> &std::path::Path {
+        &self.scratch
+    }
+}
+
+/// `path` with `.` and `..` resolved lexically (symlinks are not followed).
+pub fn normalize(path: &std::path::Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// Where a tool runs and how it reports.
 #[derive(Clone)]
 pub struct ToolContext {
-    /// The session's current directory (relative paths resolve against it).
-    pub cwd: PathBuf,
+    /// The session's directories.
+    pub workspace: Arc<Workspace>,
     /// Fires when the call must stop (turn cancelled, timeout).
     pub cancel: CancellationToken,
     /// Streams output while the tool runs.
@@ -53,7 +126,11 @@ impl ToolContext {
     /// Resolves a path the model gave against the session's directory.
     pub fn resolve(&self, path: &str) -> PathBuf {
         let p = PathBuf::from(path);
-        if p.is_absolute() { p } else { self.cwd.join(p) }
+        if p.is_absolute() {
+            p
+        } else {
+            self.workspace.cwd().join(p)
+        }
     }
 }
 

@@ -11,7 +11,6 @@ use crate::llm::{
 };
 use serde_json::Value;
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tether_proto::{EventKind, TokenUsage, TurnError};
@@ -84,8 +83,8 @@ pub struct Turn {
     pub llm: Arc<AnthropicClient>,
     /// Aliases and prices.
     pub catalog: ModelCatalog,
-    /// The session's directory.
-    pub cwd: PathBuf,
+    /// The session's directories.
+    pub workspace: Arc<super::tool::Workspace>,
     /// Fires on `turn/cancel`.
     pub cancel: CancellationToken,
     /// Limits.
@@ -470,7 +469,7 @@ impl Turn {
             if !calls.is_empty() {
                 let dispatch = Dispatch {
                     tools: &self.tools,
-                    cwd: self.cwd.clone(),
+                    workspace: self.workspace.clone(),
                     cancel: &self.cancel,
                     timeout: self.limits.tool_timeout,
                     sink: sink.clone(),

@@ -7,7 +7,7 @@
 //! delivery meet with no gap and no duplicate.
 
 use super::{Configure, SessionError, TurnEnv};
-use crate::agent::{History, SinkError, SlashCommand, Turn, TurnOutcome, TurnSink};
+use crate::agent::{History, SinkError, SlashCommand, Turn, TurnOutcome, TurnSink, Workspace};
 use crate::llm::SystemBlock;
 use crate::store::{EventLog, SessionRecord, Store};
 use futures::FutureExt;
@@ -274,6 +274,7 @@ struct SessionActor {
     running: Option<Running>,
     queue: VecDeque<Queued>,
     system: Option<Vec<SystemBlock>>,
+    workspace: Arc<Workspace>,
     me: mpsc::WeakUnboundedSender<Command>,
 }
 
@@ -377,6 +378,11 @@ pub(super) fn spawn(
         let _ = tx.send(Command::RecoverOpenTurn { turn_id });
     }
     let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
+    let workspace = Arc::new(Workspace::new(
+        std::path::PathBuf::from(&record.cwd),
+        Vec::new(),
+        env.data_dir.join("scratch").join(&record.id.0),
+    ));
     let handle = SessionHandle {
         id: record.id.clone(),
         tx: tx.clone(),
@@ -398,6 +404,7 @@ pub(super) fn spawn(
         running: None,
         queue: VecDeque::new(),
         system: None,
+        workspace,
         me: tx.downgrade(),
     };
     tokio::spawn(actor.run(rx));
@@ -912,7 +919,7 @@ impl SessionActor {
             tools,
             llm,
             catalog: self.env.catalog.clone(),
-            cwd,
+            workspace: self.workspace.clone(),
             cancel,
             limits: self.env.limits.clone(),
         };

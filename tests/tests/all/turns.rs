@@ -97,7 +97,13 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             .as_str()
             .is_some_and(|s| s.contains("tether"))
     );
-    assert_eq!(body["tools"].as_array().map(Vec::len), Some(2));
+    let tool_names: Vec<&str> = body["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(tool_names, ["Bash", "Read", "Write"]);
     no_rejections(&fake);
 
     let snapshot = c.call("session/get", json!({"sessionId": session}))?;
@@ -215,7 +221,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     assert_eq!(results[1]["data"]["isError"], false);
     let unknown = results[2]["data"]["content"].as_str().context("msg")?;
     assert!(
-        unknown.contains("Teleport") && unknown.contains("Read, Write"),
+        unknown.contains("Teleport") && unknown.contains("Bash, Read, Write"),
         "{unknown}"
     );
     assert_eq!(
@@ -653,13 +659,75 @@ fn history_survives_a_restart_and_a_turn_cut_by_kill_9_is_ended() -> anyhow::Res
     assert_eq!(ends[1]["data"]["stopReason"], "interrupted_by_restart");
     c.start_turn(&session, "are you there?")?;
     let events = c.events_until("turn_ended")?;
-    assert_eq!(events.last().context("end")?["data"]["stopReason"], "end_turn");
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
 
     let reqs = fake.server.message_requests();
     let msgs = reqs[2].body["messages"].as_array().context("messages")?;
     assert_eq!(msgs[0]["content"][0]["text"], "what is the answer?");
     assert_eq!(msgs[1]["content"][0]["text"], "Remember: the answer is 42.");
-    assert_eq!(msgs.len(), 3, "the cut reply is not in the history: {msgs:?}");
+    assert_eq!(
+        msgs.len(),
+        3,
+        "the cut reply is not in the history: {msgs:?}"
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn cancel_during_a_running_tool_kills_it_and_the_next_turn_works() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::default().tool_use(
+            "Bash",
+            json!({"command": "echo started; sleep 30", "description": "wait"}),
+        ),
+        Step::text("Recovered."),
+    ]))?;
+    c.start_turn(&session, "wait a while")?;
+    let progress = c.events_until("tool_progress")?;
+    assert_eq!(
+        progress.last().context("progress")?["data"]["chunk"],
+        "started\n"
+    );
+    let started = std::time::Instant::now();
+    c.call("turn/cancel", json!({"sessionId": session}))?;
+    let events = c.events_until("turn_ended")?;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the tool was killed promptly"
+    );
+    let result = of_type(&events, "tool_result");
+    assert_eq!(result.len(), 1);
+    assert_eq!(result[0]["data"]["isError"], true);
+    assert!(
+        result[0]["data"]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("interrupted")),
+        "{}",
+        result[0]
+    );
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "cancelled"
+    );
+
+    c.start_turn(&session, "still there?")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let reqs = fake.server.message_requests();
+    let msgs = reqs[1].body["messages"].as_array().context("messages")?;
+    assert_eq!(
+        msgs.len(),
+        3,
+        "user, assistant tool_use, user(result + new prompt): {msgs:?}"
+    );
+    assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
     no_rejections(&fake);
     Ok(())
 }

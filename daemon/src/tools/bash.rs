@@ -1,0 +1,338 @@
+//! `Bash {command, description?, timeout?}`: runs a command with bash in the session's current
+//! directory, in its own process group. Output (stdout and stderr interleaved, as a terminal
+//! shows them) streams as progress; a timeout or cancel kills the whole group, grandchildren
+//! included; a `cd` persists for later calls as long as it stays inside the working directories.
+
+use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::time::Instant;
+
+/// Default timeout.
+const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// Largest timeout a call may ask for.
+const MAX_TIMEOUT_MS: u64 = 600_000;
+/// Output beyond this many characters is cut in the middle (the full text goes to a file).
+pub const MAX_OUTPUT_CHARS: usize = 30_000;
+/// After the shell exits, how long output from lingering background jobs is still collected.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
+
+/// Runs shell commands.
+pub struct Bash;
+
+impl Tool for Bash {
+    fn name(&self) -> &'static str {
+        "Bash"
+    }
+
+    fn description(&self) -> &'static str {
+        "Runs a bash command in the session's current directory and returns its output (stdout and stderr \
+         interleaved) and exit code. The current directory persists between calls (a cd stays in effect) but must \
+         stay inside the session's working directories. timeout is in milliseconds (default 120000, at most 600000); \
+         a command that runs longer is killed with all its child processes. Output over 30000 characters is cut in \
+         the middle and saved to a file whose path is given. Prefer the Read, Write and search tools over cat, echo \
+         redirection, find and grep."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "minLength": 1, "description": "The command to run"},
+                "description": {"type": "string", "description": "What the command does, in a few words"},
+                "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "description": "Timeout in milliseconds"}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        })
+    }
+
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let command = input["command"].as_str().unwrap_or_default().to_owned();
+            let timeout = Duration::from_millis(
+                input["timeout"]
+                    .as_u64()
+                    .unwrap_or(DEFAULT_TIMEOUT_MS)
+                    .min(MAX_TIMEOUT_MS),
+            );
+            match run(&command, timeout, ctx).await {
+                Ok(out) => out,
+                Err(e) => ToolOutput::error(format!("could not run the command: {e}")),
+            }
+        })
+    }
+}
+
+async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Result<ToolOutput> {
+    let cwd = ctx.workspace.cwd();
+    let scratch = ctx.workspace.scratch().to_owned();
+    std::fs::create_dir_all(&scratch)?;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let pwd_file = scratch.join(format!("{id}.pwd"));
+    let script = format!(
+        "trap '__tether_rc=$?; pwd -P > {} 2>/dev/null; exit $__tether_rc' EXIT\n{command}\n",
+        shell_quote(&pwd_file)
+    );
+    let (reader, writer) = std::io::pipe()?;
+    let mut child = tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&cwd)
+        .stdin(std::process::Stdio::null())
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let pgid = child.id().map(|p| Pid::from_raw(p as i32));
+    let fd: OwnedFd = reader.into();
+    nix::fcntl::fcntl(
+        &fd,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .map_err(std::io::Error::from)?;
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?;
+
+    let deadline = Instant::now() + timeout;
+    let mut output: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut status = None;
+    let mut drain_until: Option<Instant> = None;
+    let mut stopped: Option<&str> = None;
+    let kill = |pgid: Option<Pid>| {
+        if let Some(pg) = pgid {
+            let _ = killpg(pg, Signal::SIGKILL);
+        }
+    };
+    loop {
+        tokio::select! {
+            read = pipe.read(&mut buf) => match read {
+                Ok(0) | Err(_) => {
+                    if status.is_none() {
+                        status = Some(child.wait().await?);
+                    }
+                    break;
+                }
+                Ok(n) => {
+                    output.extend_from_slice(&buf[..n]);
+                    (ctx.progress)(String::from_utf8_lossy(&buf[..n]).into_owned());
+                }
+            },
+            s = child.wait(), if status.is_none() => {
+                status = Some(s?);
+                drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = tokio::time::sleep_until(drain_until.unwrap_or(deadline)), if drain_until.is_some() => break,
+            _ = tokio::time::sleep_until(deadline), if status.is_none() && stopped.is_none() => {
+                kill(pgid);
+                stopped = Some("timeout");
+            }
+            _ = ctx.cancel.cancelled(), if status.is_none() && stopped.is_none() => {
+                kill(pgid);
+                stopped = Some("cancelled");
+            }
+        }
+    }
+    if stopped.is_some() {
+        // Whatever is left of the group goes too.
+        kill(pgid);
+    }
+    let code = status.and_then(|s| s.code());
+    let mut text = String::from_utf8_lossy(&output).into_owned();
+    if text.chars().count() > MAX_OUTPUT_CHARS {
+        let full = scratch.join(format!("{id}.log"));
+        let saved = std::fs::write(&full, &output).map(|_| full.display().to_string());
+        text = cut_middle(
+            &text,
+            MAX_OUTPUT_CHARS,
+            saved.as_deref().unwrap_or("(could not be saved)"),
+        );
+    }
+    let mut notes = Vec::new();
+    if let Ok(new_dir) = std::fs::read_to_string(&pwd_file) {
+        let new_dir = Path::new(new_dir.trim()).to_owned();
+        if !new_dir.as_os_str().is_empty()
+            && new_dir != cwd
+            && new_dir != cwd.canonicalize().unwrap_or_default()
+        {
+            match ctx.workspace.set_cwd(new_dir.clone()) {
+                Ok(()) => notes.push(format!("(current directory is now {})", new_dir.display())),
+                Err(msg) => notes.push(format!("(cd refused: {msg})")),
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&pwd_file);
+    match stopped {
+        Some("timeout") => notes.push(format!(
+            "(killed after {} ms: the command ran past its timeout; its child processes were killed too)",
+            timeout.as_millis()
+        )),
+        Some(_) => notes.push("(interrupted by user: the command and its child processes were killed)".into()),
+        None => {}
+    }
+    let failed = stopped.is_some() || code != Some(0);
+    if let Some(c) = code.filter(|c| *c != 0) {
+        notes.push(format!("(exit code {c})"));
+    }
+    if text.is_empty() && notes.is_empty() {
+        text = "(no output)".into();
+    }
+    for n in notes {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&n);
+    }
+    Ok(if failed {
+        ToolOutput::error(text)
+    } else {
+        ToolOutput::text(text)
+    })
+}
+
+fn shell_quote(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
+}
+
+/// Keeps the first and last halves of `text` (by characters, never splitting one) with a marker
+/// in between naming where the full text is.
+pub fn cut_middle(text: &str, max_chars: usize, full_path: &str) -> String {
+    let total = text.chars().count();
+    if total <= max_chars {
+        return text.to_owned();
+    }
+    let half = max_chars / 2;
+    let head: String = text.chars().take(half).collect();
+    let tail: String = text.chars().skip(total - half).collect();
+    format!(
+        "{head}\n\n… [{} characters cut; the full output is in {full_path}] …\n\n{tail}",
+        total - 2 * half
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::Workspace;
+    use std::sync::{Arc, Mutex};
+    use tokio_util::sync::CancellationToken;
+
+    fn ctx(root: &Path) -> (ToolContext, Arc<Mutex<String>>) {
+        let seen = Arc::new(Mutex::new(String::new()));
+        let sink = seen.clone();
+        let ctx = ToolContext {
+            workspace: Arc::new(Workspace::new(
+                root.to_owned(),
+                Vec::new(),
+                root.join(".scratch"),
+            )),
+            cancel: CancellationToken::new(),
+            progress: Arc::new(move |c: String| sink.lock().expect("lock").push_str(&c)),
+        };
+        (ctx, seen)
+    }
+
+    #[test]
+    fn cutting_never_splits_a_character() {
+        let text = "é".repeat(100);
+        let cut = cut_middle(&text, 10, "/x");
+        assert!(cut.starts_with("ééééé\n") && cut.ends_with("\néééé\u{e9}"));
+        assert!(cut.contains("90 characters cut"));
+    }
+
+    #[tokio::test]
+    async fn output_exit_codes_and_cd_persistence() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        std::fs::create_dir(root.join("sub")).expect("mkdir");
+        let (ctx, progress) = ctx(&root);
+        let out = Bash
+            .run(json!({"command": "echo out; echo err >&2"}), &ctx)
+            .await;
+        assert_eq!(out, ToolOutput::text("out\nerr\n"));
+        assert_eq!(*progress.lock().expect("lock"), "out\nerr\n");
+        let out = Bash.run(json!({"command": "exit 3"}), &ctx).await;
+        assert!(
+            out.is_error
+                && out
+                    .content
+                    .as_str()
+                    .is_some_and(|s| s.contains("exit code 3"))
+        );
+        Bash.run(json!({"command": "cd sub"}), &ctx).await;
+        assert_eq!(ctx.workspace.cwd(), root.join("sub"));
+        let out = Bash.run(json!({"command": "pwd"}), &ctx).await;
+        assert_eq!(
+            out.content.as_str().map(str::trim),
+            Some(root.join("sub").to_str().expect("utf8"))
+        );
+        let out = Bash.run(json!({"command": "cd /"}), &ctx).await;
+        assert!(
+            out.content
+                .as_str()
+                .is_some_and(|s| s.contains("cd refused")),
+            "{out:?}"
+        );
+        assert_eq!(ctx.workspace.cwd(), root.join("sub"));
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_grandchildren_too() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ctx, _) = ctx(dir.path());
+        let marker = format!("{}", 90 + (std::process::id() % 9));
+        let started = std::time::Instant::now();
+        let out = Bash
+            .run(
+                json!({"command": format!("sh -c 'sleep {marker}.25 & wait'"), "timeout": 300}),
+                &ctx,
+            )
+            .await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            out.is_error
+                && out
+                    .content
+                    .as_str()
+                    .is_some_and(|s| s.contains("killed after 300 ms")),
+            "{out:?}"
+        );
+        let ps = std::process::Command::new("ps")
+            .args(["-eo", "args"])
+            .output()
+            .expect("ps");
+        let listing = String::from_utf8_lossy(&ps.stdout);
+        assert!(
+            !listing
+                .lines()
+                .any(|l| l.starts_with(&format!("sleep {marker}.25"))),
+            "grandchild survived"
+        );
+    }
+
+    #[tokio::test]
+    async fn long_output_is_cut_and_saved() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ctx, _) = ctx(dir.path());
+        let out = Bash.run(json!({"command": "seq 1 20000"}), &ctx).await;
+        let text = out.content.as_str().expect("text");
+        assert!(text.starts_with("1\n2\n") && text.trim_end().ends_with("20000"));
+        let path = text
+            .split("the full output is in ")
+            .nth(1)
+            .and_then(|r| r.split(']').next())
+            .expect("path");
+        let full = std::fs::read_to_string(path).expect("saved");
+        assert_eq!(full.lines().count(), 20000);
+    }
+}
