@@ -187,6 +187,20 @@ pub fn event_line(ev: &Event) -> String {
                 .unwrap_or_else(|| "cost unknown".into())
         ),
         EventKind::HistoryCleared {} => "conversation cleared".into(),
+        EventKind::PlanUpdated { todos } => {
+            let lines: Vec<String> = todos
+                .iter()
+                .map(|t| {
+                    let mark = match t["status"].as_str() {
+                        Some("completed") => "[x]",
+                        Some("in_progress") => "[>]",
+                        _ => "[ ]",
+                    };
+                    format!("{mark} {}", t["content"].as_str().unwrap_or(""))
+                })
+                .collect();
+            format!("plan:\n        {}", lines.join("\n        "))
+        }
         EventKind::CompactionStarted { reason } => {
             format!("compacting the conversation ({reason})…")
         }

@@ -2,6 +2,7 @@
 //! prompts and habits carry over.
 
 mod bash;
+mod edit;
 mod read;
 mod write;
 
@@ -14,6 +15,11 @@ pub fn builtin() -> Tools {
         Arc::new(bash::Bash),
         Arc::new(read::Read),
         Arc::new(write::Write),
+        Arc::new(edit::Edit),
+        Arc::new(edit::MultiEdit),
     ];
     Tools::new(tools)
 }
+
+#[cfg(test)]
+mod tests;

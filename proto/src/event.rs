@@ -208,6 +208,14 @@ pub enum EventKind {
         content: Value,
         /// Whether the call failed.
         is_error: bool,
+        /// Extra detail for clients only (e.g. an Edit's unified diff); never sent to the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<Value>,
+    },
+    /// The agent's task list changed (TodoWrite).
+    PlanUpdated {
+        /// The items: `{content, status, activeForm}`.
+        todos: Vec<Value>,
     },
     /// A model request failed and is retried; `discarded` deltas of the failed attempt are void.
     Retrying {
@@ -302,6 +310,7 @@ impl EventKind {
             Self::ToolCall { .. } => "tool_call",
             Self::ToolProgress { .. } => "tool_progress",
             Self::ToolResult { .. } => "tool_result",
+            Self::PlanUpdated { .. } => "plan_updated",
             Self::Retrying { .. } => "retrying",
             Self::Continuation { .. } => "continuation",
             Self::UsageUpdated { .. } => "usage_updated",

@@ -64,6 +64,7 @@ impl Dispatch<'_> {
                 tool_call_id: id.to_owned(),
                 content: out.content,
                 is_error: out.is_error,
+                details: out.details,
             },
         )
         .await

@@ -72,6 +72,7 @@ impl History {
                 tool_call_id,
                 content,
                 is_error,
+                ..
             } => {
                 let mut block =
                     json!({"type": "tool_result", "tool_use_id": tool_call_id, "content": content});
@@ -250,6 +251,7 @@ mod tests {
             tool_call_id: id.into(),
             content: json!("ok"),
             is_error: false,
+            details: None,
         }
     }
 

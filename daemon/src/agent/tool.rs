@@ -18,6 +18,8 @@ pub struct ToolOutput {
     pub content: Value,
     /// Whether the call failed.
     pub is_error: bool,
+    /// Detail for clients only (e.g. a diff); the model never sees it.
+    pub details: Option<Value>,
 }
 
 impl ToolOutput {
@@ -26,6 +28,7 @@ impl ToolOutput {
         Self {
             content: Value::String(text.into()),
             is_error: false,
+            details: None,
         }
     }
 
@@ -34,6 +37,42 @@ impl ToolOutput {
         Self {
             content: Value::String(message.into()),
             is_error: true,
+            details: None,
+        }
+    }
+
+    /// Content blocks (e.g. an image).
+    pub fn blocks(blocks: Vec<Value>) -> Self {
+        Self {
+            content: Value::Array(blocks),
+            is_error: false,
+            details: None,
+        }
+    }
+
+    /// Adds client-only detail.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+/// What a file looked like when a tool last read or wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    modified: Option<std::time::SystemTime>,
+    hash: u64,
+}
+
+impl FileStamp {
+    /// The stamp of `bytes` read from a file with `modified` time.
+    pub fn of(bytes: &[u8], modified: Option<std::time::SystemTime>) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut h);
+        Self {
+            modified,
+            hash: h.finish(),
         }
     }
 }
@@ -47,6 +86,7 @@ pub struct Workspace {
     roots: Vec<PathBuf>,
     cwd: std::sync::Mutex<PathBuf>,
     scratch: PathBuf,
+    stamps: std::sync::Mutex<std::collections::HashMap<PathBuf, FileStamp>>,
 }
 
 impl Workspace {
@@ -58,6 +98,41 @@ impl Workspace {
             roots,
             cwd: std::sync::Mutex::new(root),
             scratch,
+            stamps: Default::default(),
+        }
+    }
+
+    /// Remembers what a file looked like when it was read or written.
+    pub fn remember(&self, path: &std::path::Path, stamp: FileStamp) {
+        self.stamps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(normalize(path), stamp);
+    }
+
+    /// Checks that an existing file was read in this session and has not changed since; a file
+    /// that does not exist needs no reading.
+    pub fn check_fresh(&self, path: &std::path::Path) -> Result<(), String> {
+        let Ok(bytes) = std::fs::read(path) else {
+            return Ok(());
+        };
+        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let known = self
+            .stamps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&normalize(path))
+            .copied();
+        match known {
+            None => Err(format!(
+                "{} exists but has not been read in this session; Read it first so you change what is really there",
+                path.display()
+            )),
+            Some(s) if s.hash != FileStamp::of(&bytes, modified).hash => Err(format!(
+                "{} was modified since you last read it (by the user or another program); Read it again before changing it",
+                path.display()
+            )),
+            Some(_) => Ok(()),
         }
     }
 

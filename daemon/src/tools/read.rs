@@ -1,6 +1,8 @@
-//! `Read {file_path, offset?, limit?}`: a text file as numbered lines (`cat -n` style).
+//! `Read {file_path, offset?, limit?}`: a text file as numbered lines (`cat -n` style), or an
+//! image as image content. Remembers what it read for the staleness rule of Write and Edit.
 
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::agent::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
+use base64::Engine;
 use serde_json::{Value, json};
 
 /// Lines returned when no limit is given.
@@ -19,7 +21,8 @@ impl Tool for Read {
     fn description(&self) -> &'static str {
         "Reads a text file and returns it with line numbers (cat -n format: the number, a tab, the line). \
          Give an absolute file_path. By default up to 2000 lines from the start; use offset (1-based first line) \
-         and limit for longer files. Lines longer than 2000 characters are cut."
+         and limit for longer files. Lines longer than 2000 characters are cut. Images (png, jpeg, gif, webp) \
+         are returned as images. Read a file before you Write or Edit it."
     }
 
     fn input_schema(&self) -> Value {
@@ -58,6 +61,21 @@ impl Tool for Read {
                 Ok(b) => b,
                 Err(e) => return ToolOutput::error(format!("cannot read {}: {e}", path.display())),
             };
+            ctx.workspace
+                .remember(&path, FileStamp::of(&bytes, meta.modified().ok()));
+            if let Some(media) = image_type(&path) {
+                if bytes.len() > crate::agent::MAX_IMAGE_BYTES {
+                    return ToolOutput::error(format!(
+                        "{} is {} KB, over the 5 MB image limit",
+                        path.display(),
+                        bytes.len() / 1024
+                    ));
+                }
+                let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+                return ToolOutput::blocks(vec![
+                    json!({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}),
+                ]);
+            }
             if bytes.is_empty() {
                 return ToolOutput::text(format!("{} is empty.", path.display()));
             }
@@ -94,5 +112,15 @@ impl Tool for Read {
             }
             ToolOutput::text(out)
         })
+    }
+}
+
+fn image_type(path: &std::path::Path) -> Option<&'static str> {
+    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+        "png" => Some("image/png"),
+        "jpg" | "jpeg" => Some("image/jpeg"),
+        "gif" => Some("image/gif"),
+        "webp" => Some("image/webp"),
+        _ => None,
     }
 }

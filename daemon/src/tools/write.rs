@@ -1,7 +1,8 @@
 //! `Write {file_path, content}`: creates or replaces a file atomically (temp file + rename),
-//! creating parent directories and keeping an existing file's permissions.
+//! creating parent directories and keeping an existing file's permissions. An existing file must
+//! have been read in this session and be unchanged since.
 
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::agent::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 
 /// Writes a file.
@@ -36,17 +37,24 @@ impl Tool for Write {
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let path = ctx.resolve(input["file_path"].as_str().unwrap_or_default());
+            if let Err(msg) = ctx.workspace.check_fresh(&path) {
+                return ToolOutput::error(msg);
+            }
             let content = input["content"].as_str().unwrap_or_default().to_owned();
-            let result = tokio::task::spawn_blocking(move || {
-                write_atomic(&path, content.as_bytes()).map(|existed| (path, existed))
-            })
-            .await;
+            let target = path.clone();
+            let bytes = content.clone().into_bytes();
+            let result = tokio::task::spawn_blocking(move || write_atomic(&target, &bytes)).await;
             match result {
-                Ok(Ok((path, existed))) => ToolOutput::text(format!(
-                    "{} {}",
-                    if existed { "Updated" } else { "Created" },
-                    path.display()
-                )),
+                Ok(Ok(existed)) => {
+                    let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+                    ctx.workspace
+                        .remember(&path, FileStamp::of(content.as_bytes(), modified));
+                    ToolOutput::text(format!(
+                        "{} {}",
+                        if existed { "Updated" } else { "Created" },
+                        path.display()
+                    ))
+                }
                 Ok(Err(e)) => ToolOutput::error(e),
                 Err(e) => ToolOutput::error(format!("the write did not complete: {e}")),
             }
@@ -54,7 +62,8 @@ impl Tool for Write {
     }
 }
 
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<bool, String> {
+/// Replaces `path` with `bytes` atomically; returns whether it existed.
+pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<bool, String> {
     use std::io::Write as _;
     let dir = path
         .parent()
