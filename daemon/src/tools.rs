@@ -3,7 +3,12 @@
 
 mod bash;
 mod edit;
+mod glob;
+mod grep;
+mod ls;
 mod read;
+mod todo;
+mod walk;
 mod write;
 
 use crate::agent::{Tool, Tools};
@@ -17,6 +22,10 @@ pub fn builtin() -> Tools {
         Arc::new(write::Write),
         Arc::new(edit::Edit),
         Arc::new(edit::MultiEdit),
+        Arc::new(glob::Glob),
+        Arc::new(grep::Grep),
+        Arc::new(ls::Ls),
+        Arc::new(todo::TodoWrite),
     ];
     Tools::new(tools)
 }

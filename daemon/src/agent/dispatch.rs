@@ -141,8 +141,10 @@ impl Dispatch<'_> {
                 continue;
             }
             let sink = self.sink.clone();
+            let emit_sink = self.sink.clone();
             let id = call.id.clone();
             let ctx = ToolContext {
+                emit: Arc::new(move |event| emit_sink.send(event)),
                 workspace: self.workspace.clone(),
                 cancel: self.cancel.child_token(),
                 progress: Arc::new(move |chunk: String| {

@@ -195,6 +195,8 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Streams output while the tool runs.
     pub progress: Arc<dyn Fn(String) + Send + Sync>,
+    /// Sends an event of the tool's own (e.g. `plan_updated`).
+    pub emit: Arc<dyn Fn(tether_proto::EventKind) + Send + Sync>,
 }
 
 impl ToolContext {

@@ -237,6 +237,7 @@ mod tests {
                 root.join(".scratch"),
             )),
             cancel: CancellationToken::new(),
+            emit: Arc::new(|_| {}),
             progress: Arc::new(move |c: String| sink.lock().expect("lock").push_str(&c)),
         };
         (ctx, seen)

@@ -16,6 +16,7 @@ fn ctx(root: &Path) -> ToolContext {
             root.join(".scratch"),
         )),
         cancel: CancellationToken::new(),
+        emit: Arc::new(|_| {}),
         progress: Arc::new(|_| {}),
     }
 }
@@ -125,4 +126,175 @@ async fn read_ranges_images_binaries_and_directories() {
         .run(json!({"file_path": dir.path().join("empty")}), &ctx)
         .await;
     assert!(!out.is_error && text(&out).contains("is empty"));
+}
+
+mod search {
+    use super::super::{glob::Glob, grep::Grep, ls::Ls, todo::TodoWrite};
+    use super::*;
+    use std::process::Command;
+
+    /// A small repository: sources, an ignored build dir, a hidden file, a binary.
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let write = |rel: &str, body: &[u8]| {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, body).expect("write");
+        };
+        git2_free_init(root);
+        write(".gitignore", b"target/\n");
+        write(
+            "src/main.rs",
+            b"fn main() {\n    let answer = 42;\n    println!(\"{answer}\");\n}\n",
+        );
+        write(
+            "src/lib.rs",
+            b"pub fn answer() -> u32 {\n    42\n}\n\n// TODO: more answers\npub fn other() {}\n",
+        );
+        write("src/util/helper.py", b"def answer():\n    return 42\n");
+        write("target/debug/out.rs", b"fn answer() {}\n");
+        write(".hidden.rs", b"fn answer() {}\n");
+        write("data.bin", b"answer\0binary");
+        dir
+    }
+
+    fn git2_free_init(root: &Path) {
+        let _ = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(root)
+            .status();
+    }
+
+    fn rg(root: &Path, args: &[&str]) -> Vec<String> {
+        let out = Command::new("rg")
+            .args(args)
+            .arg(root)
+            .output()
+            .expect("rg is installed (tests/run installs it)");
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    async fn grep(ctx: &ToolContext, input: serde_json::Value) -> Vec<String> {
+        let out = Grep.run(input, ctx).await;
+        assert!(!out.is_error, "{out:?}");
+        let mut lines: Vec<String> = text(&out).lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    }
+
+    #[tokio::test]
+    async fn grep_agrees_with_ripgrep() {
+        let dir = tree();
+        let root = dir.path();
+        let ctx = ctx(root);
+        let r = root.to_str().expect("utf8");
+        assert_eq!(
+            grep(&ctx, json!({"pattern": "answer", "path": r})).await,
+            rg(root, &["-l", "answer"])
+        );
+        assert_eq!(
+            grep(
+                &ctx,
+                json!({"pattern": "answer", "path": r, "output_mode": "count"})
+            )
+            .await,
+            rg(root, &["-c", "answer"])
+        );
+        assert_eq!(
+            grep(
+                &ctx,
+                json!({"pattern": "ANSWER", "-i": true, "path": r, "output_mode": "content"})
+            )
+            .await,
+            rg(root, &["-n", "-i", "--no-heading", "ANSWER"])
+        );
+        assert_eq!(
+            grep(
+                &ctx,
+                json!({"pattern": "TODO", "path": r, "output_mode": "content", "-B": 1, "-A": 1})
+            )
+            .await,
+            rg(root, &["-n", "--no-heading", "-B1", "-A1", "TODO"])
+        );
+        assert_eq!(
+            grep(
+                &ctx,
+                json!({"pattern": "42", "path": r, "type": "py", "output_mode": "content"})
+            )
+            .await,
+            rg(root, &["-n", "--no-heading", "-tpy", "42"])
+        );
+        assert_eq!(
+            grep(&ctx, json!({"pattern": "fn", "path": r, "glob": "*.rs"})).await,
+            rg(root, &["-l", "-g", "*.rs", "fn"])
+        );
+        let bad = Grep
+            .run(json!({"pattern": "(unclosed", "path": r}), &ctx)
+            .await;
+        assert!(bad.is_error && text(&bad).contains("invalid regex"));
+        let paged = Grep
+            .run(
+                json!({"pattern": "answer", "path": r, "output_mode": "content", "head_limit": 2}),
+                &ctx,
+            )
+            .await;
+        assert!(text(&paged).contains("use offset 2 for more"), "{paged:?}");
+    }
+
+    #[tokio::test]
+    async fn glob_is_newest_first_and_respects_gitignore() {
+        let dir = tree();
+        let root = dir.path();
+        let ctx = ctx(root);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let f = std::fs::File::options()
+            .write(true)
+            .open(root.join("src/main.rs"))
+            .expect("open");
+        f.set_modified(old).expect("mtime");
+        let out = Glob.run(json!({"pattern": "**/*.rs"}), &ctx).await;
+        let got: Vec<&str> = text(&out).lines().collect();
+        let lib = root.join("src/lib.rs");
+        let main = root.join("src/main.rs");
+        assert_eq!(
+            got,
+            [lib.to_str().expect("utf8"), main.to_str().expect("utf8")],
+            "no target/, no hidden"
+        );
+        let none = Glob.run(json!({"pattern": "*.go"}), &ctx).await;
+        assert!(text(&none).starts_with("No files match"));
+    }
+
+    #[tokio::test]
+    async fn ls_shows_a_tree_and_todo_emits_the_plan() {
+        let dir = tree();
+        let root = dir.path();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let mut ctx = ctx(root);
+        ctx.emit = Arc::new(move |e| sink.lock().expect("lock").push(e));
+        let out = Ls
+            .run(json!({"path": root, "ignore": ["*.py"]}), &ctx)
+            .await;
+        let listing = text(&out);
+        assert!(
+            listing.contains("\n  - src/\n    - lib.rs\n    - main.rs\n    - util/\n"),
+            "{listing}"
+        );
+        assert!(
+            !listing.contains("target")
+                && !listing.contains("helper.py")
+                && !listing.contains(".hidden")
+        );
+        let todos = json!([{"content": "Run tests", "activeForm": "Running tests", "status": "in_progress"}]);
+        let out = TodoWrite.run(json!({"todos": todos}), &ctx).await;
+        assert!(text(&out).contains("1 items"));
+        assert_eq!(seen.lock().expect("lock").len(), 1);
+    }
 }

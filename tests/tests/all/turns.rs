@@ -103,7 +103,20 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(tool_names, ["Bash", "Read", "Write", "Edit", "MultiEdit"]);
+    assert_eq!(
+        tool_names,
+        [
+            "Bash",
+            "Read",
+            "Write",
+            "Edit",
+            "MultiEdit",
+            "Glob",
+            "Grep",
+            "LS",
+            "TodoWrite"
+        ]
+    );
     no_rejections(&fake);
 
     let snapshot = c.call("session/get", json!({"sessionId": session}))?;
@@ -221,7 +234,8 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     assert_eq!(results[1]["data"]["isError"], false);
     let unknown = results[2]["data"]["content"].as_str().context("msg")?;
     assert!(
-        unknown.contains("Teleport") && unknown.contains("Bash, Read, Write, Edit, MultiEdit"),
+        unknown.contains("Teleport")
+            && unknown.contains("Bash, Read, Write, Edit, MultiEdit, Glob, Grep, LS, TodoWrite"),
         "{unknown}"
     );
     assert_eq!(

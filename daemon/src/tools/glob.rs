@@ -1,0 +1,110 @@
+//! `Glob {pattern, path?}`: files whose path (relative to `path`) matches a glob, newest first,
+//! at most 100, respecting `.gitignore`.
+
+use super::walk::walker;
+use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+/// Most paths returned.
+pub const MAX_RESULTS: usize = 100;
+
+/// Finds files by name pattern.
+pub struct Glob;
+
+impl Tool for Glob {
+    fn name(&self) -> &'static str {
+        "Glob"
+    }
+
+    fn description(&self) -> &'static str {
+        "Finds files by glob pattern (e.g. \"**/*.rs\", \"src/**/test_*.py\"), matched against paths relative to \
+         path (default: the current directory). Returns absolute paths, most recently modified first, at most 100. \
+         Respects .gitignore and skips hidden files."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "minLength": 1, "description": "Glob pattern"},
+                "path": {"type": "string", "description": "Directory to search in (default: current directory)"}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        })
+    }
+
+    fn is_read_only(&self) -> bool {
+        true
+    }
+
+    fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let pattern = input["pattern"].as_str().unwrap_or_default().to_owned();
+            let root = input["path"]
+                .as_str()
+                .map(|p| ctx.resolve(p))
+                .unwrap_or_else(|| ctx.workspace.cwd());
+            let cancel = ctx.cancel.clone();
+            match tokio::task::spawn_blocking(move || glob(&root, &pattern, &cancel)).await {
+                Ok(Ok(out)) => out,
+                Ok(Err(msg)) => ToolOutput::error(msg),
+                Err(e) => ToolOutput::error(format!("the search did not complete: {e}")),
+            }
+        })
+    }
+}
+
+/// Matches `pattern` under `root`; newest first.
+pub fn glob(
+    root: &std::path::Path,
+    pattern: &str,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<ToolOutput, String> {
+    if !root.is_dir() {
+        return Err(format!("{} is not a directory", root.display()));
+    }
+    let matcher = globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| format!("invalid glob pattern {pattern:?}: {e}"))?
+        .compile_matcher();
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    for entry in walker(root).build().flatten() {
+        if cancel.is_cancelled() {
+            return Err("cancelled".into());
+        }
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let rel = super::walk::relative(entry.path(), root);
+        if matcher.is_match(rel) {
+            let modified = entry
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            found.push((modified, entry.into_path()));
+        }
+    }
+    if found.is_empty() {
+        return Ok(ToolOutput::text(format!(
+            "No files match {pattern:?} in {}",
+            root.display()
+        )));
+    }
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let total = found.len();
+    let mut out: String = found
+        .iter()
+        .take(MAX_RESULTS)
+        .map(|(_, p)| format!("{}\n", p.display()))
+        .collect();
+    if total > MAX_RESULTS {
+        out.push_str(&format!(
+            "(truncated: {total} files match; showing the {MAX_RESULTS} most recently modified — narrow the pattern or path)\n"
+        ));
+    }
+    Ok(ToolOutput::text(out))
+}

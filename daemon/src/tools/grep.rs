@@ -1,0 +1,270 @@
+//! `Grep {pattern, path?, glob?, type?, output_mode?, -i?, -n?, -A?, -B?, -C?, multiline?,
+//! head_limit?, offset?}`: ripgrep's engines (`grep-regex`, `grep-searcher`, `ignore`) with its
+//! output conventions: `path:line:text` for matches, `path-line-text` for context, `--` between
+//! groups; binary files skipped.
+
+use super::walk::walker;
+use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// Searches file contents.
+pub struct Grep;
+
+impl Tool for Grep {
+    fn name(&self) -> &'static str {
+        "Grep"
+    }
+
+    fn description(&self) -> &'static str {
+        "Searches file contents with a regular expression (Rust regex syntax, like ripgrep). output_mode: \
+         files_with_matches (default; paths, most recently modified first), content (matching lines as \
+         path:line:text, with -A/-B/-C context), or count (path:count). Filter files with glob (e.g. \"*.rs\") or type \
+         (e.g. \"rust\", \"py\"). -i ignores case; multiline lets . and patterns span lines. head_limit and offset \
+         page through long results. Respects .gitignore and skips binary files."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "minLength": 1, "description": "Regular expression"},
+                "path": {"type": "string", "description": "File or directory to search (default: current directory)"},
+                "glob": {"type": "string", "description": "Only files whose path matches this glob"},
+                "type": {"type": "string", "description": "Only files of this type (rust, py, js, ...)"},
+                "output_mode": {"type": "string", "enum": ["files_with_matches", "content", "count"]},
+                "-i": {"type": "boolean"},
+                "-n": {"type": "boolean", "description": "Line numbers in content mode (default true)"},
+                "-A": {"type": "integer", "minimum": 0},
+                "-B": {"type": "integer", "minimum": 0},
+                "-C": {"type": "integer", "minimum": 0},
+                "multiline": {"type": "boolean"},
+                "head_limit": {"type": "integer", "minimum": 1},
+                "offset": {"type": "integer", "minimum": 0}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        })
+    }
+
+    fn is_read_only(&self) -> bool {
+        true
+    }
+
+    fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let root = input["path"]
+                .as_str()
+                .map(|p| ctx.resolve(p))
+                .unwrap_or_else(|| ctx.workspace.cwd());
+            let cancel = ctx.cancel.clone();
+            match tokio::task::spawn_blocking(move || grep(&root, &input, &cancel)).await {
+                Ok(Ok(text)) => ToolOutput::text(text),
+                Ok(Err(msg)) => ToolOutput::error(msg),
+                Err(e) => ToolOutput::error(format!("the search did not complete: {e}")),
+            }
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Files,
+    Content,
+    Count,
+}
+
+/// Collects ripgrep-style lines for one file.
+struct Lines<'a> {
+    path: &'a str,
+    numbers: bool,
+    out: Vec<String>,
+    matches: u64,
+    last_line: Option<u64>,
+    mode: Mode,
+    /// Whether context lines are shown (only then are groups separated by `--`).
+    context: bool,
+}
+
+impl Lines<'_> {
+    fn push(&mut self, sep: char, first: Option<u64>, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        for (i, line) in text
+            .strip_suffix('\n')
+            .unwrap_or(&text)
+            .split('\n')
+            .enumerate()
+        {
+            let n = first.map(|f| f + i as u64);
+            if let (Some(last), Some(n)) = (self.last_line, n)
+                && self.context
+                && n > last + 1
+                && !self.out.is_empty()
+            {
+                self.out.push("--".into());
+            }
+            self.last_line = n.or(self.last_line);
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            match (self.numbers, n) {
+                (true, Some(n)) => self.out.push(format!("{}{sep}{n}{sep}{line}", self.path)),
+                _ => self.out.push(format!("{}{sep}{line}", self.path)),
+            }
+        }
+    }
+}
+
+impl Sink for Lines<'_> {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _s: &Searcher, m: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+        self.matches += 1;
+        if self.mode == Mode::Files {
+            return Ok(false);
+        }
+        if self.mode == Mode::Content {
+            self.push(':', m.line_number(), m.bytes());
+        }
+        Ok(true)
+    }
+
+    fn context(&mut self, _s: &Searcher, c: &SinkContext<'_>) -> Result<bool, std::io::Error> {
+        if self.mode == Mode::Content {
+            self.push('-', c.line_number(), c.bytes());
+        }
+        Ok(true)
+    }
+}
+
+fn grep(
+    root: &Path,
+    input: &Value,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<String, String> {
+    let pattern = input["pattern"].as_str().unwrap_or_default();
+    let flag = |k: &str| input[k].as_bool().unwrap_or(false);
+    let num = |k: &str| input[k].as_u64().map(|n| n as usize);
+    let mode = match input["output_mode"].as_str() {
+        Some("content") => Mode::Content,
+        Some("count") => Mode::Count,
+        _ => Mode::Files,
+    };
+    let multiline = flag("multiline");
+    let matcher = RegexMatcherBuilder::new()
+        .case_insensitive(flag("-i"))
+        .multi_line(true)
+        .dot_matches_new_line(multiline)
+        .build(pattern)
+        .map_err(|e| format!("invalid regex {pattern:?}: {e}"))?;
+    let context = num("-C").unwrap_or(0);
+    let mut searcher = SearcherBuilder::new()
+        .line_number(true)
+        .multi_line(multiline)
+        .before_context(if mode == Mode::Content {
+            num("-B").unwrap_or(context)
+        } else {
+            0
+        })
+        .after_context(if mode == Mode::Content {
+            num("-A").unwrap_or(context)
+        } else {
+            0
+        })
+        .binary_detection(BinaryDetection::quit(0))
+        .build();
+    let numbers = input["-n"].as_bool().unwrap_or(true);
+
+    let files: Vec<PathBuf> = if root.is_file() {
+        vec![root.to_owned()]
+    } else if root.is_dir() {
+        let mut walk = walker(root);
+        if let Some(g) = input["glob"].as_str() {
+            let mut o = ignore::overrides::OverrideBuilder::new(root);
+            for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                o.add(part)
+                    .map_err(|e| format!("invalid glob {part:?}: {e}"))?;
+            }
+            walk.overrides(o.build().map_err(|e| e.to_string())?);
+        }
+        if let Some(t) = input["type"].as_str() {
+            let mut types = ignore::types::TypesBuilder::new();
+            types.add_defaults();
+            types.select(t);
+            walk.types(
+                types
+                    .build()
+                    .map_err(|e| format!("unknown file type {t:?}: {e}"))?,
+            );
+        }
+        let mut files: Vec<PathBuf> = walk
+            .build()
+            .flatten()
+            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+            .map(|e| e.into_path())
+            .collect();
+        files.sort();
+        files
+    } else {
+        return Err(format!("{} does not exist", root.display()));
+    };
+
+    let mut entries: Vec<(std::time::SystemTime, String)> = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    for file in &files {
+        if cancel.is_cancelled() {
+            return Err("cancelled".into());
+        }
+        let shown = file.display().to_string();
+        let mut sink = Lines {
+            path: &shown,
+            numbers,
+            out: Vec::new(),
+            matches: 0,
+            last_line: None,
+            mode,
+            context: searcher.before_context() > 0 || searcher.after_context() > 0,
+        };
+        if searcher.search_path(&matcher, file, &mut sink).is_err() || sink.matches == 0 {
+            continue;
+        }
+        match mode {
+            Mode::Files => {
+                let modified = std::fs::metadata(file)
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                entries.push((modified, shown));
+            }
+            Mode::Count => lines.push(format!("{shown}:{}", sink.matches)),
+            Mode::Content => {
+                if !lines.is_empty()
+                    && (searcher.before_context() > 0 || searcher.after_context() > 0)
+                {
+                    lines.push("--".into());
+                }
+                lines.extend(sink.out);
+            }
+        }
+    }
+    if mode == Mode::Files {
+        entries.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        lines = entries.into_iter().map(|(_, p)| p).collect();
+    }
+    if lines.is_empty() {
+        return Ok(format!("No matches for {pattern:?} in {}", root.display()));
+    }
+    let total = lines.len();
+    let offset = num("offset").unwrap_or(0);
+    let limit = num("head_limit").unwrap_or(usize::MAX);
+    let page: Vec<String> = lines.into_iter().skip(offset).take(limit).collect();
+    let mut out = page.join("\n");
+    out.push('\n');
+    let shown_to = offset + page.len();
+    if shown_to < total {
+        out.push_str(&format!(
+            "(showing {} of {total} lines; use offset {shown_to} for more)\n",
+            page.len()
+        ));
+    }
+    Ok(out)
+}
