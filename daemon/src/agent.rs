@@ -12,6 +12,7 @@ mod dispatch;
 mod history;
 mod input;
 mod sink;
+mod subagent;
 mod tool;
 mod turn;
 
@@ -20,5 +21,8 @@ pub use dispatch::{Call, INTERRUPTED};
 pub use history::{History, MISSING_RESULT, SUMMARY_PREFIX};
 pub use input::{MAX_IMAGE_BYTES, Processed, mentions, process as process_input};
 pub use sink::{SinkError, TurnSink};
-pub use tool::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput, Tools, Workspace, normalize};
+pub use subagent::{Subagents, TASK_TOOL};
+pub use tool::{
+    FileStamp, Spent, Tool, ToolContext, ToolFuture, ToolOutput, Tools, Workspace, normalize,
+};
 pub use turn::{CONTINUE_PROMPT, Turn, TurnLimits, TurnOutcome};

@@ -7,6 +7,7 @@ mod glob;
 mod grep;
 mod ls;
 mod read;
+mod task;
 mod todo;
 mod walk;
 mod write;
@@ -26,6 +27,7 @@ pub fn builtin() -> Tools {
         Arc::new(grep::Grep),
         Arc::new(ls::Ls),
         Arc::new(todo::TodoWrite),
+        Arc::new(task::Task),
     ];
     Tools::new(tools)
 }

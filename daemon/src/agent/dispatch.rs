@@ -44,6 +44,10 @@ pub struct Dispatch<'a> {
     pub timeout: Duration,
     /// Where events go.
     pub sink: Arc<dyn TurnSink>,
+    /// Sub-agents for the Task tool.
+    pub subagents: Option<Arc<super::subagent::Subagents>>,
+    /// What tools spent on model requests.
+    pub spent: Arc<std::sync::Mutex<super::tool::Spent>>,
 }
 
 impl Dispatch<'_> {
@@ -145,6 +149,8 @@ impl Dispatch<'_> {
             let id = call.id.clone();
             let ctx = ToolContext {
                 emit: Arc::new(move |event| emit_sink.send(event)),
+                subagents: self.subagents.clone(),
+                spent: self.spent.clone(),
                 workspace: self.workspace.clone(),
                 cancel: self.cancel.child_token(),
                 progress: Arc::new(move |chunk: String| {

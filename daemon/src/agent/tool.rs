@@ -197,6 +197,35 @@ pub struct ToolContext {
     pub progress: Arc<dyn Fn(String) + Send + Sync>,
     /// Sends an event of the tool's own (e.g. `plan_updated`).
     pub emit: Arc<dyn Fn(tether_proto::EventKind) + Send + Sync>,
+    /// Runs sub-agents (absent inside a sub-agent).
+    pub subagents: Option<Arc<super::subagent::Subagents>>,
+    /// Tokens and cost spent by the tool itself (a sub-agent's model requests).
+    pub spent: Arc<std::sync::Mutex<Spent>>,
+}
+
+/// Model usage a tool incurred, added to the turn's.
+#[derive(Debug, Clone, Default)]
+pub struct Spent {
+    /// Tokens.
+    pub usage: tether_proto::TokenUsage,
+    /// Cost; `None` once any part was unknown.
+    pub cost_usd: Option<f64>,
+    /// Whether anything was spent.
+    pub any: bool,
+}
+
+impl ToolContext {
+    /// Adds model usage a tool incurred to the turn.
+    pub fn spend(&self, usage: tether_proto::TokenUsage, cost: Option<f64>) {
+        let mut s = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        s.usage.add(&usage);
+        s.cost_usd = match (s.any, s.cost_usd, cost) {
+            (false, _, c) => c,
+            (true, Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        s.any = true;
+    }
 }
 
 impl ToolContext {

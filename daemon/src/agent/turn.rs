@@ -89,6 +89,8 @@ pub struct Turn {
     pub cancel: CancellationToken,
     /// Limits.
     pub limits: TurnLimits,
+    /// Sub-agents for the Task tool (`None` inside a sub-agent).
+    pub subagents: Option<Arc<super::subagent::Subagents>>,
 }
 
 /// How a turn ended.
@@ -467,14 +469,26 @@ impl Turn {
                 })
                 .collect();
             if !calls.is_empty() {
+                let spent = Arc::new(std::sync::Mutex::new(super::tool::Spent::default()));
                 let dispatch = Dispatch {
                     tools: &self.tools,
                     workspace: self.workspace.clone(),
                     cancel: &self.cancel,
                     timeout: self.limits.tool_timeout,
                     sink: sink.clone(),
+                    subagents: self.subagents.clone(),
+                    spent: spent.clone(),
                 };
-                if dispatch.run(calls, history).await? {
+                let cancelled = dispatch.run(calls, history).await?;
+                let spent = spent.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if spent.any {
+                    tally.usage.add(&spent.usage);
+                    tally.cost = match (tally.cost, spent.cost_usd) {
+                        (Some(a), Some(b)) => Some(a + b),
+                        _ => None,
+                    };
+                }
+                if cancelled {
                     return Ok(tally.outcome("cancelled", None));
                 }
             }

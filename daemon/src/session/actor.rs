@@ -913,15 +913,31 @@ impl SessionActor {
                 Some(crate::context::system_prompt(&cwd, &self.record.model, Some(&notes)).await);
         }
         let Some(tx) = self.me.upgrade() else { return };
+        let system = self.system.clone().unwrap_or_default();
+        let child_tools: Vec<String> = tools
+            .names()
+            .into_iter()
+            .filter(|n| *n != crate::agent::TASK_TOOL)
+            .map(str::to_owned)
+            .collect();
+        let subagents = Arc::new(crate::agent::Subagents {
+            llm: llm.clone(),
+            catalog: self.env.catalog.clone(),
+            model: model.clone(),
+            system: system.clone(),
+            tools: tools.subset(&child_tools),
+            limits: self.env.limits.clone(),
+        });
         let turn = Turn {
             model,
-            system: self.system.clone().unwrap_or_default(),
+            system,
             tools,
             llm,
             catalog: self.env.catalog.clone(),
             workspace: self.workspace.clone(),
             cancel,
             limits: self.env.limits.clone(),
+            subagents: Some(subagents),
         };
         let history = self.history.clone();
         let sink = Arc::new(ActorSink {

@@ -238,6 +238,8 @@ mod tests {
             )),
             cancel: CancellationToken::new(),
             emit: Arc::new(|_| {}),
+            subagents: None,
+            spent: Default::default(),
             progress: Arc::new(move |c: String| sink.lock().expect("lock").push_str(&c)),
         };
         (ctx, seen)

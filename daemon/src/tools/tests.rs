@@ -17,6 +17,8 @@ fn ctx(root: &Path) -> ToolContext {
         )),
         cancel: CancellationToken::new(),
         emit: Arc::new(|_| {}),
+        subagents: None,
+        spent: Default::default(),
         progress: Arc::new(|_| {}),
     }
 }

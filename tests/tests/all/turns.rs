@@ -114,7 +114,8 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             "Glob",
             "Grep",
             "LS",
-            "TodoWrite"
+            "TodoWrite",
+            "Task"
         ]
     );
     no_rejections(&fake);
@@ -235,7 +236,8 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     let unknown = results[2]["data"]["content"].as_str().context("msg")?;
     assert!(
         unknown.contains("Teleport")
-            && unknown.contains("Bash, Read, Write, Edit, MultiEdit, Glob, Grep, LS, TodoWrite"),
+            && unknown
+                .contains("Bash, Read, Write, Edit, MultiEdit, Glob, Grep, LS, TodoWrite, Task"),
         "{unknown}"
     );
     assert_eq!(
@@ -742,6 +744,133 @@ fn cancel_during_a_running_tool_kills_it_and_the_next_turn_works() -> anyhow::Re
         "user, assistant tool_use, user(result + new prompt): {msgs:?}"
     );
     assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::default().tool_use("Task", json!({"description": "find the answer", "prompt": "What is six times seven? Reply with the number."})),
+        Step::text("The answer is 42."),
+        Step::text("The sub-agent says 42."),
+    ]))?;
+    c.start_turn(&session, "delegate it")?;
+    let events = c.events_until("turn_ended")?;
+    let result = of_type(&events, "tool_result");
+    assert_eq!(result[0]["data"]["content"], "The answer is 42.");
+    let progress: String = of_type(&events, "tool_progress")
+        .iter()
+        .filter_map(|e| e["data"]["chunk"].as_str())
+        .collect();
+    assert!(
+        progress.contains("[sub-agent: find the answer]") && progress.contains("The answer is 42."),
+        "{progress}"
+    );
+    let end = events.last().context("end")?;
+    assert_eq!(
+        end["data"]["usage"]["inputTokens"], 75,
+        "three requests, the child's included"
+    );
+    let reqs = fake.server.message_requests();
+    assert_eq!(reqs.len(), 3);
+    let child = &reqs[1].body;
+    assert_eq!(
+        child["messages"][0]["content"][0]["text"],
+        "What is six times seven? Reply with the number."
+    );
+    let child_tools: Vec<&str> = child["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        !child_tools.contains(&"Task") && child_tools.contains(&"Read"),
+        "{child_tools:?}"
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn glob_read_edit_and_git_diff_chain_in_one_turn() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::default())?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(&work)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+    };
+    git(&["init", "-q"])?;
+    std::fs::write(work.join("greeting.txt"), "hello world\n")?;
+    git(&["add", "."])?;
+    git(&["commit", "-q", "-m", "init"])?;
+    let file = work.join("greeting.txt");
+    fake.server
+        .push(Step::default().tool_use("Glob", json!({"pattern": "**/*.txt"})));
+    fake.server
+        .push(Step::default().tool_use("Read", json!({"file_path": file})));
+    fake.server.push(Step::default().tool_use(
+        "Edit",
+        json!({"file_path": file, "old_string": "world", "new_string": "tether"}),
+    ));
+    fake.server
+        .push(Step::default().tool_use("Bash", json!({"command": "git diff --no-color"})));
+    fake.server.push(Step::text("Changed the greeting."));
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "greet tether instead")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let results: Vec<&Value> = of_type(&events, "tool_result");
+    assert_eq!(results.len(), 4);
+    assert!(
+        results.iter().all(|r| r["data"]["isError"] == false),
+        "{results:?}"
+    );
+    assert!(
+        results[0]["data"]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("greeting.txt"))
+    );
+    assert!(
+        results[2]["data"]["details"]["diff"]
+            .as_str()
+            .is_some_and(|d| d.contains("+hello tether"))
+    );
+    let diff = results[3]["data"]["content"].as_str().context("diff")?;
+    assert!(
+        diff.contains("-hello world") && diff.contains("+hello tether"),
+        "{diff}"
+    );
+    assert_eq!(std::fs::read_to_string(&file)?, "hello tether\n");
+    let reqs = fake.server.message_requests();
+    assert_eq!(reqs.len(), 5);
+    let last = reqs[4].body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .context("last")?;
+    assert!(
+        last["content"][0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("+hello tether"))
+    );
+    assert!(
+        last["content"][0].get("details").is_none(),
+        "client-only details never reach the model"
+    );
     no_rejections(&fake);
     Ok(())
 }

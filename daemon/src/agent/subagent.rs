@@ -1,0 +1,139 @@
+//! Sub-agents: the query loop run on a child conversation with its own history and a tool subset
+//! (never the Task tool itself, which bounds recursion). The child's progress streams as the
+//! parent call's `tool_progress`; its usage counts toward the session.
+
+use super::history::History;
+use super::sink::{SinkError, TurnSink};
+use super::tool::{ToolContext, ToolOutput, Tools};
+use super::turn::{Turn, TurnLimits};
+use crate::llm::{AnthropicClient, ModelCatalog, SystemBlock};
+use serde_json::json;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use tether_proto::{EventKind, TokenUsage};
+
+/// The name of the tool that starts sub-agents (left out of a child's tools).
+pub const TASK_TOOL: &str = "Task";
+
+/// What a child turn runs with, inherited from its parent turn.
+pub struct Subagents {
+    /// The model client.
+    pub llm: Arc<AnthropicClient>,
+    /// Aliases and prices.
+    pub catalog: ModelCatalog,
+    /// The parent's model.
+    pub model: String,
+    /// The parent's system prompt.
+    pub system: Vec<SystemBlock>,
+    /// The child's tools.
+    pub tools: Tools,
+    /// The parent's limits.
+    pub limits: TurnLimits,
+}
+
+/// Collects a child's final answer and turns its events into progress text.
+struct ChildSink {
+    progress: Arc<dyn Fn(String) + Send + Sync>,
+    text: Mutex<(String, String)>,
+}
+
+impl ChildSink {
+    fn observe(&self, event: &EventKind) {
+        let mut text = self.text.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            EventKind::TextDelta { text: t, .. } => (self.progress)(t.clone()),
+            EventKind::ToolCall { name, input, .. } => {
+                let mut arg = input.to_string();
+                if arg.len() > 200 {
+                    arg = arg.chars().take(200).collect::<String>() + "…";
+                }
+                (self.progress)(format!("\n[{name} {arg}]\n"));
+            }
+            EventKind::AssistantBlockCompleted { block, .. } => {
+                if let Some(t) = block["text"].as_str() {
+                    text.0.push_str(t);
+                }
+            }
+            EventKind::Retrying { .. } => text.0.clear(),
+            EventKind::AssistantMessageCompleted { .. } => {
+                let current = std::mem::take(&mut text.0);
+                if !current.trim().is_empty() {
+                    text.1 = current;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl TurnSink for ChildSink {
+    fn send(&self, event: EventKind) {
+        self.observe(&event);
+    }
+
+    fn commit(
+        &self,
+        event: EventKind,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + '_>> {
+        self.observe(&event);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl Subagents {
+    /// Runs `prompt` as a child conversation; returns its final answer and what it spent.
+    pub async fn run(
+        &self,
+        description: &str,
+        prompt: &str,
+        ctx: &ToolContext,
+    ) -> (ToolOutput, TokenUsage, Option<f64>) {
+        let turn = Turn {
+            model: self.model.clone(),
+            system: self.system.clone(),
+            tools: self.tools.clone(),
+            llm: self.llm.clone(),
+            catalog: self.catalog.clone(),
+            workspace: ctx.workspace.clone(),
+            cancel: ctx.cancel.child_token(),
+            limits: self.limits.clone(),
+            subagents: None,
+        };
+        let mut history = History::default();
+        history.apply(
+            &EventKind::TurnStarted {
+                input: Vec::new(),
+                content: vec![json!({"type": "text", "text": prompt})],
+                by: None,
+                client_turn_id: None,
+            },
+            None,
+        );
+        let sink = Arc::new(ChildSink {
+            progress: ctx.progress.clone(),
+            text: Mutex::new((String::new(), String::new())),
+        });
+        (ctx.progress)(format!("[sub-agent: {description}]\n"));
+        let outcome = turn.run(history, sink.clone()).await;
+        let answer = sink
+            .text
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone();
+        let out = match (&outcome.error, outcome.stop_reason.as_str()) {
+            (Some(e), _) => {
+                ToolOutput::error(format!("the sub-agent failed ({}): {}", e.code, e.message))
+            }
+            (None, "cancelled") => {
+                ToolOutput::error("the sub-agent was interrupted before it finished")
+            }
+            (None, _) if answer.trim().is_empty() => {
+                ToolOutput::error("the sub-agent finished without an answer")
+            }
+            (None, _) => ToolOutput::text(answer),
+        };
+        (out, outcome.usage, outcome.cost_usd)
+    }
+}
