@@ -11,6 +11,7 @@ mod compact;
 mod dispatch;
 mod history;
 mod input;
+mod jobs;
 mod sink;
 mod subagent;
 mod tool;
@@ -20,6 +21,7 @@ pub use commands::{BUILTIN as BUILTIN_COMMANDS, SlashCommand, parse as parse_com
 pub use dispatch::{Call, INTERRUPTED};
 pub use history::{History, MISSING_RESULT, SUMMARY_PREFIX};
 pub use input::{MAX_IMAGE_BYTES, Processed, mentions, process as process_input};
+pub use jobs::{Job, JobEnd, Jobs};
 pub use sink::{SinkError, TurnSink};
 pub use subagent::{Subagents, TASK_TOOL};
 pub use tool::{

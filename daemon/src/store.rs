@@ -281,6 +281,17 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T,
 mod tests {
     use super::*;
 
+    /// Opens `dir`, waiting while a just-dropped handle's background threads still hold sled's lock.
+    fn reopen(dir: &Path) -> Result<Store, StoreError> {
+        for _ in 0..200 {
+            match Store::open(dir) {
+                Err(StoreError::Sled { .. }) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                other => return other,
+            }
+        }
+        Store::open(dir)
+    }
+
     #[test]
     fn epochs_increase_across_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -19,6 +19,8 @@ use std::sync::Arc;
 pub fn builtin() -> Tools {
     let tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(bash::Bash),
+        Arc::new(bash::BashOutput),
+        Arc::new(bash::KillShell),
         Arc::new(read::Read),
         Arc::new(write::Write),
         Arc::new(edit::Edit),

@@ -87,6 +87,8 @@ pub struct Workspace {
     cwd: std::sync::Mutex<PathBuf>,
     scratch: PathBuf,
     stamps: std::sync::Mutex<std::collections::HashMap<PathBuf, FileStamp>>,
+    /// Background jobs (shells started with `run_in_background`).
+    pub jobs: super::jobs::Jobs,
 }
 
 impl Workspace {
@@ -99,6 +101,7 @@ impl Workspace {
             cwd: std::sync::Mutex::new(root),
             scratch,
             stamps: Default::default(),
+            jobs: Default::default(),
         }
     }
 

@@ -599,6 +599,10 @@ impl SessionActor {
                 });
             }
             Command::Delete { by, reply } => {
+                self.workspace.jobs.stop_all();
+                if let Some(running) = self.running.take() {
+                    running.cancel.cancel();
+                }
                 self.commit().await;
                 let result = self
                     .store
@@ -615,6 +619,7 @@ impl SessionActor {
                 }
             }
             Command::Shutdown { reply } => {
+                self.workspace.jobs.stop_all();
                 if let Some(running) = self.running.take() {
                     running.cancel.cancel();
                     self.end_turn(running.turn_id, interrupted_outcome());

@@ -3,7 +3,8 @@
 //! shows them) streams as progress; a timeout or cancel kills the whole group, grandchildren
 //! included; a `cd` persists for later calls as long as it stays inside the working directories.
 
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::agent::{JobEnd, Tool, ToolContext, ToolFuture, ToolOutput};
+use grep_matcher::Matcher as _;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -45,7 +46,8 @@ impl Tool for Bash {
             "properties": {
                 "command": {"type": "string", "minLength": 1, "description": "The command to run"},
                 "description": {"type": "string", "description": "What the command does, in a few words"},
-                "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "description": "Timeout in milliseconds"}
+                "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "description": "Timeout in milliseconds"},
+                "run_in_background": {"type": "boolean", "description": "Start it and return at once with a shell id for BashOutput and KillShell (servers, watchers, long builds)"}
             },
             "required": ["command"],
             "additionalProperties": false
@@ -59,6 +61,14 @@ impl Tool for Bash {
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let command = input["command"].as_str().unwrap_or_default().to_owned();
+            if input["run_in_background"].as_bool().unwrap_or(false) {
+                return match start_background(&command, ctx) {
+                    Ok(id) => ToolOutput::text(format!(
+                        "Started background shell {id}. Read its output with BashOutput {{\"bash_id\": \"{id}\"}}; stop it with KillShell."
+                    )),
+                    Err(e) => ToolOutput::error(format!("could not start the command: {e}")),
+                };
+            }
             let timeout = Duration::from_millis(
                 input["timeout"]
                     .as_u64()
@@ -73,21 +83,19 @@ impl Tool for Bash {
     }
 }
 
-async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Result<ToolOutput> {
-    let cwd = ctx.workspace.cwd();
-    let scratch = ctx.workspace.scratch().to_owned();
-    std::fs::create_dir_all(&scratch)?;
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    let pwd_file = scratch.join(format!("{id}.pwd"));
-    let script = format!(
-        "trap '__tether_rc=$?; pwd -P > {} 2>/dev/null; exit $__tether_rc' EXIT\n{command}\n",
-        shell_quote(&pwd_file)
-    );
+/// A shell in its own process group whose stdout and stderr share one pipe.
+struct Spawned {
+    child: tokio::process::Child,
+    pgid: Option<Pid>,
+    pipe: tokio::net::unix::pipe::Receiver,
+}
+
+fn spawn_shell(script: &str, cwd: &Path) -> std::io::Result<Spawned> {
     let (reader, writer) = std::io::pipe()?;
-    let mut child = tokio::process::Command::new("bash")
+    let child = tokio::process::Command::new("bash")
         .arg("-c")
-        .arg(&script)
-        .current_dir(&cwd)
+        .arg(script)
+        .current_dir(cwd)
         .stdin(std::process::Stdio::null())
         .stdout(writer.try_clone()?)
         .stderr(writer)
@@ -101,7 +109,68 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
     )
     .map_err(std::io::Error::from)?;
-    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?;
+    let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?;
+    Ok(Spawned { child, pgid, pipe })
+}
+
+fn kill_group(pgid: Option<Pid>) {
+    if let Some(pg) = pgid {
+        let _ = killpg(pg, Signal::SIGKILL);
+    }
+}
+
+/// Starts `command` as a background job of the session; returns its id.
+fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<String> {
+    let Spawned {
+        mut child,
+        pgid,
+        mut pipe,
+    } = spawn_shell(command, &ctx.workspace.cwd())?;
+    let (id, job) = ctx.workspace.jobs.start(command);
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut status = None;
+        loop {
+            tokio::select! {
+                read = pipe.read(&mut buf) => match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => job.append(&buf[..n]),
+                },
+                s = child.wait(), if status.is_none() => {
+                    status = Some(s.ok().and_then(|s| s.code()));
+                }
+                _ = job.stop.cancelled() => {
+                    kill_group(pgid);
+                    let _ = child.wait().await;
+                    job.finish(JobEnd::Killed);
+                    return;
+                }
+            }
+        }
+        let code = match status {
+            Some(code) => code,
+            None => child.wait().await.ok().and_then(|s| s.code()),
+        };
+        job.finish(JobEnd::Exited(code));
+    });
+    Ok(id)
+}
+
+async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Result<ToolOutput> {
+    let cwd = ctx.workspace.cwd();
+    let scratch = ctx.workspace.scratch().to_owned();
+    std::fs::create_dir_all(&scratch)?;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let pwd_file = scratch.join(format!("{id}.pwd"));
+    let script = format!(
+        "trap '__tether_rc=$?; pwd -P > {} 2>/dev/null; exit $__tether_rc' EXIT\n{command}\n",
+        shell_quote(&pwd_file)
+    );
+    let Spawned {
+        mut child,
+        pgid,
+        mut pipe,
+    } = spawn_shell(&script, &cwd)?;
 
     let deadline = Instant::now() + timeout;
     let mut output: Vec<u8> = Vec::new();
@@ -109,11 +178,7 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
     let mut status = None;
     let mut drain_until: Option<Instant> = None;
     let mut stopped: Option<&str> = None;
-    let kill = |pgid: Option<Pid>| {
-        if let Some(pg) = pgid {
-            let _ = killpg(pg, Signal::SIGKILL);
-        }
-    };
+    let kill = kill_group;
     loop {
         tokio::select! {
             read = pipe.read(&mut buf) => match read {
@@ -198,6 +263,128 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
     } else {
         ToolOutput::text(text)
     })
+}
+
+/// Reads a background shell's new output.
+pub struct BashOutput;
+
+impl Tool for BashOutput {
+    fn name(&self) -> &'static str {
+        "BashOutput"
+    }
+
+    fn description(&self) -> &'static str {
+        "Returns the output a background shell (started with Bash run_in_background) produced since the last read, \
+         and whether it still runs. filter keeps only lines matching a regular expression."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "bash_id": {"type": "string", "description": "The shell id Bash returned"},
+                "filter": {"type": "string", "description": "Regular expression; only matching lines are returned"}
+            },
+            "required": ["bash_id"],
+            "additionalProperties": false
+        })
+    }
+
+    fn is_read_only(&self) -> bool {
+        true
+    }
+
+    fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let id = input["bash_id"].as_str().unwrap_or_default();
+            let Some(job) = ctx.workspace.jobs.get(id) else {
+                return ToolOutput::error(unknown_shell(id, ctx));
+            };
+            let filter = match input["filter"].as_str().map(regex_lite) {
+                Some(Ok(re)) => Some(re),
+                Some(Err(e)) => return ToolOutput::error(e),
+                None => None,
+            };
+            let new = String::from_utf8_lossy(&job.take_new()).into_owned();
+            let mut text = match &filter {
+                Some(re) => new
+                    .lines()
+                    .filter(|l| re.is_match(l.as_bytes()).unwrap_or(false))
+                    .map(|l| format!("{l}\n"))
+                    .collect(),
+                None => new,
+            };
+            if text.chars().count() > MAX_OUTPUT_CHARS {
+                text = cut_middle(&text, MAX_OUTPUT_CHARS, "(not saved; read more often)");
+            }
+            let state = match job.end() {
+                None => "still running".to_owned(),
+                Some(JobEnd::Exited(Some(c))) => format!("exited with code {c}"),
+                Some(JobEnd::Exited(None)) => "ended by a signal".to_owned(),
+                Some(JobEnd::Killed) => "killed".to_owned(),
+            };
+            if text.is_empty() {
+                text = "(no new output)\n".into();
+            }
+            ToolOutput::text(format!("{text}[{id}: {state}]"))
+        })
+    }
+}
+
+/// Kills a background shell.
+pub struct KillShell;
+
+impl Tool for KillShell {
+    fn name(&self) -> &'static str {
+        "KillShell"
+    }
+
+    fn description(&self) -> &'static str {
+        "Kills a background shell (and every process it started) by its id."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"shell_id": {"type": "string", "description": "The shell id Bash returned"}},
+            "required": ["shell_id"],
+            "additionalProperties": false
+        })
+    }
+
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let id = input["shell_id"].as_str().unwrap_or_default();
+            let Some(job) = ctx.workspace.jobs.get(id) else {
+                return ToolOutput::error(unknown_shell(id, ctx));
+            };
+            if let Some(end) = job.end() {
+                return ToolOutput::text(format!("{id} had already ended ({end:?})"));
+            }
+            job.stop.cancel();
+            ToolOutput::text(format!("Killed {id} ({})", job.command))
+        })
+    }
+}
+
+fn unknown_shell(id: &str, ctx: &ToolContext) -> String {
+    let ids = ctx.workspace.jobs.ids();
+    if ids.is_empty() {
+        format!("there is no background shell {id:?}; none has been started in this session")
+    } else {
+        format!(
+            "there is no background shell {id:?}; the shells are: {}",
+            ids.join(", ")
+        )
+    }
+}
+
+fn regex_lite(pattern: &str) -> Result<grep_regex::RegexMatcher, String> {
+    grep_regex::RegexMatcher::new(pattern).map_err(|e| format!("invalid filter {pattern:?}: {e}"))
 }
 
 fn shell_quote(path: &Path) -> String {
@@ -337,5 +524,74 @@ mod tests {
             .expect("path");
         let full = std::fs::read_to_string(path).expect("saved");
         assert_eq!(full.lines().count(), 20000);
+    }
+}
+
+#[cfg(test)]
+mod background {
+    use super::*;
+    use crate::agent::Workspace;
+    use std::sync::Arc;
+    use tokio_util::sync::CancellationToken;
+
+    #[tokio::test]
+    async fn background_shells_are_read_incrementally_and_killed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ctx = ToolContext {
+            workspace: Arc::new(Workspace::new(
+                dir.path().to_owned(),
+                Vec::new(),
+                dir.path().join(".s"),
+            )),
+            cancel: CancellationToken::new(),
+            emit: Arc::new(|_| {}),
+            subagents: None,
+            spent: Default::default(),
+            progress: Arc::new(|_| {}),
+        };
+        let out = Bash.run(json!({"command": "echo one; sleep 0.2; echo two; sleep 60", "run_in_background": true}), &ctx).await;
+        assert!(
+            out.content.as_str().is_some_and(|s| s.contains("bash_1")),
+            "{out:?}"
+        );
+        let mut first = String::new();
+        while !first.contains("one") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            first.push_str(
+                BashOutput
+                    .run(json!({"bash_id": "bash_1"}), &ctx)
+                    .await
+                    .content
+                    .as_str()
+                    .unwrap_or(""),
+            );
+        }
+        assert!(first.contains("still running"));
+        let mut second = String::new();
+        while !second.contains("two") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            second = BashOutput
+                .run(json!({"bash_id": "bash_1", "filter": "^t"}), &ctx)
+                .await
+                .content
+                .as_str()
+                .unwrap_or("")
+                .to_owned();
+        }
+        assert!(!second.contains("one"), "only new output: {second}");
+        KillShell.run(json!({"shell_id": "bash_1"}), &ctx).await;
+        let job = ctx.workspace.jobs.get("bash_1").expect("job");
+        while job.end().is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(job.end(), Some(JobEnd::Killed));
+        let missing = BashOutput.run(json!({"bash_id": "bash_9"}), &ctx).await;
+        assert!(
+            missing.is_error
+                && missing
+                    .content
+                    .as_str()
+                    .is_some_and(|s| s.contains("bash_1"))
+        );
     }
 }

@@ -107,6 +107,8 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
         tool_names,
         [
             "Bash",
+            "BashOutput",
+            "KillShell",
             "Read",
             "Write",
             "Edit",
