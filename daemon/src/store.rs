@@ -285,7 +285,9 @@ mod tests {
     fn reopen(dir: &Path) -> Result<Store, StoreError> {
         for _ in 0..200 {
             match Store::open(dir) {
-                Err(StoreError::Sled { .. }) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                Err(StoreError::Sled { .. }) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
                 other => return other,
             }
         }

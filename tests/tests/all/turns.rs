@@ -239,7 +239,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     assert!(
         unknown.contains("Teleport")
             && unknown
-                .contains("Bash, Read, Write, Edit, MultiEdit, Glob, Grep, LS, TodoWrite, Task"),
+                .contains("Bash, BashOutput, KillShell, Read, Write, Edit, MultiEdit, Glob, Grep, LS, TodoWrite, Task"),
         "{unknown}"
     );
     assert_eq!(
