@@ -301,7 +301,7 @@ mod tests {
             .expect("open")
             .next_epoch()
             .expect("epoch");
-        let second = Store::open(dir.path())
+        let second = reopen(dir.path())
             .expect("reopen")
             .next_epoch()
             .expect("epoch");
@@ -341,7 +341,7 @@ mod tests {
         store.flush_blocking().expect("flush");
         drop(store);
         assert!(matches!(
-            Store::open(dir.path()),
+            reopen(dir.path()),
             Err(StoreError::NewerSchema { .. })
         ));
     }

@@ -6,6 +6,7 @@ mod edit;
 mod glob;
 mod grep;
 mod ls;
+mod notebook;
 mod read;
 mod task;
 mod todo;
@@ -28,6 +29,7 @@ pub fn builtin() -> Tools {
         Arc::new(glob::Glob),
         Arc::new(grep::Grep),
         Arc::new(ls::Ls),
+        Arc::new(notebook::NotebookEdit),
         Arc::new(todo::TodoWrite),
         Arc::new(task::Task),
     ];

@@ -79,6 +79,13 @@ impl Tool for Read {
             if bytes.is_empty() {
                 return ToolOutput::text(format!("{} is empty.", path.display()));
             }
+            if path.extension().is_some_and(|e| e == "ipynb")
+                && let Some(cells) = serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .and_then(|nb| super::notebook::render(&nb))
+            {
+                return ToolOutput::text(cells);
+            }
             if bytes.iter().take(8192).any(|&b| b == 0) {
                 return ToolOutput::error(format!(
                     "{} is a binary file; it cannot be shown as text",

@@ -116,6 +116,7 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             "Glob",
             "Grep",
             "LS",
+            "NotebookEdit",
             "TodoWrite",
             "Task"
         ]
@@ -239,7 +240,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     assert!(
         unknown.contains("Teleport")
             && unknown
-                .contains("Bash, BashOutput, KillShell, Read, Write, Edit, MultiEdit, Glob, Grep, LS, TodoWrite, Task"),
+                .contains("Bash, BashOutput, KillShell, Read, Write, Edit, MultiEdit, Glob, Grep, LS, NotebookEdit, TodoWrite, Task"),
         "{unknown}"
     );
     assert_eq!(
