@@ -25,6 +25,6 @@ pub use jobs::{Job, JobEnd, Jobs};
 pub use sink::{SinkError, TurnSink};
 pub use subagent::{Subagents, TASK_TOOL};
 pub use tool::{
-    FileStamp, Spent, Tool, ToolContext, ToolFuture, ToolOutput, Tools, Workspace, normalize,
+    FileStamp, Net, Spent, Tool, ToolContext, ToolFuture, ToolOutput, Tools, Workspace, normalize,
 };
 pub use turn::{CONTINUE_PROMPT, Turn, TurnLimits, TurnOutcome};

@@ -2,7 +2,7 @@
 //! and on SIGTERM/SIGINT or `daemon/shutdown` end every subscription, flush and remove the socket.
 
 use crate::agent::TurnLimits;
-use crate::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog};
+use crate::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog, WebFetcher};
 use crate::rpc::{self, Connections, Listener, RpcApi};
 use crate::session::{Sessions, TurnEnv};
 use crate::store::Store;
@@ -55,7 +55,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     let sessions = Arc::new(Sessions::new(
         store.clone(),
         epoch,
-        Arc::new(turn_env(&data_dir)),
+        Arc::new(turn_env(&data_dir)?),
     ));
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
@@ -86,7 +86,8 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
 }
 
 /// The model client and tools, configured from the environment.
-fn turn_env(data_dir: &std::path::Path) -> TurnEnv {
+fn turn_env(data_dir: &std::path::Path) -> Result<TurnEnv, DaemonError> {
+    let web = WebFetcher::new().map_err(|e| DaemonError::Io(format!("cannot set up HTTP: {e}")))?;
     let llm = LlmConfig::from_env()
         .and_then(|config| {
             AnthropicClient::new(
@@ -99,13 +100,18 @@ fn turn_env(data_dir: &std::path::Path) -> TurnEnv {
     if let Err(e) = &llm {
         tracing::error!("the model client is not usable: {e}");
     }
-    TurnEnv {
+    Ok(TurnEnv {
         llm,
         catalog: ModelCatalog::from_env(),
         tools: crate::tools::builtin(),
         limits: TurnLimits::from_env(),
         data_dir: data_dir.to_owned(),
-    }
+        web: Arc::new(web),
+        fast_model: std::env::var("ANTHROPIC_SMALL_FAST_MODEL")
+            .ok()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| "haiku".into()),
+    })
 }
 
 async fn watch_signals(shutdown: CancellationToken) {

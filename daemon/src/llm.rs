@@ -12,6 +12,7 @@ mod error;
 mod models;
 mod request;
 mod retry;
+mod web;
 
 pub use accumulate::{
     Accumulator, AssembledMessage, StreamUpdate, TruncatedToolInput, assemble, decode_stream,
@@ -24,3 +25,4 @@ pub use request::{
     CacheControl, Message, MessagesRequest, Role, SystemBlock, Thinking, ToolDefinition,
 };
 pub use retry::RetryPolicy;
+pub use web::{Page, WebError, WebFetcher};

@@ -48,6 +48,10 @@ pub struct TurnEnv {
     pub limits: crate::agent::TurnLimits,
     /// The daemon's data directory (project memory lives under it).
     pub data_dir: std::path::PathBuf,
+    /// Web pages, for WebFetch.
+    pub web: Arc<crate::llm::WebFetcher>,
+    /// The small fast model (`ANTHROPIC_SMALL_FAST_MODEL`, default haiku).
+    pub fast_model: String,
 }
 
 /// What a new session starts with.

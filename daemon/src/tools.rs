@@ -11,6 +11,7 @@ mod read;
 mod task;
 mod todo;
 mod walk;
+mod web_fetch;
 mod write;
 
 use crate::agent::{Tool, Tools};
@@ -32,6 +33,7 @@ pub fn builtin() -> Tools {
         Arc::new(notebook::NotebookEdit),
         Arc::new(todo::TodoWrite),
         Arc::new(task::Task),
+        Arc::new(web_fetch::WebFetch),
     ];
     Tools::new(tools)
 }

@@ -44,6 +44,8 @@ pub struct Dispatch<'a> {
     pub timeout: Duration,
     /// Where events go.
     pub sink: Arc<dyn TurnSink>,
+    /// The network, for WebFetch.
+    pub net: Option<Arc<super::tool::Net>>,
     /// Sub-agents for the Task tool.
     pub subagents: Option<Arc<super::subagent::Subagents>>,
     /// What tools spent on model requests.
@@ -150,6 +152,7 @@ impl Dispatch<'_> {
             let ctx = ToolContext {
                 emit: Arc::new(move |event| emit_sink.send(event)),
                 subagents: self.subagents.clone(),
+                net: self.net.clone(),
                 spent: self.spent.clone(),
                 workspace: self.workspace.clone(),
                 cancel: self.cancel.child_token(),

@@ -30,6 +30,10 @@ pub struct Subagents {
     pub tools: Tools,
     /// The parent's limits.
     pub limits: TurnLimits,
+    /// Web pages.
+    pub web: Arc<crate::llm::WebFetcher>,
+    /// The small fast model.
+    pub fast_model: String,
 }
 
 /// Collects a child's final answer and turns its events into progress text.
@@ -99,6 +103,8 @@ impl Subagents {
             cancel: ctx.cancel.child_token(),
             limits: self.limits.clone(),
             subagents: None,
+            web: self.web.clone(),
+            fast_model: self.fast_model.clone(),
         };
         let mut history = History::default();
         history.apply(

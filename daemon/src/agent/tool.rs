@@ -200,10 +200,24 @@ pub struct ToolContext {
     pub progress: Arc<dyn Fn(String) + Send + Sync>,
     /// Sends an event of the tool's own (e.g. `plan_updated`).
     pub emit: Arc<dyn Fn(tether_proto::EventKind) + Send + Sync>,
+    /// The network: the model client and the web fetcher (for WebFetch).
+    pub net: Option<Arc<Net>>,
     /// Runs sub-agents (absent inside a sub-agent).
     pub subagents: Option<Arc<super::subagent::Subagents>>,
     /// Tokens and cost spent by the tool itself (a sub-agent's model requests).
     pub spent: Arc<std::sync::Mutex<Spent>>,
+}
+
+/// What tools that talk to the network use.
+pub struct Net {
+    /// The model client.
+    pub llm: Arc<crate::llm::AnthropicClient>,
+    /// Aliases and prices.
+    pub catalog: crate::llm::ModelCatalog,
+    /// Web pages.
+    pub web: Arc<crate::llm::WebFetcher>,
+    /// The small fast model (`ANTHROPIC_SMALL_FAST_MODEL`, default haiku).
+    pub fast_model: String,
 }
 
 /// Model usage a tool incurred, added to the turn's.

@@ -91,6 +91,10 @@ pub struct Turn {
     pub limits: TurnLimits,
     /// Sub-agents for the Task tool (`None` inside a sub-agent).
     pub subagents: Option<Arc<super::subagent::Subagents>>,
+    /// Web pages, for WebFetch.
+    pub web: Arc<crate::llm::WebFetcher>,
+    /// The small fast model.
+    pub fast_model: String,
 }
 
 /// How a turn ended.
@@ -477,6 +481,12 @@ impl Turn {
                     timeout: self.limits.tool_timeout,
                     sink: sink.clone(),
                     subagents: self.subagents.clone(),
+                    net: Some(Arc::new(super::tool::Net {
+                        llm: self.llm.clone(),
+                        catalog: self.catalog.clone(),
+                        web: self.web.clone(),
+                        fast_model: self.fast_model.clone(),
+                    })),
                     spent: spent.clone(),
                 };
                 let cancelled = dispatch.run(calls, history).await?;

@@ -932,6 +932,8 @@ impl SessionActor {
             system: system.clone(),
             tools: tools.subset(&child_tools),
             limits: self.env.limits.clone(),
+            web: self.env.web.clone(),
+            fast_model: self.env.fast_model.clone(),
         });
         let turn = Turn {
             model,
@@ -943,6 +945,8 @@ impl SessionActor {
             cancel,
             limits: self.env.limits.clone(),
             subagents: Some(subagents),
+            web: self.env.web.clone(),
+            fast_model: self.env.fast_model.clone(),
         };
         let history = self.history.clone();
         let sink = Arc::new(ActorSink {

@@ -426,6 +426,7 @@ mod tests {
             cancel: CancellationToken::new(),
             emit: Arc::new(|_| {}),
             subagents: None,
+            net: None,
             spent: Default::default(),
             progress: Arc::new(move |c: String| sink.lock().expect("lock").push_str(&c)),
         };
@@ -546,6 +547,7 @@ mod background {
             cancel: CancellationToken::new(),
             emit: Arc::new(|_| {}),
             subagents: None,
+            net: None,
             spent: Default::default(),
             progress: Arc::new(|_| {}),
         };

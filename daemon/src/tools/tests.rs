@@ -18,6 +18,7 @@ fn ctx(root: &Path) -> ToolContext {
         cancel: CancellationToken::new(),
         emit: Arc::new(|_| {}),
         subagents: None,
+        net: None,
         spent: Default::default(),
         progress: Arc::new(|_| {}),
     }

@@ -118,7 +118,8 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             "LS",
             "NotebookEdit",
             "TodoWrite",
-            "Task"
+            "Task",
+            "WebFetch"
         ]
     );
     no_rejections(&fake);
@@ -240,7 +241,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     assert!(
         unknown.contains("Teleport")
             && unknown
-                .contains("Bash, BashOutput, KillShell, Read, Write, Edit, MultiEdit, Glob, Grep, LS, NotebookEdit, TodoWrite, Task"),
+                .contains("Bash, BashOutput, KillShell, Read, Write, Edit, MultiEdit, Glob, Grep, LS, NotebookEdit, TodoWrite, Task, WebFetch"),
         "{unknown}"
     );
     assert_eq!(
