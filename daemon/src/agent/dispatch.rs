@@ -27,6 +27,13 @@ pub struct Call {
     pub input: Value,
 }
 
+fn with_note(mut out: ToolOutput, note: Option<String>) -> ToolOutput {
+    if let (Some(note), serde_json::Value::String(text)) = (note, &mut out.content) {
+        text.insert_str(0, &format!("{note}\n"));
+    }
+    out
+}
+
 /// Whether a call may run. The permission broker plugs in here.
 fn authorize(_call: &Call) -> Result<(), String> {
     Ok(())
@@ -167,7 +174,12 @@ impl Dispatch<'_> {
             let name = call.name.clone();
             let id = call.id.clone();
             unanswered.push(id.clone());
+            let given = ["file_path", "notebook_path", "path"]
+                .iter()
+                .find_map(|k| call.input[*k].as_str().map(str::to_owned))
+                .unwrap_or_default();
             running.spawn(async move {
+                let note = ctx.relative_note(&given);
                 let out = tokio::select! {
                     out = tool.run(call.input, &ctx) => out,
                     _ = tokio::time::sleep(timeout) => {
@@ -175,7 +187,7 @@ impl Dispatch<'_> {
                         ToolOutput::error(format!("{name} timed out after {}s and was stopped", timeout.as_secs()))
                     }
                 };
-                (id, out)
+                (id, with_note(out, note))
             });
         }
         let mut cancelled = false;

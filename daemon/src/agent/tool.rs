@@ -246,6 +246,16 @@ impl ToolContext {
 }
 
 impl ToolContext {
+    /// A note for results of calls that gave a relative path, saying where it resolved.
+    pub fn relative_note(&self, given: &str) -> Option<String> {
+        (!given.is_empty() && !std::path::Path::new(given).is_absolute()).then(|| {
+            format!(
+                "(the relative path {given} was resolved to {})",
+                self.resolve(given).display()
+            )
+        })
+    }
+
     /// Resolves a path the model gave against the session's directory.
     pub fn resolve(&self, path: &str) -> PathBuf {
         let p = PathBuf::from(path);

@@ -70,24 +70,37 @@ pub fn glob(
         .build()
         .map_err(|e| format!("invalid glob pattern {pattern:?}: {e}"))?
         .compile_matcher();
-    let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
-    for entry in walker(root).build().flatten() {
-        if cancel.is_cancelled() {
-            return Err("cancelled".into());
-        }
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let rel = super::walk::relative(entry.path(), root);
-        if matcher.is_match(rel) {
-            let modified = entry
-                .metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .unwrap_or(std::time::UNIX_EPOCH);
-            found.push((modified, entry.into_path()));
-        }
+    let results = std::sync::Mutex::new(Vec::new());
+    walker(root).build_parallel().run(|| {
+        let (matcher, results) = (&matcher, &results);
+        Box::new(move |entry| {
+            if cancel.is_cancelled() {
+                return ignore::WalkState::Quit;
+            }
+            let Ok(entry) = entry else {
+                return ignore::WalkState::Continue;
+            };
+            if entry.file_type().is_some_and(|t| t.is_file())
+                && matcher.is_match(super::walk::relative(entry.path(), root))
+            {
+                let modified = entry
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((modified, entry.into_path()));
+            }
+            ignore::WalkState::Continue
+        })
+    });
+    if cancel.is_cancelled() {
+        return Err("cancelled".into());
     }
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> =
+        results.into_inner().unwrap_or_else(|p| p.into_inner());
     if found.is_empty() {
         return Ok(ToolOutput::text(format!(
             "No files match {pattern:?} in {}",

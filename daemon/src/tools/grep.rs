@@ -69,6 +69,14 @@ impl Tool for Grep {
     }
 }
 
+/// What one file contributed.
+struct Found {
+    path: PathBuf,
+    matches: u64,
+    lines: Vec<String>,
+    modified: std::time::SystemTime,
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     Files,
@@ -175,8 +183,37 @@ fn grep(
         .build();
     let numbers = input["-n"].as_bool().unwrap_or(true);
 
-    let files: Vec<PathBuf> = if root.is_file() {
-        vec![root.to_owned()]
+    let context = searcher.before_context() > 0 || searcher.after_context() > 0;
+    // One file's result: its matches, its lines (content mode), its mtime (files mode).
+    let search_one = |searcher: &mut Searcher, file: &Path| -> Option<Found> {
+        let shown = file.display().to_string();
+        let mut sink = Lines {
+            path: &shown,
+            numbers,
+            out: Vec::new(),
+            matches: 0,
+            last_line: None,
+            mode,
+            context,
+        };
+        if searcher.search_path(&matcher, file, &mut sink).is_err() || sink.matches == 0 {
+            return None;
+        }
+        let modified = match mode {
+            Mode::Files => std::fs::metadata(file)
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH),
+            _ => std::time::UNIX_EPOCH,
+        };
+        Some(Found {
+            path: file.to_owned(),
+            matches: sink.matches,
+            lines: sink.out,
+            modified,
+        })
+    };
+    let mut found: Vec<Found> = if root.is_file() {
+        search_one(&mut searcher, root).into_iter().collect()
     } else if root.is_dir() {
         let mut walk = walker(root);
         if let Some(g) = input["glob"].as_str() {
@@ -197,52 +234,47 @@ fn grep(
                     .map_err(|e| format!("unknown file type {t:?}: {e}"))?,
             );
         }
-        let mut files: Vec<PathBuf> = walk
-            .build()
-            .flatten()
-            .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
-            .map(|e| e.into_path())
-            .collect();
-        files.sort();
-        files
-    } else {
-        return Err(format!("{} does not exist", root.display()));
-    };
-
-    let mut entries: Vec<(std::time::SystemTime, String)> = Vec::new();
-    let mut lines: Vec<String> = Vec::new();
-    for file in &files {
+        // Walk and search in parallel, like ripgrep; results are sorted afterwards.
+        let results = std::sync::Mutex::new(Vec::new());
+        walk.build_parallel().run(|| {
+            let mut searcher = searcher.clone();
+            let results = &results;
+            let search_one = &search_one;
+            Box::new(move |entry| {
+                if cancel.is_cancelled() {
+                    return ignore::WalkState::Quit;
+                }
+                let Ok(entry) = entry else {
+                    return ignore::WalkState::Continue;
+                };
+                if entry.file_type().is_some_and(|t| t.is_file())
+                    && let Some(f) = search_one(&mut searcher, entry.path())
+                {
+                    results.lock().unwrap_or_else(|p| p.into_inner()).push(f);
+                }
+                ignore::WalkState::Continue
+            })
+        });
         if cancel.is_cancelled() {
             return Err("cancelled".into());
         }
-        let shown = file.display().to_string();
-        let mut sink = Lines {
-            path: &shown,
-            numbers,
-            out: Vec::new(),
-            matches: 0,
-            last_line: None,
-            mode,
-            context: searcher.before_context() > 0 || searcher.after_context() > 0,
-        };
-        if searcher.search_path(&matcher, file, &mut sink).is_err() || sink.matches == 0 {
-            continue;
-        }
+        results.into_inner().unwrap_or_else(|p| p.into_inner())
+    } else {
+        return Err(format!("{} does not exist", root.display()));
+    };
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+
+    let mut entries: Vec<(std::time::SystemTime, String)> = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    for f in found {
         match mode {
-            Mode::Files => {
-                let modified = std::fs::metadata(file)
-                    .and_then(|m| m.modified())
-                    .unwrap_or(std::time::UNIX_EPOCH);
-                entries.push((modified, shown));
-            }
-            Mode::Count => lines.push(format!("{shown}:{}", sink.matches)),
+            Mode::Files => entries.push((f.modified, f.path.display().to_string())),
+            Mode::Count => lines.push(format!("{}:{}", f.path.display(), f.matches)),
             Mode::Content => {
-                if !lines.is_empty()
-                    && (searcher.before_context() > 0 || searcher.after_context() > 0)
-                {
+                if !lines.is_empty() && context {
                     lines.push("--".into());
                 }
-                lines.extend(sink.out);
+                lines.extend(f.lines);
             }
         }
     }
