@@ -5,6 +5,7 @@ pub mod agent;
 pub mod context;
 pub mod daemon;
 pub mod llm;
+pub mod permissions;
 pub mod rpc;
 pub mod session;
 pub mod store;

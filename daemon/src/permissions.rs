@@ -1,0 +1,181 @@
+//! Permissions: modes, rules from the settings files, and the decision for one tool call.
+//!
+//! Invariant: pure functions of (mode, rules, call, working directories) — table-tested; the
+//! session's broker asks users only when [`decide`] says `Ask`. Precedence: deny > plan mode >
+//! ask > bypass > allow > read-only inside the working directories > acceptEdits > dontAsk > ask.
+
+mod rules;
+mod settings;
+mod shell;
+
+pub use rules::{EDIT_TOOLS, READ_TOOLS, Rule, host_of};
+pub use settings::{RuleSet, load as load_settings, remember_always};
+pub use shell::split as split_command;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use tether_proto::PermissionMode;
+
+/// What to do with a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run it.
+    Allow,
+    /// Ask a controller.
+    Ask,
+    /// Refuse it, telling the model why.
+    Deny(String),
+}
+
+/// A call as the permission check sees it.
+pub struct Call<'a> {
+    /// Tool name.
+    pub tool: &'a str,
+    /// Its input.
+    pub input: &'a Value,
+    /// Whether the tool only reads.
+    pub read_only: bool,
+    /// The session's current directory (relative paths resolve here).
+    pub cwd: &'a Path,
+    /// The session's working directories.
+    pub roots: &'a [PathBuf],
+}
+
+/// The file a call touches, if it is a file tool.
+pub fn call_path(call: &Call<'_>) -> Option<PathBuf> {
+    let is_file_tool = EDIT_TOOLS.contains(&call.tool) || READ_TOOLS.contains(&call.tool);
+    if !is_file_tool {
+        return None;
+    }
+    let given = ["file_path", "notebook_path", "path"]
+        .iter()
+        .find_map(|k| call.input[*k].as_str())
+        .unwrap_or(".");
+    let p = Path::new(given);
+    Some(rules::normalize(&if p.is_absolute() {
+        p.to_owned()
+    } else {
+        call.cwd.join(p)
+    }))
+}
+
+fn inside(path: &Path, roots: &[PathBuf]) -> bool {
+    let lexical = rules::normalize(path);
+    let real = path.canonicalize().ok();
+    roots.iter().any(|r| {
+        let root = rules::normalize(r);
+        let real_root = r.canonicalize().unwrap_or_else(|_| root.clone());
+        lexical.starts_with(&root)
+            && real
+                .as_ref()
+                .is_none_or(|p| p.starts_with(&real_root) || p.starts_with(&root))
+    })
+}
+
+/// Which of `rules` match the call (for Bash: per simple command).
+fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
+    rules
+        .iter()
+        .filter(|r| r.covers(call.tool))
+        .filter(|r| match call.tool {
+            "Bash" => {
+                let cmd = call.input["command"].as_str().unwrap_or("");
+                split_command(cmd)
+                    .iter()
+                    .any(|part| r.matches_command(part))
+            }
+            "WebFetch" => r.matches_url(call.input["url"].as_str().unwrap_or("")),
+            _ => match call_path(call) {
+                Some(p) => r.matches_path(&p),
+                None => r.matches_other(call.input),
+            },
+        })
+        .collect()
+}
+
+/// Whether every simple command of a Bash call is allowed by `rules`.
+fn all_parts_allowed(rules: &[Rule], command: &str) -> bool {
+    let parts = split_command(command);
+    !parts.is_empty()
+        && parts.iter().all(|p| {
+            rules
+                .iter()
+                .any(|r| r.covers("Bash") && r.matches_command(p))
+        })
+}
+
+/// The decision for `call` under `mode` and `rules`.
+pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decision {
+    if let Some(rule) = matching(&rules.deny, call).first() {
+        return Decision::Deny(format!("denied by the permission rule {}", rule.text));
+    }
+    if mode == PermissionMode::Plan && !call.read_only {
+        return Decision::Deny(format!(
+            "the session is in plan mode: {} changes things and is not run. Finish the plan and present it; \
+             the user will switch modes to carry it out",
+            call.tool
+        ));
+    }
+    if mode != PermissionMode::BypassPermissions && !matching(&rules.ask, call).is_empty() {
+        return Decision::Ask;
+    }
+    if mode == PermissionMode::BypassPermissions {
+        return Decision::Allow;
+    }
+    let allowed = match call.tool {
+        "Bash" => all_parts_allowed(&rules.allow, call.input["command"].as_str().unwrap_or("")),
+        _ => !matching(&rules.allow, call).is_empty(),
+    };
+    if allowed {
+        return Decision::Allow;
+    }
+    let mut roots: Vec<PathBuf> = call.roots.to_vec();
+    roots.extend(rules.additional_dirs.iter().cloned());
+    let path = call_path(call);
+    let in_workspace = path.as_ref().is_none_or(|p| inside(p, &roots));
+    if call.read_only && call.tool != "WebFetch" && in_workspace {
+        return Decision::Allow;
+    }
+    if mode == PermissionMode::AcceptEdits && EDIT_TOOLS.contains(&call.tool) && in_workspace {
+        return Decision::Allow;
+    }
+    if mode == PermissionMode::DontAsk {
+        return Decision::Deny(format!(
+            "{} is not pre-allowed and the session does not ask (dontAsk mode)",
+            call.tool
+        ));
+    }
+    Decision::Ask
+}
+
+/// The rule an `allow_session` / `allow_always` answer adds for this call.
+pub fn suggest_rule(call: &Call<'_>) -> String {
+    match call.tool {
+        "Bash" => {
+            let cmd = call.input["command"].as_str().unwrap_or("");
+            let first = split_command(cmd).into_iter().next().unwrap_or_default();
+            let words: Vec<&str> = first.split_whitespace().take(2).collect();
+            let prefix =
+                if words.len() == 2 && !words[1].starts_with('-') && !words[1].contains('/') {
+                    words.join(" ")
+                } else {
+                    words.first().copied().unwrap_or("").to_owned()
+                };
+            format!("Bash({prefix}:*)")
+        }
+        "WebFetch" => match host_of(call.input["url"].as_str().unwrap_or("")) {
+            Some(h) => format!("WebFetch(domain:{h})"),
+            None => "WebFetch".into(),
+        },
+        t if EDIT_TOOLS.contains(&t) => {
+            match call_path(call).and_then(|p| p.parent().map(Path::to_owned)) {
+                Some(dir) => format!("Edit(/{}/**)", dir.display()),
+                None => "Edit".into(),
+            }
+        }
+        t => t.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

