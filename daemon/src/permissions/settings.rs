@@ -130,10 +130,10 @@ pub fn remember_always(root: &Path, rule: &str) -> Result<PathBuf, String> {
     if !v["permissions"]["allow"].is_array() {
         v["permissions"]["allow"] = json!([]);
     }
-    if let Some(allow) = v["permissions"]["allow"].as_array_mut() {
-        if !allow.iter().any(|r| r.as_str() == Some(rule)) {
-            allow.push(json!(rule));
-        }
+    if let Some(allow) = v["permissions"]["allow"].as_array_mut()
+        && !allow.iter().any(|r| r.as_str() == Some(rule))
+    {
+        allow.push(json!(rule));
     }
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)
