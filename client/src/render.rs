@@ -187,6 +187,26 @@ pub fn event_line(ev: &Event) -> String {
                 .unwrap_or_else(|| "cost unknown".into())
         ),
         EventKind::HistoryCleared {} => "conversation cleared".into(),
+        EventKind::PermissionRequested {
+            request_id,
+            tool,
+            preview,
+            ..
+        } => format!("permission needed for {tool} (request {request_id}):\n{preview}"),
+        EventKind::PermissionResolved {
+            decision,
+            resolved_by,
+            message,
+            ..
+        } => format!(
+            "permission {}{}{}",
+            decision.as_str(),
+            by(resolved_by),
+            message
+                .as_ref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        ),
         EventKind::PlanUpdated { todos } => {
             let lines: Vec<String> = todos
                 .iter()

@@ -22,7 +22,7 @@ pub use dispatch::{Call, INTERRUPTED};
 pub use history::{History, MISSING_RESULT, SUMMARY_PREFIX};
 pub use input::{MAX_IMAGE_BYTES, Processed, mentions, process as process_input};
 pub use jobs::{Job, JobEnd, Jobs};
-pub use sink::{SinkError, TurnSink};
+pub use sink::{PermissionAsk, SinkError, TurnSink, Verdict};
 pub use subagent::{Subagents, TASK_TOOL};
 pub use tool::{
     FileStamp, Net, Spent, Tool, ToolContext, ToolFuture, ToolOutput, Tools, Workspace, normalize,

@@ -32,8 +32,11 @@ pub enum SessionError {
     #[error("a turn is already running in this session (use mode \"queue\" to run after it)")]
     Busy,
     /// An observer tried to act.
-    #[error("this client is attached as an observer and cannot start turns")]
+    #[error("this client is attached as an observer and cannot act on the session")]
     NotController,
+    /// No permission request has this id.
+    #[error("no permission request with id {0} in this session")]
+    RequestNotFound(String),
 }
 
 /// What turns need from the daemon: the model client, model facts, tools, limits.

@@ -40,3 +40,39 @@ pub fn builtin() -> Tools {
 
 #[cfg(test)]
 mod tests;
+
+/// What a call would do, for a permission prompt: the command, a diff, the URL.
+pub fn preview(tool: &str, input: &serde_json::Value, cwd: &std::path::Path) -> String {
+    let path = |k: &str| {
+        let p = std::path::PathBuf::from(input[k].as_str().unwrap_or_default());
+        if p.is_absolute() { p } else { cwd.join(p) }
+    };
+    match tool {
+        "Bash" => input["command"].as_str().unwrap_or_default().to_owned(),
+        "WebFetch" => input["url"].as_str().unwrap_or_default().to_owned(),
+        "Edit" | "MultiEdit" => {
+            let file = path("file_path");
+            let changes: Vec<edit::Change> = match input["edits"].as_array() {
+                Some(edits) => edits.iter().map(edit::Change::from_json).collect(),
+                None => vec![edit::Change::from_json(input)],
+            };
+            match std::fs::read_to_string(&file) {
+                Ok(before) => match edit::apply(&before, &changes, &file.display().to_string()) {
+                    Ok((after, _)) => edit::unified_diff(&file, &before, &after),
+                    Err(e) => format!("{}: {e}", file.display()),
+                },
+                Err(e) => format!("{}: {e}", file.display()),
+            }
+        }
+        "Write" => {
+            let file = path("file_path");
+            let before = std::fs::read_to_string(&file).unwrap_or_default();
+            edit::unified_diff(
+                &file,
+                &before,
+                input["content"].as_str().unwrap_or_default(),
+            )
+        }
+        _ => serde_json::to_string_pretty(input).unwrap_or_default(),
+    }
+}

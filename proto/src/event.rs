@@ -7,7 +7,9 @@
 //! envelope as JSON first and skip types they do not know. A replayed event is byte-for-byte the event as it happened.
 
 use crate::ids::{Epoch, Seq, SessionId, TurnId};
-use crate::types::{ClientRef, PermissionMode, Role, SessionStatus, TokenUsage, TurnError};
+use crate::types::{
+    ClientRef, PermissionDecision, PermissionMode, Role, SessionStatus, TokenUsage, TurnError,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -212,6 +214,39 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
     },
+    /// A tool call waits for a controller's decision.
+    PermissionRequested {
+        /// The request's id (answer it with `permission/respond`).
+        request_id: String,
+        /// The tool call it is about.
+        tool_call_id: String,
+        /// The tool.
+        tool: String,
+        /// Its input.
+        input: Value,
+        /// What it would do: the command, a diff, the URL.
+        preview: String,
+        /// The answers it takes.
+        options: Vec<String>,
+        /// The rule `allow_session` / `allow_always` would add.
+        rule: String,
+    },
+    /// A permission request was answered (or cancelled with its turn).
+    PermissionResolved {
+        /// The request.
+        request_id: String,
+        /// `allow_once`, `allow_session`, `allow_always`, `deny` or `cancelled`.
+        decision: PermissionDecision,
+        /// Who answered (absent when the daemon resolved it).
+        #[serde(default)]
+        resolved_by: Option<ClientRef>,
+        /// The message given with a denial.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        /// The rule added (allow_session, allow_always).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+    },
     /// The agent's task list changed (TodoWrite).
     PlanUpdated {
         /// The items: `{content, status, activeForm}`.
@@ -311,6 +346,8 @@ impl EventKind {
             Self::ToolProgress { .. } => "tool_progress",
             Self::ToolResult { .. } => "tool_result",
             Self::PlanUpdated { .. } => "plan_updated",
+            Self::PermissionRequested { .. } => "permission_requested",
+            Self::PermissionResolved { .. } => "permission_resolved",
             Self::Retrying { .. } => "retrying",
             Self::Continuation { .. } => "continuation",
             Self::UsageUpdated { .. } => "usage_updated",

@@ -107,22 +107,22 @@ pub trait TetherRpc {
         #[argument(rename = "sessionId")] session_id: SessionId,
     ) -> RpcResult<TurnCancelled>;
 
-    /// Answers a permission request.
-    #[method(name = "permission/respond", param_kind = map)]
+    /// Answers a permission request; the first answer wins.
+    #[method(name = "permission/respond", param_kind = map, with_extensions)]
     async fn permission_respond(
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
         #[argument(rename = "requestId")] request_id: String,
-        decision: String,
+        decision: PermissionDecision,
         message: Option<String>,
-    ) -> RpcResult<serde_json::Value>;
+    ) -> RpcResult<PermissionResponse>;
 
-    /// Pending permission requests.
+    /// A session's pending permission requests (the `permission_requested` data of each).
     #[method(name = "permission/list", param_kind = map)]
     async fn permission_list(
         &self,
-        #[argument(rename = "sessionId")] session_id: Option<SessionId>,
-    ) -> RpcResult<serde_json::Value>;
+        #[argument(rename = "sessionId")] session_id: SessionId,
+    ) -> RpcResult<Vec<serde_json::Value>>;
 
     /// Replays a session's events after `since`, then `replay_complete`, then live events, as
     /// `session/event` notifications.

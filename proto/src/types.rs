@@ -372,6 +372,48 @@ pub enum InputItem {
     },
 }
 
+/// An answer to a permission request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionDecision {
+    /// Run this call.
+    AllowOnce,
+    /// Run it and allow calls like it for the rest of the session.
+    AllowSession,
+    /// Run it and allow calls like it from now on (saved to `.claude/settings.local.json`).
+    AllowAlways,
+    /// Do not run it (the message, if any, goes to the model).
+    Deny,
+    /// The turn ended before anyone answered (never sent by clients).
+    Cancelled,
+}
+
+impl PermissionDecision {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AllowOnce => "allow_once",
+            Self::AllowSession => "allow_session",
+            Self::AllowAlways => "allow_always",
+            Self::Deny => "deny",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Result of `permission/respond`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionResponse {
+    /// `accepted` (this answer decided) or `already_resolved` (another came first).
+    pub status: String,
+    /// The decision that holds.
+    pub decision: PermissionDecision,
+    /// Who made it.
+    #[serde(default)]
+    pub resolved_by: Option<ClientRef>,
+}
+
 /// What `turn/start` does while a turn runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -341,9 +341,18 @@ impl Ndjson {
         Ok(r["sessionId"].as_str().context("sessionId")?.to_owned())
     }
 
-    /// Creates a session in `cwd` and returns its id.
+    /// Creates a session in `cwd` that runs tools without asking (`bypassPermissions`), for
+    /// suites that are not about permissions, and returns its id.
     pub fn new_session_in(&mut self, cwd: &Path) -> anyhow::Result<String> {
-        let r = self.call("session/new", json!({"cwd": cwd, "title": "test"}))?;
+        self.new_session_with_mode(cwd, "bypassPermissions")
+    }
+
+    /// Creates a session in `cwd` with a permission mode and returns its id.
+    pub fn new_session_with_mode(&mut self, cwd: &Path, mode: &str) -> anyhow::Result<String> {
+        let r = self.call(
+            "session/new",
+            json!({"cwd": cwd, "title": "test", "permissionMode": mode}),
+        )?;
         Ok(r["sessionId"].as_str().context("sessionId")?.to_owned())
     }
 

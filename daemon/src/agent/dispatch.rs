@@ -34,11 +34,6 @@ fn with_note(mut out: ToolOutput, note: Option<String>) -> ToolOutput {
     out
 }
 
-/// Whether a call may run. The permission broker plugs in here.
-fn authorize(_call: &Call) -> Result<(), String> {
-    Ok(())
-}
-
 /// What the calls run with.
 pub struct Dispatch<'a> {
     /// The tools.
@@ -148,7 +143,17 @@ impl Dispatch<'_> {
                     .await?;
                 continue;
             }
-            if let Err(msg) = authorize(&call) {
+            let ask = super::sink::PermissionAsk {
+                tool_call_id: call.id.clone(),
+                tool: tool.name().to_owned(),
+                input: call.input.clone(),
+                read_only: tool.is_read_only(),
+            };
+            let verdict = tokio::select! {
+                v = self.sink.authorize(ask) => v?,
+                _ = self.cancel.cancelled() => super::sink::Verdict::Deny(INTERRUPTED.to_owned()),
+            };
+            if let super::sink::Verdict::Deny(msg) = verdict {
                 self.result(history, &call.id, ToolOutput::error(msg))
                     .await?;
                 continue;

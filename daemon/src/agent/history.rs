@@ -34,6 +34,18 @@ pub struct History {
     pub client_turns: HashMap<String, TurnId>,
     /// Compactions that failed in a row.
     pub compaction_failures: u32,
+    /// Permission requests not answered yet: request id → the `permission_requested` data.
+    pub pending_permissions: std::collections::BTreeMap<String, Value>,
+    /// Answered requests: request id → (decision, who).
+    pub resolved_permissions: HashMap<
+        String,
+        (
+            tether_proto::PermissionDecision,
+            Option<tether_proto::ClientRef>,
+        ),
+    >,
+    /// Rules added by `allow_session` / `allow_always` answers.
+    pub session_rules: Vec<String>,
     turns_ended: u64,
 }
 
@@ -118,6 +130,26 @@ impl History {
             }
             EventKind::Error { code, .. } if code == "compaction_failed" => {
                 self.compaction_failures += 1
+            }
+            EventKind::PermissionRequested { request_id, .. } => {
+                if let Ok(v) = serde_json::to_value(event) {
+                    self.pending_permissions
+                        .insert(request_id.clone(), v["data"].clone());
+                }
+            }
+            EventKind::PermissionResolved {
+                request_id,
+                decision,
+                resolved_by,
+                rule,
+                ..
+            } => {
+                self.pending_permissions.remove(request_id);
+                self.resolved_permissions
+                    .insert(request_id.clone(), (*decision, resolved_by.clone()));
+                if let Some(rule) = rule {
+                    self.session_rules.push(rule.clone());
+                }
             }
             _ => {}
         }

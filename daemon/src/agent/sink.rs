@@ -10,8 +10,37 @@ use tether_proto::EventKind;
 #[error("the session could not record an event: {0}")]
 pub struct SinkError(pub String);
 
+/// A tool call awaiting the permission check.
+#[derive(Debug, Clone)]
+pub struct PermissionAsk {
+    /// The call's id.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its input.
+    pub input: serde_json::Value,
+    /// Whether the tool only reads.
+    pub read_only: bool,
+}
+
+/// The permission check's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run the call.
+    Allow,
+    /// Do not run it; the text goes to the model as the result.
+    Deny(String),
+}
+
 /// The turn's outlet.
 pub trait TurnSink: Send + Sync {
+    /// Checks whether a call may run, asking a controller when the rules say so (waits for the
+    /// answer).
+    fn authorize(
+        &self,
+        ask: PermissionAsk,
+    ) -> Pin<Box<dyn Future<Output = Result<Verdict, SinkError>> + Send + '_>>;
+
     /// Sends an event without waiting (deltas, progress, completed blocks).
     fn send(&self, event: EventKind);
     /// Sends an event and waits until it — and everything sent before it — is durable

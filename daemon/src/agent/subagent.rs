@@ -32,12 +32,15 @@ pub struct Subagents {
     pub limits: TurnLimits,
     /// Web pages.
     pub web: Arc<crate::llm::WebFetcher>,
+    /// The parent's outlet, which answers the child's permission checks.
+    pub authorizer: Arc<dyn TurnSink>,
     /// The small fast model.
     pub fast_model: String,
 }
 
 /// Collects a child's final answer and turns its events into progress text.
 struct ChildSink {
+    authorizer: Arc<dyn TurnSink>,
     progress: Arc<dyn Fn(String) + Send + Sync>,
     text: Mutex<(String, String)>,
 }
@@ -72,6 +75,13 @@ impl ChildSink {
 }
 
 impl TurnSink for ChildSink {
+    fn authorize(
+        &self,
+        ask: super::sink::PermissionAsk,
+    ) -> Pin<Box<dyn Future<Output = Result<super::sink::Verdict, SinkError>> + Send + '_>> {
+        self.authorizer.authorize(ask)
+    }
+
     fn send(&self, event: EventKind) {
         self.observe(&event);
     }
@@ -117,6 +127,7 @@ impl Subagents {
             None,
         );
         let sink = Arc::new(ChildSink {
+            authorizer: self.authorizer.clone(),
             progress: ctx.progress.clone(),
             text: Mutex::new((String::new(), String::new())),
         });

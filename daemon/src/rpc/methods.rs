@@ -44,6 +44,7 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
         SessionError::Stopped(_) => ErrorCode::DaemonShuttingDown,
         SessionError::Busy => ErrorCode::SessionBusy,
         SessionError::NotController => ErrorCode::NotController,
+        SessionError::RequestNotFound(_) => ErrorCode::RequestNotFound,
     };
     code.with_message(e.to_string())
 }
@@ -265,19 +266,32 @@ impl TetherRpcServer for RpcApi {
 
     async fn permission_respond(
         &self,
-        _session_id: SessionId,
-        _request_id: String,
-        _decision: String,
-        _message: Option<String>,
-    ) -> RpcResult<serde_json::Value> {
-        Err(not_implemented("permission/respond"))
+        ext: &Extensions,
+        session_id: SessionId,
+        request_id: String,
+        decision: PermissionDecision,
+        message: Option<String>,
+    ) -> RpcResult<PermissionResponse> {
+        if decision == PermissionDecision::Cancelled {
+            return Err(invalid_params(
+                "decision must be allow_once, allow_session, allow_always or deny",
+            ));
+        }
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let by = self.connections.client_ref(connection_id(ext));
+        handle
+            .respond_permission(request_id, decision, message, by)
+            .await
+            .map_err(rpc_error)
     }
 
-    async fn permission_list(
-        &self,
-        _session_id: Option<SessionId>,
-    ) -> RpcResult<serde_json::Value> {
-        Err(not_implemented("permission/list"))
+    async fn permission_list(&self, session_id: SessionId) -> RpcResult<Vec<serde_json::Value>> {
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        Ok(handle
+            .snapshot()
+            .await
+            .map_err(rpc_error)?
+            .pending_permissions)
     }
 
     async fn session_subscribe(

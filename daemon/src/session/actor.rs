@@ -7,7 +7,10 @@
 //! delivery meet with no gap and no duplicate.
 
 use super::{Configure, SessionError, TurnEnv};
-use crate::agent::{History, SinkError, SlashCommand, Turn, TurnOutcome, TurnSink, Workspace};
+use crate::agent::{
+    History, PermissionAsk, SinkError, SlashCommand, Turn, TurnOutcome, TurnSink, Verdict,
+    Workspace,
+};
 use crate::llm::SystemBlock;
 use crate::store::{EventLog, SessionRecord, Store};
 use futures::FutureExt;
@@ -18,8 +21,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::SystemTime;
 use tether_proto::{
-    AttachedClient, BusyMode, ClientRef, Event, EventKind, InputItem, Role, Seq, SessionId,
-    SessionSnapshot, SessionStatus, SessionSummary, TokenUsage, TurnError, TurnId, TurnStarted,
+    AttachedClient, BusyMode, ClientRef, Event, EventKind, InputItem, PermissionDecision,
+    PermissionResponse, Role, Seq, SessionId, SessionSnapshot, SessionStatus, SessionSummary,
+    TokenUsage, TurnError, TurnId, TurnStarted,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -95,6 +99,18 @@ enum Command {
     TurnFinished {
         turn_id: TurnId,
         outcome: TurnOutcome,
+    },
+    Authorize {
+        turn_id: TurnId,
+        ask: PermissionAsk,
+        reply: oneshot::Sender<Result<Verdict, SinkError>>,
+    },
+    RespondPermission {
+        request_id: String,
+        decision: PermissionDecision,
+        message: Option<String>,
+        by: ClientRef,
+        reply: oneshot::Sender<Result<PermissionResponse, SessionError>>,
     },
     /// Ends a turn the log left open (the daemon stopped during it).
     RecoverOpenTurn {
@@ -203,6 +219,24 @@ impl SessionHandle {
         .await?
     }
 
+    /// Answers a permission request; the first answer wins.
+    pub async fn respond_permission(
+        &self,
+        request_id: String,
+        decision: PermissionDecision,
+        message: Option<String>,
+        by: ClientRef,
+    ) -> Result<PermissionResponse, SessionError> {
+        self.call(|reply| Command::RespondPermission {
+            request_id,
+            decision,
+            message,
+            by,
+            reply,
+        })
+        .await?
+    }
+
     /// Cancels the running turn; `false` when none runs.
     pub async fn cancel_turn(&self) -> Result<bool, SessionError> {
         self.call(|reply| Command::CancelTurn { reply }).await
@@ -275,7 +309,17 @@ struct SessionActor {
     queue: VecDeque<Queued>,
     system: Option<Vec<SystemBlock>>,
     workspace: Arc<Workspace>,
+    /// Permission requests waiting for an answer.
+    waiting: std::collections::HashMap<String, Waiting>,
+    /// Settings problems already reported.
+    reported: std::collections::HashSet<String>,
     me: mpsc::WeakUnboundedSender<Command>,
+}
+
+struct Waiting {
+    turn_id: TurnId,
+    rule: String,
+    reply: oneshot::Sender<Result<Verdict, SinkError>>,
 }
 
 struct Running {
@@ -297,6 +341,25 @@ struct ActorSink {
 }
 
 impl TurnSink for ActorSink {
+    fn authorize(
+        &self,
+        ask: PermissionAsk,
+    ) -> Pin<Box<dyn Future<Output = Result<Verdict, SinkError>> + Send + '_>> {
+        Box::pin(async move {
+            let (reply, answer) = oneshot::channel();
+            self.tx
+                .send(Command::Authorize {
+                    turn_id: self.turn_id.clone(),
+                    ask,
+                    reply,
+                })
+                .map_err(|_| SinkError("the session stopped".into()))?;
+            answer
+                .await
+                .map_err(|_| SinkError("the session stopped".into()))?
+        })
+    }
+
     fn send(&self, event: EventKind) {
         let _ = self.tx.send(Command::TurnEvent {
             turn_id: self.turn_id.clone(),
@@ -405,6 +468,8 @@ pub(super) fn spawn(
         queue: VecDeque::new(),
         system: None,
         workspace,
+        waiting: Default::default(),
+        reported: Default::default(),
         me: tx.downgrade(),
     };
     tokio::spawn(actor.run(rx));
@@ -538,7 +603,12 @@ impl SessionActor {
             Command::Snapshot { reply } => {
                 let _ = reply.send(SessionSnapshot {
                     summary: self.summary(),
-                    pending_permissions: Vec::new(),
+                    pending_permissions: self
+                        .history
+                        .pending_permissions
+                        .values()
+                        .cloned()
+                        .collect(),
                     usage: self.history.usage,
                     cost_usd: self.history.cost_usd,
                     running_turn: self.running.as_ref().map(|r| r.turn_id.clone()),
@@ -555,11 +625,30 @@ impl SessionActor {
                 let _ = reply.send(result);
             }
             Command::CancelTurn { reply } => {
-                let running = self.running.as_ref();
-                if let Some(r) = running {
-                    r.cancel.cancel();
+                let running = self
+                    .running
+                    .as_ref()
+                    .map(|r| (r.cancel.clone(), r.turn_id.clone()));
+                if let Some((cancel, turn_id)) = &running {
+                    cancel.cancel();
+                    self.cancel_waiting(turn_id);
                 }
                 let _ = reply.send(running.is_some());
+            }
+            Command::Authorize {
+                turn_id,
+                ask,
+                reply,
+            } => self.authorize(turn_id, ask, reply),
+            Command::RespondPermission {
+                request_id,
+                decision,
+                message,
+                by,
+                reply,
+            } => {
+                let result = self.respond_permission(request_id, decision, message, by);
+                let _ = reply.send(result);
             }
             Command::TurnEvent {
                 turn_id,
@@ -592,6 +681,22 @@ impl SessionActor {
                 }
             }
             Command::RecoverOpenTurn { turn_id } => {
+                let pending: Vec<String> =
+                    self.history.pending_permissions.keys().cloned().collect();
+                for request_id in pending {
+                    let _ = self.emit_in(
+                        EventKind::PermissionResolved {
+                            request_id,
+                            decision: PermissionDecision::Cancelled,
+                            resolved_by: None,
+                            message: Some(
+                                "the daemon stopped while this request was pending".into(),
+                            ),
+                            rule: None,
+                        },
+                        Some(turn_id.clone()),
+                    );
+                }
                 self.end_turn(turn_id, interrupted_outcome());
                 let _ = self.emit(EventKind::Notice {
                     level: "warning".into(),
@@ -631,6 +736,191 @@ impl SessionActor {
             }
         }
         Flow::Continue
+    }
+
+    fn observer_only(&self, client: &ClientRef) -> bool {
+        let mine: Vec<Role> = self
+            .attached
+            .iter()
+            .filter(|a| a.client.client_id == client.client_id)
+            .map(|a| a.role)
+            .collect();
+        !mine.is_empty() && !mine.contains(&Role::Controller)
+    }
+
+    /// The session's rules now: the settings files (read each time, so edits apply at once)
+    /// plus the rules answers added. New problems in the files are reported once.
+    fn rules(&mut self) -> crate::permissions::RuleSet {
+        let root = std::path::PathBuf::from(&self.record.cwd);
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let mut rules = crate::permissions::load_settings(&root, home.as_deref());
+        let session = self.history.session_rules.clone();
+        rules.add("allow", &session, &root, home.as_deref(), "session");
+        for problem in rules.problems.clone() {
+            if self.reported.insert(problem.clone()) {
+                let _ = self.emit(EventKind::Notice {
+                    level: "warning".into(),
+                    message: problem,
+                });
+            }
+        }
+        rules
+    }
+
+    fn authorize(
+        &mut self,
+        turn_id: TurnId,
+        ask: PermissionAsk,
+        reply: oneshot::Sender<Result<Verdict, SinkError>>,
+    ) {
+        use crate::permissions::{Call, Decision, decide, suggest_rule};
+        let rules = self.rules();
+        let root = std::path::PathBuf::from(&self.record.cwd);
+        let roots = [root];
+        let cwd = self.workspace.cwd();
+        let call = Call {
+            tool: &ask.tool,
+            input: &ask.input,
+            read_only: ask.read_only,
+            cwd: &cwd,
+            roots: &roots,
+        };
+        match decide(self.record.permission_mode, &rules, &call) {
+            Decision::Allow => drop(reply.send(Ok(Verdict::Allow))),
+            Decision::Deny(why) => drop(reply.send(Ok(Verdict::Deny(why)))),
+            Decision::Ask => {
+                let request_id = format!("perm_{}", uuid::Uuid::new_v4().simple());
+                let rule = suggest_rule(&call);
+                let preview = crate::tools::preview(&ask.tool, &ask.input, &cwd);
+                let event = EventKind::PermissionRequested {
+                    request_id: request_id.clone(),
+                    tool_call_id: ask.tool_call_id,
+                    tool: ask.tool,
+                    input: ask.input,
+                    preview,
+                    options: ["allow_once", "allow_session", "allow_always", "deny"]
+                        .map(String::from)
+                        .to_vec(),
+                    rule: rule.clone(),
+                };
+                if let Err(e) = self.emit_in(event, Some(turn_id.clone())) {
+                    let _ = reply.send(Err(SinkError(e.to_string())));
+                    return;
+                }
+                self.waiting.insert(
+                    request_id,
+                    Waiting {
+                        turn_id,
+                        rule,
+                        reply,
+                    },
+                );
+                self.set_status(SessionStatus::AwaitingPermission);
+            }
+        }
+    }
+
+    fn respond_permission(
+        &mut self,
+        request_id: String,
+        decision: PermissionDecision,
+        message: Option<String>,
+        by: ClientRef,
+    ) -> Result<PermissionResponse, SessionError> {
+        if self.observer_only(&by) {
+            return Err(SessionError::NotController);
+        }
+        let Some(waiting) = self.waiting.remove(&request_id) else {
+            return match self.history.resolved_permissions.get(&request_id) {
+                Some((decision, resolved_by)) => Ok(PermissionResponse {
+                    status: "already_resolved".into(),
+                    decision: *decision,
+                    resolved_by: resolved_by.clone(),
+                }),
+                None => Err(SessionError::RequestNotFound(request_id)),
+            };
+        };
+        let adds_rule = matches!(
+            decision,
+            PermissionDecision::AllowSession | PermissionDecision::AllowAlways
+        );
+        let event = EventKind::PermissionResolved {
+            request_id,
+            decision,
+            resolved_by: Some(by.clone()),
+            message: message.clone(),
+            rule: adds_rule.then(|| waiting.rule.clone()),
+        };
+        self.emit_in(event, Some(waiting.turn_id.clone()))?;
+        if decision == PermissionDecision::AllowAlways {
+            let root = std::path::PathBuf::from(&self.record.cwd);
+            let note = match crate::permissions::remember_always(&root, &waiting.rule) {
+                Ok(file) => format!("{} is now allowed in {}", waiting.rule, file.display()),
+                Err(e) => format!(
+                    "{} is allowed for this session, but could not be saved: {e}",
+                    waiting.rule
+                ),
+            };
+            let _ = self.emit(EventKind::Notice {
+                level: "info".into(),
+                message: note,
+            });
+        }
+        let verdict = match decision {
+            PermissionDecision::Deny => Verdict::Deny(match message.filter(|m| !m.trim().is_empty()) {
+                Some(m) => format!("The user denied this tool call and said: {m}"),
+                None => "The user denied this tool call. Do not retry it unchanged; ask the user or take another approach.".into(),
+            }),
+            _ => Verdict::Allow,
+        };
+        // The tool runs only once the decision is durable.
+        let reply = waiting.reply;
+        self.deferred
+            .push(Box::new(move |err: Option<&SessionError>| {
+                let _ = reply.send(match err {
+                    Some(e) => Err(SinkError(e.to_string())),
+                    None => Ok(verdict),
+                });
+            }));
+        if !self.waiting.values().any(|w| {
+            self.running
+                .as_ref()
+                .is_some_and(|r| r.turn_id == w.turn_id)
+        }) {
+            self.set_status(SessionStatus::Running);
+        }
+        Ok(PermissionResponse {
+            status: "accepted".into(),
+            decision,
+            resolved_by: Some(by),
+        })
+    }
+
+    /// Resolves every request of `turn_id` as cancelled.
+    fn cancel_waiting(&mut self, turn_id: &TurnId) {
+        let ids: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| &w.turn_id == turn_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for request_id in ids {
+            if let Some(w) = self.waiting.remove(&request_id) {
+                let _ = self.emit_in(
+                    EventKind::PermissionResolved {
+                        request_id,
+                        decision: PermissionDecision::Cancelled,
+                        resolved_by: None,
+                        message: None,
+                        rule: None,
+                    },
+                    Some(w.turn_id),
+                );
+                let _ = w
+                    .reply
+                    .send(Ok(Verdict::Deny(crate::agent::INTERRUPTED.to_owned())));
+            }
+        }
     }
 
     fn set_status(&mut self, status: SessionStatus) {
@@ -682,13 +972,7 @@ impl SessionActor {
                 });
             }
         }
-        let mine: Vec<Role> = self
-            .attached
-            .iter()
-            .filter(|a| a.client.client_id == by.client_id)
-            .map(|a| a.role)
-            .collect();
-        if !mine.is_empty() && !mine.contains(&Role::Controller) {
+        if self.observer_only(&by) {
             return Err(SessionError::NotController);
         }
         let turn_id = TurnId(uuid::Uuid::new_v4().to_string());
@@ -934,6 +1218,10 @@ impl SessionActor {
             limits: self.env.limits.clone(),
             web: self.env.web.clone(),
             fast_model: self.env.fast_model.clone(),
+            authorizer: Arc::new(ActorSink {
+                tx: tx.clone(),
+                turn_id: turn_id.clone(),
+            }),
         });
         let turn = Turn {
             model,

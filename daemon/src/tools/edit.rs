@@ -24,7 +24,7 @@ pub struct Change {
 }
 
 impl Change {
-    fn from_json(v: &Value) -> Self {
+    pub fn from_json(v: &Value) -> Self {
         Self {
             old: v["old_string"].as_str().unwrap_or_default().to_owned(),
             new: v["new_string"].as_str().unwrap_or_default().to_owned(),

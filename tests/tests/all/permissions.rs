@@ -1,0 +1,278 @@
+//! The permission broker end to end: one prompt, many clients, the first answer wins, nothing
+//! lost across disconnects and restarts.
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake, Ndjson};
+
+fn echo_turn() -> Vec<Step> {
+    vec![
+        Step::default().tool_use("Bash", json!({"command": "echo from-the-tool"})),
+        Step::text("done"),
+    ]
+}
+
+fn attach(daemon: &Daemon, session: &str, role: &str) -> anyhow::Result<Ndjson> {
+    let mut c = daemon.ndjson()?;
+    c.call(
+        "session/subscribe",
+        json!({"sessionId": session, "since": "head", "role": role}),
+    )?;
+    c.events_until("client_attached")?;
+    Ok(c)
+}
+
+fn conn_id(c: &mut Ndjson) -> anyhow::Result<Value> {
+    Ok(c.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientInfo": {"name": "t", "kind": "tui"}}),
+    )?["connectionId"]
+        .clone())
+}
+
+#[test]
+fn the_first_controller_answer_wins_and_everyone_sees_who() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of(echo_turn()))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut setup = daemon.ndjson()?;
+    let session = setup.new_session_with_mode(&daemon.workdir(), "default")?;
+    let mut a = daemon.ndjson()?;
+    let a_id = conn_id(&mut a)?;
+    a.call(
+        "session/subscribe",
+        json!({"sessionId": session, "since": "head"}),
+    )?;
+    a.events_until("client_attached")?;
+    let mut b = attach(&daemon, &session, "controller")?;
+    let mut observer = attach(&daemon, &session, "observer")?;
+    a.events_until("client_attached")?;
+    a.events_until("client_attached")?;
+
+    a.start_turn(&session, "say it")?;
+    let mut request_ids = Vec::new();
+    for c in [&mut a, &mut b, &mut observer] {
+        let asked = c.events_until("permission_requested")?;
+        let req = asked.last().context("request")?;
+        assert_eq!(req["data"]["tool"], "Bash");
+        assert_eq!(req["data"]["preview"], "echo from-the-tool");
+        assert_eq!(req["data"]["rule"], "Bash(echo from-the-tool:*)");
+        request_ids.push(req["data"]["requestId"].clone());
+    }
+    assert!(request_ids.windows(2).all(|w| w[0] == w[1]));
+    let request = request_ids[0].clone();
+    let snapshot = b.call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(snapshot["status"], "awaiting_permission");
+    assert_eq!(snapshot["pendingPermissions"][0]["requestId"], request);
+
+    let refused = observer.request(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    assert_eq!(refused["error"]["code"], -32003);
+    let first = a.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    assert_eq!(first["status"], "accepted");
+    let second = b.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "deny"}),
+    )?;
+    assert_eq!(second["status"], "already_resolved");
+    assert_eq!(second["decision"], "allow_once");
+    assert_eq!(second["resolvedBy"]["clientId"], a_id);
+    for c in [&mut a, &mut b, &mut observer] {
+        let resolved = c.events_until("permission_resolved")?;
+        let r = resolved.last().context("resolved")?;
+        assert_eq!(r["data"]["decision"], "allow_once");
+        assert_eq!(r["data"]["resolvedBy"]["clientId"], a_id);
+        let end = c.events_until("turn_ended")?;
+        let result = end
+            .iter()
+            .find(|e| e["type"] == "tool_result")
+            .context("result")?;
+        assert_eq!(result["data"]["content"], "from-the-tool\n");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_request_outlives_its_clients_and_a_later_client_answers() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of(echo_turn()))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "say it")?;
+    c.events_until("permission_requested")?;
+    drop(c);
+
+    let mut late = daemon.ndjson()?;
+    late.subscribe(&session, json!(0))?;
+    let replay = late.events_until("replay_complete")?;
+    let req = replay
+        .iter()
+        .find(|e| e["type"] == "permission_requested")
+        .context("replayed")?;
+    let request = req["data"]["requestId"].clone();
+    let listed = late.call("permission/list", json!({"sessionId": session}))?;
+    assert_eq!(listed[0]["requestId"], request);
+    late.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    let end = late.events_until("turn_ended")?;
+    assert_eq!(end.last().context("end")?["data"]["stopReason"], "end_turn");
+    Ok(())
+}
+
+#[test]
+fn a_pending_request_across_kill_9_is_cancelled_and_the_next_turn_works() -> anyhow::Result<()> {
+    let mut steps = echo_turn();
+    steps.truncate(1);
+    steps.push(Step::text("after the restart"));
+    let fake = Fake::start(Script::of(steps))?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "say it")?;
+    let request = c
+        .events_until("permission_requested")?
+        .last()
+        .context("req")?["data"]["requestId"]
+        .clone();
+    daemon.kill9()?;
+    daemon.spawn()?;
+    let mut c = daemon.ndjson()?;
+    c.subscribe(&session, json!(0))?;
+    let mut seen = c.events_until("replay_complete")?;
+    while !seen.iter().any(|e| e["type"] == "turn_ended") {
+        seen.push(c.next_event()?);
+    }
+    let resolved = seen
+        .iter()
+        .find(|e| e["type"] == "permission_resolved")
+        .context("resolved")?;
+    assert_eq!(
+        (
+            resolved["data"]["requestId"].clone(),
+            resolved["data"]["decision"].clone()
+        ),
+        (request.clone(), json!("cancelled"))
+    );
+    let late = c.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    assert_eq!(late["status"], "already_resolved");
+    c.start_turn(&session, "again")?;
+    let end = c.events_until("turn_ended")?;
+    assert_eq!(end.last().context("end")?["data"]["stopReason"], "end_turn");
+    for r in fake.server.message_requests() {
+        assert!(r.rejected.is_none(), "{:?}", r.rejected);
+    }
+    Ok(())
+}
+
+#[test]
+fn allow_always_is_saved_and_deny_messages_reach_the_model() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "echo one"})),
+        Step::text("ok"),
+        Step::default().tool_use("Bash", json!({"command": "echo two"})),
+        Step::text("ok again"),
+        Step::default().tool_use("Bash", json!({"command": "rm -rf build"})),
+        Step::text("understood"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+
+    c.start_turn(&session, "first")?;
+    let req = c
+        .events_until("permission_requested")?
+        .last()
+        .context("req")?["data"]
+        .clone();
+    assert_eq!(req["rule"], "Bash(echo one:*)");
+    c.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": req["requestId"], "decision": "allow_always"}),
+    )?;
+    c.events_until("turn_ended")?;
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(
+        daemon.workdir().join(".claude/settings.local.json"),
+    )?)?;
+    assert_eq!(saved["permissions"]["allow"], json!(["Bash(echo one:*)"]));
+
+    // A call the settings file allows does not ask (the file is read on every check).
+    std::fs::write(
+        daemon.workdir().join(".claude/settings.local.json"),
+        r#"{"permissions": {"allow": ["Bash(echo:*)"]}}"#,
+    )?;
+    c.start_turn(&session, "second")?;
+    let events = c.events_until("turn_ended")?;
+    assert!(
+        !events.iter().any(|e| e["type"] == "permission_requested"),
+        "the rule allowed it"
+    );
+
+    c.start_turn(&session, "third")?;
+    let req = c
+        .events_until("permission_requested")?
+        .last()
+        .context("req")?["data"]
+        .clone();
+    c.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": req["requestId"], "decision": "deny", "message": "never delete the build dir"}),
+    )?;
+    let events = c.events_until("turn_ended")?;
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("result")?;
+    assert_eq!(result["data"]["isError"], true);
+    let reqs = fake.server.message_requests();
+    let last = reqs[5].body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .context("last")?
+        .clone();
+    assert!(
+        last["content"][0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("never delete the build dir")),
+        "{last}"
+    );
+    Ok(())
+}
+
+#[test]
+fn plan_mode_refuses_changes_without_asking() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of(echo_turn()))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "plan")?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "do it")?;
+    let events = c.events_until("turn_ended")?;
+    assert!(!events.iter().any(|e| e["type"] == "permission_requested"));
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("result")?;
+    assert!(
+        result["data"]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("plan mode"))
+    );
+    Ok(())
+}
