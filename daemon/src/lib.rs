@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod context;
 pub mod daemon;
+pub mod hooks;
 pub mod llm;
 pub mod permissions;
 pub mod rpc;

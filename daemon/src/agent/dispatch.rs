@@ -52,6 +52,10 @@ pub struct Dispatch<'a> {
     pub subagents: Option<Arc<super::subagent::Subagents>>,
     /// What tools spent on model requests.
     pub spent: Arc<std::sync::Mutex<super::tool::Spent>>,
+    /// The project's hooks.
+    pub hooks: Arc<crate::hooks::Hooks>,
+    /// The session's id (hooks receive it).
+    pub session_id: String,
 }
 
 impl Dispatch<'_> {
@@ -143,11 +147,34 @@ impl Dispatch<'_> {
                     .await?;
                 continue;
             }
+            let cwd = self.workspace.cwd();
+            let mut hook = None;
+            if self.hooks.has("PreToolUse") {
+                let input = serde_json::json!({"session_id": self.session_id, "cwd": cwd, "tool_name": tool.name(), "tool_input": call.input});
+                let outcome = self
+                    .hooks
+                    .run("PreToolUse", Some(tool.name()), input, &cwd)
+                    .await;
+                for n in outcome.notices {
+                    self.sink.send(EventKind::Notice {
+                        level: "warning".into(),
+                        message: n,
+                    });
+                }
+                if let Some(reason) = outcome.block {
+                    let msg = format!("blocked by a PreToolUse hook: {reason}");
+                    self.result(history, &call.id, ToolOutput::error(msg))
+                        .await?;
+                    continue;
+                }
+                hook = outcome.permission;
+            }
             let ask = super::sink::PermissionAsk {
                 tool_call_id: call.id.clone(),
                 tool: tool.name().to_owned(),
                 input: call.input.clone(),
                 read_only: tool.is_read_only(),
+                hook,
             };
             let verdict = tokio::select! {
                 v = self.sink.authorize(ask) => v?,
@@ -179,6 +206,9 @@ impl Dispatch<'_> {
             let name = call.name.clone();
             let id = call.id.clone();
             unanswered.push(id.clone());
+            let hooks = self.hooks.clone();
+            let post_input = serde_json::json!({"session_id": self.session_id, "cwd": self.workspace.cwd(), "tool_name": tool.name(), "tool_input": call.input});
+            let hook_sink = self.sink.clone();
             let given = ["file_path", "notebook_path", "path"]
                 .iter()
                 .find_map(|k| call.input[*k].as_str().map(str::to_owned))
@@ -192,7 +222,26 @@ impl Dispatch<'_> {
                         ToolOutput::error(format!("{name} timed out after {}s and was stopped", timeout.as_secs()))
                     }
                 };
-                (id, with_note(out, note))
+                let mut out = with_note(out, note);
+                if hooks.has("PostToolUse") {
+                    let mut input = post_input;
+                    input["tool_response"] = out.content.clone();
+                    let cwd = ctx.workspace.cwd();
+                    let outcome = hooks.run("PostToolUse", Some(&name), input, &cwd).await;
+                    for n in outcome.notices {
+                        hook_sink.send(EventKind::Notice { level: "warning".into(), message: n });
+                    }
+                    let extra: Vec<String> = outcome
+                        .block
+                        .map(|b| format!("PostToolUse hook: {b}"))
+                        .into_iter()
+                        .chain(outcome.context)
+                        .collect();
+                    if let (false, serde_json::Value::String(text)) = (extra.is_empty(), &mut out.content) {
+                        text.push_str(&format!("\n\n{}", extra.join("\n")));
+                    }
+                }
+                (id, out)
             });
         }
         let mut cancelled = false;

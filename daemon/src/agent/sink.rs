@@ -21,6 +21,8 @@ pub struct PermissionAsk {
     pub input: serde_json::Value,
     /// Whether the tool only reads.
     pub read_only: bool,
+    /// What a PreToolUse hook said, if one did.
+    pub hook: Option<crate::hooks::HookPermission>,
 }
 
 /// The permission check's answer.

@@ -32,6 +32,10 @@ pub struct Subagents {
     pub limits: TurnLimits,
     /// Web pages.
     pub web: Arc<crate::llm::WebFetcher>,
+    /// The project's hooks.
+    pub hooks: Arc<crate::hooks::Hooks>,
+    /// The session's id.
+    pub session_id: String,
     /// The parent's outlet, which answers the child's permission checks.
     pub authorizer: Arc<dyn TurnSink>,
     /// The small fast model.
@@ -115,6 +119,8 @@ impl Subagents {
             subagents: None,
             web: self.web.clone(),
             fast_model: self.fast_model.clone(),
+            hooks: self.hooks.clone(),
+            session_id: self.session_id.clone(),
         };
         let mut history = History::default();
         history.apply(

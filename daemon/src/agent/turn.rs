@@ -21,6 +21,9 @@ pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off because it re
 Continue exactly where you stopped, without repeating what you already wrote. If you were in the middle of a tool call, \
 make that call again in full.";
 
+/// Extra model calls Stop hooks may force in one turn.
+pub const MAX_STOP_HOOK_CONTINUATIONS: u32 = 3;
+
 /// Limits of a turn.
 #[derive(Debug, Clone)]
 pub struct TurnLimits {
@@ -95,6 +98,10 @@ pub struct Turn {
     pub web: Arc<crate::llm::WebFetcher>,
     /// The small fast model.
     pub fast_model: String,
+    /// The project's hooks.
+    pub hooks: Arc<crate::hooks::Hooks>,
+    /// The session's id (hooks receive it).
+    pub session_id: String,
 }
 
 /// How a turn ended.
@@ -232,6 +239,7 @@ impl Turn {
         let mut continuations = 0;
         let mut requests = 0;
         let mut compacted_for_length = false;
+        let mut stop_hooks = 0;
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(tally.outcome("cancelled", None));
@@ -481,6 +489,8 @@ impl Turn {
                     timeout: self.limits.tool_timeout,
                     sink: sink.clone(),
                     subagents: self.subagents.clone(),
+                    hooks: self.hooks.clone(),
+                    session_id: self.session_id.clone(),
                     net: Some(Arc::new(super::tool::Net {
                         llm: self.llm.clone(),
                         catalog: self.catalog.clone(),
@@ -513,6 +523,29 @@ impl Turn {
                     sink.commit(event).await?;
                 }
                 "pause_turn" | "tool_use" => {}
+                "end_turn" | "stop_sequence"
+                    if self.hooks.has("Stop") && stop_hooks < MAX_STOP_HOOK_CONTINUATIONS =>
+                {
+                    let cwd = self.workspace.cwd();
+                    let input = serde_json::json!({"session_id": self.session_id, "cwd": cwd, "stop_hook_active": stop_hooks > 0});
+                    let outcome = self.hooks.run("Stop", None, input, &cwd).await;
+                    for n in outcome.notices {
+                        sink.send(EventKind::Notice {
+                            level: "warning".into(),
+                            message: n,
+                        });
+                    }
+                    let Some(reason) = outcome.block else {
+                        return Ok(tally.outcome(&stop_reason, None));
+                    };
+                    stop_hooks += 1;
+                    let event = EventKind::Continuation {
+                        attempt: stop_hooks,
+                        prompt: format!("A Stop hook asks you to continue: {reason}"),
+                    };
+                    history.apply(&event, None);
+                    sink.commit(event).await?;
+                }
                 _ if message.content().iter().any(|b| b["type"] == "tool_use")
                     && stop_reason != "max_tokens" => {}
                 other => return Ok(tally.outcome(other, None)),

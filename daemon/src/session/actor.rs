@@ -785,11 +785,25 @@ impl SessionActor {
             cwd: &cwd,
             roots: &roots,
         };
-        match decide(self.record.permission_mode, &rules, &call) {
+        use crate::hooks::HookPermission;
+        let decision = match (
+            decide(self.record.permission_mode, &rules, &call),
+            &ask.hook,
+        ) {
+            (Decision::Deny(why), _) => Decision::Deny(why),
+            (_, Some(HookPermission::Deny(why))) => {
+                Decision::Deny(format!("denied by a PreToolUse hook: {why}"))
+            }
+            (_, Some(HookPermission::Allow)) => Decision::Allow,
+            (Decision::Allow, Some(HookPermission::Ask)) => Decision::Ask,
+            (d, _) => d,
+        };
+        match decision {
             Decision::Allow => drop(reply.send(Ok(Verdict::Allow))),
             Decision::Deny(why) => drop(reply.send(Ok(Verdict::Deny(why)))),
             Decision::Ask => {
                 let request_id = format!("perm_{}", uuid::Uuid::new_v4().simple());
+                let tool_name = ask.tool.clone();
                 let rule = suggest_rule(&call);
                 let preview = crate::tools::preview(&ask.tool, &ask.input, &cwd);
                 let event = EventKind::PermissionRequested {
@@ -816,6 +830,24 @@ impl SessionActor {
                     },
                 );
                 self.set_status(SessionStatus::AwaitingPermission);
+                let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+                let hooks = crate::hooks::Hooks::load(
+                    std::path::Path::new(&self.record.cwd),
+                    home.as_deref(),
+                );
+                if hooks.has("Notification") {
+                    let input = serde_json::json!({
+                        "session_id": self.record.id.0,
+                        "cwd": cwd,
+                        "message": format!("tether needs your permission to use {tool_name}"),
+                    });
+                    tokio::spawn(async move {
+                        let outcome = hooks.run("Notification", None, input, &cwd).await;
+                        for n in outcome.notices {
+                            tracing::warn!("{n}");
+                        }
+                    });
+                }
             }
         }
     }
@@ -1048,6 +1080,48 @@ impl SessionActor {
                 (p.content, p.notices)
             }
         };
+        let hooks = Arc::new(crate::hooks::Hooks::load(&cwd, home.as_deref()));
+        for problem in hooks.problems.clone() {
+            if self.reported.insert(problem.clone()) {
+                let _ = self.emit(EventKind::Notice {
+                    level: "warning".into(),
+                    message: problem,
+                });
+            }
+        }
+        let (mut content, mut notices) = (content, notices);
+        let mut blocked = None;
+        if command.is_none() || matches!(command, Some(SlashCommand::Custom { .. })) {
+            if self.system.is_none() && hooks.has("SessionStart") {
+                let input = serde_json::json!({"session_id": self.record.id.0, "cwd": cwd, "source": "startup"});
+                let outcome = hooks
+                    .run("SessionStart", Some("startup"), input, &cwd)
+                    .await;
+                notices.extend(outcome.notices);
+                content.extend(
+                    outcome
+                        .context
+                        .into_iter()
+                        .map(|c| serde_json::json!({"type": "text", "text": c})),
+                );
+            }
+            if hooks.has("UserPromptSubmit") {
+                let prompt: Vec<&str> = content.iter().filter_map(|b| b["text"].as_str()).collect();
+                let input = serde_json::json!({"session_id": self.record.id.0, "cwd": cwd, "prompt": prompt.join("\n")});
+                let outcome = hooks.run("UserPromptSubmit", None, input, &cwd).await;
+                notices.extend(outcome.notices);
+                blocked = outcome.block.or(outcome.stop);
+                content.extend(
+                    outcome
+                        .context
+                        .into_iter()
+                        .map(|c| serde_json::json!({"type": "text", "text": c})),
+                );
+            }
+        }
+        if blocked.is_some() {
+            content.clear();
+        }
         let input: Vec<serde_json::Value> = q
             .input
             .iter()
@@ -1073,6 +1147,22 @@ impl SessionActor {
             );
         }
         let turn_id = q.turn_id.clone();
+        if let Some(reason) = blocked {
+            let message = format!("the prompt was blocked by a UserPromptSubmit hook: {reason}");
+            let _ = self.emit_in(
+                EventKind::Error {
+                    code: "prompt_blocked".into(),
+                    message: message.clone(),
+                },
+                Some(turn_id.clone()),
+            );
+            let error = TurnError {
+                code: "prompt_blocked".into(),
+                message,
+                retryable: false,
+            };
+            return self.finish_command(turn_id, Some(error));
+        }
         let mut model = self.record.model.clone();
         let mut tools = self.env.tools.clone();
         let mut compact_instructions = None;
@@ -1210,6 +1300,8 @@ impl SessionActor {
             .map(str::to_owned)
             .collect();
         let subagents = Arc::new(crate::agent::Subagents {
+            hooks: hooks.clone(),
+            session_id: self.record.id.0.clone(),
             llm: llm.clone(),
             catalog: self.env.catalog.clone(),
             model: model.clone(),
@@ -1233,6 +1325,8 @@ impl SessionActor {
             cancel,
             limits: self.env.limits.clone(),
             subagents: Some(subagents),
+            hooks,
+            session_id: self.record.id.0.clone(),
             web: self.env.web.clone(),
             fast_model: self.env.fast_model.clone(),
         };

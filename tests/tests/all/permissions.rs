@@ -276,3 +276,78 @@ fn plan_mode_refuses_changes_without_asking() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn hooks_block_add_context_force_a_stop_and_time_out() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "rm -rf build"})),
+        Step::default().tool_use("Bash", json!({"command": "echo hi"})),
+        Step::text("done"),
+        Step::text("summary written"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    let settings = json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command",
+            "command": "grep -q '\"command\":\"rm ' && { echo 'rm is not allowed' >&2; exit 2; }; exit 0"}]}],
+        "PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command",
+            "command": "echo '{\"hookSpecificOutput\": {\"additionalContext\": \"post-hook was here\"}}'"}]}],
+        "Stop": [{"hooks": [{"type": "command",
+            "command": "test -f stopped-once && exit 0; touch stopped-once; echo 'also write the summary' >&2; exit 2"}]}],
+        "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "sleep 5", "timeout": 0.3}]}]
+    }});
+    std::fs::write(work.join(".claude/settings.json"), settings.to_string())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "clean up")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let notices: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "notice")
+        .filter_map(|e| e["data"]["message"].as_str())
+        .collect();
+    assert!(
+        notices.iter().any(|n| n.contains("did not finish")),
+        "the hanging hook timed out: {notices:?}"
+    );
+    let results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(
+        results[0]["data"]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("rm is not allowed")),
+        "{}",
+        results[0]
+    );
+    assert_eq!(results[0]["data"]["isError"], true);
+    assert!(
+        results[1]["data"]["content"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("hi\n") && s.contains("post-hook was here"))
+    );
+    let cont = events
+        .iter()
+        .find(|e| e["type"] == "continuation")
+        .context("stop hook continuation")?;
+    assert!(
+        cont["data"]["prompt"]
+            .as_str()
+            .is_some_and(|p| p.contains("also write the summary"))
+    );
+    let reqs = fake.server.message_requests();
+    assert_eq!(reqs.len(), 4, "the Stop hook forced one more model call");
+    for r in reqs {
+        assert!(r.rejected.is_none(), "{:?}", r.rejected);
+    }
+    Ok(())
+}

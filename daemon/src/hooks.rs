@@ -1,0 +1,347 @@
+//! Hooks in Claude Code's configuration shape (`"hooks"` in the same settings files as the
+//! permission rules): `PreToolUse`, `PostToolUse`, `UserPromptSubmit`, `Stop`, `SessionStart`,
+//! `PreCompact`, `Notification`; each entry has a `matcher` (tool name or regex; empty or `*`
+//! for all) and command hooks.
+//!
+//! A command gets the event's JSON on stdin and runs with a timeout (default 60 s). Exit 0 is
+//! fine (stdout may be JSON with `decision`, `reason`, `continue`, `stopReason` and
+//! `hookSpecificOutput.{permissionDecision, additionalContext}`); exit 2 blocks, its stderr going
+//! back to the model (or the user for prompts); any other exit is a non-blocking error.
+
+use grep_matcher::Matcher as _;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+/// Default hook timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The events hooks can attach to.
+pub const EVENTS: &[&str] = &[
+    "PreToolUse",
+    "PostToolUse",
+    "UserPromptSubmit",
+    "Stop",
+    "SessionStart",
+    "PreCompact",
+    "Notification",
+];
+
+#[derive(Debug, Clone)]
+struct Command {
+    command: String,
+    timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    event: String,
+    matcher: Option<String>,
+    commands: Vec<Command>,
+}
+
+/// A PreToolUse hook's say in the permission check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookPermission {
+    /// Allow without asking (deny rules still win).
+    Allow,
+    /// Ask even if rules allow.
+    Ask,
+    /// Refuse, with the reason for the model.
+    Deny(String),
+}
+
+/// What the hooks of one event said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// A hook blocked (exit 2 or `decision: block`), with its reason.
+    pub block: Option<String>,
+    /// A PreToolUse permission decision.
+    pub permission: Option<HookPermission>,
+    /// Text to add for the model.
+    pub context: Vec<String>,
+    /// Non-blocking problems to show the user.
+    pub notices: Vec<String>,
+    /// `continue: false`: stop, with this reason.
+    pub stop: Option<String>,
+}
+
+/// The hooks of a project.
+#[derive(Debug, Clone, Default)]
+pub struct Hooks {
+    entries: Vec<Entry>,
+    /// Configuration problems, naming the file.
+    pub problems: Vec<String>,
+}
+
+impl Hooks {
+    /// The hooks from `~/.claude/settings.json` and the project's settings files.
+    pub fn load(root: &Path, home: Option<&Path>) -> Self {
+        let mut hooks = Self::default();
+        let mut files = Vec::new();
+        if let Some(h) = home {
+            files.push(h.join(".claude/settings.json"));
+        }
+        files.push(root.join(".claude/settings.json"));
+        files.push(root.join(".claude/settings.local.json"));
+        for file in files {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            hooks.add(&v["hooks"], &file.display().to_string());
+        }
+        hooks
+    }
+
+    /// Adds the `hooks` object of one settings file.
+    pub fn add(&mut self, v: &Value, source: &str) {
+        let Some(map) = v.as_object() else {
+            if !v.is_null() {
+                self.problems
+                    .push(format!("{source}: \"hooks\" must be an object"));
+            }
+            return;
+        };
+        for (event, entries) in map {
+            if !EVENTS.contains(&event.as_str()) {
+                self.problems
+                    .push(format!("{source}: unknown hook event {event:?}"));
+                continue;
+            }
+            for entry in entries.as_array().into_iter().flatten() {
+                let matcher = entry["matcher"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .filter(|m| !m.is_empty() && m != "*");
+                let commands = entry["hooks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|h| h["type"] == "command")
+                    .filter_map(|h| {
+                        Some(Command {
+                            command: h["command"].as_str()?.to_owned(),
+                            timeout: h["timeout"]
+                                .as_f64()
+                                .map(Duration::from_secs_f64)
+                                .unwrap_or(DEFAULT_TIMEOUT),
+                        })
+                    })
+                    .collect::<Vec<_>>();
+                if commands.is_empty() {
+                    self.problems.push(format!(
+                        "{source}: a {event} hook entry has no command hooks"
+                    ));
+                    continue;
+                }
+                self.entries.push(Entry {
+                    event: event.clone(),
+                    matcher,
+                    commands,
+                });
+            }
+        }
+    }
+
+    /// Whether any hook listens to `event`.
+    pub fn has(&self, event: &str) -> bool {
+        self.entries.iter().any(|e| e.event == event)
+    }
+
+    /// Runs the hooks of `event` whose matcher accepts `target` (a tool name, or `auto`/`manual`
+    /// for PreCompact), feeding them `input` (to which `hook_event_name` is added).
+    pub async fn run(
+        &self,
+        event: &str,
+        target: Option<&str>,
+        mut input: Value,
+        cwd: &Path,
+    ) -> Outcome {
+        let mut outcome = Outcome::default();
+        input["hook_event_name"] = json!(event);
+        let stdin = input.to_string();
+        for entry in self.entries.iter().filter(|e| e.event == event) {
+            if let (Some(m), Some(t)) = (&entry.matcher, target) {
+                let hit = m == t
+                    || grep_regex::RegexMatcher::new(&format!("^(?:{m})$"))
+                        .is_ok_and(|re| re.is_match(t.as_bytes()).unwrap_or(false));
+                if !hit {
+                    continue;
+                }
+            }
+            for cmd in &entry.commands {
+                run_one(cmd, &stdin, cwd, event, &mut outcome).await;
+            }
+        }
+        outcome
+    }
+}
+
+async fn run_one(cmd: &Command, stdin: &str, cwd: &Path, event: &str, outcome: &mut Outcome) {
+    use tokio::io::AsyncWriteExt;
+    let child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&cmd.command)
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            outcome.notices.push(format!(
+                "{event} hook {:?} could not start: {e}",
+                cmd.command
+            ));
+            return;
+        }
+    };
+    if let Some(mut pipe) = child.stdin.take() {
+        let _ = pipe.write_all(stdin.as_bytes()).await;
+    }
+    let out = match tokio::time::timeout(cmd.timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => {
+            outcome
+                .notices
+                .push(format!("{event} hook {:?} failed: {e}", cmd.command));
+            return;
+        }
+        Err(_) => {
+            outcome.notices.push(format!(
+                "{event} hook {:?} did not finish within {} s and was stopped",
+                cmd.command,
+                cmd.timeout.as_secs_f64()
+            ));
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    match out.status.code() {
+        Some(0) => {
+            if let Ok(v) = serde_json::from_str::<Value>(&stdout)
+                .map_err(|_| ())
+                .and_then(|v| if v.is_object() { Ok(v) } else { Err(()) })
+            {
+                let reason = v["reason"].as_str().map(str::to_owned);
+                if v["decision"] == "block" {
+                    outcome.block = Some(
+                        reason
+                            .clone()
+                            .unwrap_or_else(|| format!("blocked by a {event} hook")),
+                    );
+                }
+                if v["continue"] == false {
+                    outcome.stop = Some(
+                        v["stopReason"]
+                            .as_str()
+                            .unwrap_or("stopped by a hook")
+                            .to_owned(),
+                    );
+                }
+                let specific = &v["hookSpecificOutput"];
+                let why = specific["permissionDecisionReason"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .or(reason);
+                match specific["permissionDecision"].as_str() {
+                    Some("allow") => outcome.permission = Some(HookPermission::Allow),
+                    Some("ask") => outcome.permission = Some(HookPermission::Ask),
+                    Some("deny") => {
+                        outcome.permission = Some(HookPermission::Deny(
+                            why.unwrap_or_else(|| "denied by a PreToolUse hook".into()),
+                        ))
+                    }
+                    _ => {}
+                }
+                if let Some(ctx) = specific["additionalContext"].as_str() {
+                    outcome.context.push(ctx.to_owned());
+                }
+            } else if !stdout.is_empty() && matches!(event, "UserPromptSubmit" | "SessionStart") {
+                outcome.context.push(stdout);
+            }
+        }
+        Some(2) => {
+            outcome.block = Some(if stderr.is_empty() {
+                format!("blocked by a {event} hook")
+            } else {
+                stderr
+            })
+        }
+        code => outcome.notices.push(format!(
+            "{event} hook {:?} exited with {}: {}",
+            cmd.command,
+            code.map(|c| c.to_string())
+                .unwrap_or_else(|| "a signal".into()),
+            stderr.lines().next().unwrap_or("")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hooks(v: Value) -> Hooks {
+        let mut h = Hooks::default();
+        h.add(&v, "test");
+        assert!(h.problems.is_empty(), "{:?}", h.problems);
+        h
+    }
+
+    #[tokio::test]
+    async fn exit_codes_json_output_matchers_and_timeouts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = hooks(json!({
+            "PreToolUse": [
+                {"matcher": "Bash", "hooks": [{"type": "command", "command": "grep -q '\"rm ' && { echo 'no rm here' >&2; exit 2; } || exit 0"}]},
+                {"matcher": "Edit|Write", "hooks": [{"type": "command", "command": "echo '{\"hookSpecificOutput\": {\"permissionDecision\": \"allow\"}}'"}]}
+            ],
+            "PostToolUse": [{"hooks": [{"type": "command", "command": "echo '{\"hookSpecificOutput\": {\"additionalContext\": \"lint: ok\"}}'"}]}],
+            "Stop": [{"hooks": [{"type": "command", "command": "sleep 5", "timeout": 0.2}]}],
+            "Notification": [{"hooks": [{"type": "command", "command": "exit 1"}]}]
+        }));
+        let rm = h
+            .run(
+                "PreToolUse",
+                Some("Bash"),
+                json!({"tool_input": {"command": "rm -rf x"}}),
+                dir.path(),
+            )
+            .await;
+        assert_eq!(rm.block.as_deref(), Some("no rm here"));
+        let ls = h
+            .run(
+                "PreToolUse",
+                Some("Bash"),
+                json!({"tool_input": {"command": "ls"}}),
+                dir.path(),
+            )
+            .await;
+        assert_eq!(ls, Outcome::default());
+        let edit = h
+            .run("PreToolUse", Some("Write"), json!({}), dir.path())
+            .await;
+        assert_eq!(edit.permission, Some(HookPermission::Allow));
+        let other = h
+            .run("PreToolUse", Some("Read"), json!({}), dir.path())
+            .await;
+        assert_eq!(other, Outcome::default(), "matchers are anchored");
+        let post = h
+            .run("PostToolUse", Some("Read"), json!({}), dir.path())
+            .await;
+        assert_eq!(post.context, ["lint: ok"]);
+        let started = std::time::Instant::now();
+        let stop = h.run("Stop", None, json!({}), dir.path()).await;
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(stop.notices[0].contains("did not finish"), "{stop:?}");
+        let note = h.run("Notification", None, json!({}), dir.path()).await;
+        assert!(note.notices[0].contains("exited with 1"));
+        assert!(note.block.is_none());
+    }
+}
