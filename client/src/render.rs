@@ -56,6 +56,7 @@ pub fn event_line(ev: &Event) -> String {
             title,
             model,
             permission_mode,
+            on_no_controller,
             by: who,
         } => {
             let mut parts = Vec::new();
@@ -67,6 +68,15 @@ pub fn event_line(ev: &Event) -> String {
             }
             if let Some(m) = permission_mode {
                 parts.push(format!("mode {}", m.as_str()));
+            }
+            if let Some(p) = on_no_controller {
+                parts.push(
+                    format!(
+                        "without a controller: {:?} after {} ms",
+                        p.action, p.timeout_ms
+                    )
+                    .to_lowercase(),
+                );
             }
             format!("configured: {}{}", parts.join(", "), by(who))
         }

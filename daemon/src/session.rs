@@ -79,6 +79,8 @@ pub struct Configure {
     pub model: Option<String>,
     /// New permission mode.
     pub permission_mode: Option<PermissionMode>,
+    /// New policy for requests while no controller is attached.
+    pub on_no_controller: Option<tether_proto::NoControllerPolicy>,
 }
 
 /// Every session of the daemon: the stored ones, and the loaded ones with a running actor.
@@ -122,6 +124,7 @@ impl Sessions {
                 .model
                 .unwrap_or_else(|| self.env.catalog.default_model().to_owned()),
             permission_mode: new.permission_mode.unwrap_or_default(),
+            on_no_controller: Default::default(),
             status: SessionStatus::Idle,
             created_at: now.clone(),
             updated_at: now,

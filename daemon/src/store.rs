@@ -60,6 +60,9 @@ pub struct SessionRecord {
     pub model: String,
     /// Permission mode.
     pub permission_mode: PermissionMode,
+    /// What permission requests do while no controller is attached.
+    #[serde(default)]
+    pub on_no_controller: tether_proto::NoControllerPolicy,
     /// What it was doing when last written.
     pub status: SessionStatus,
     /// RFC 3339 creation time.

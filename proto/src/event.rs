@@ -88,6 +88,9 @@ pub enum EventKind {
         /// New permission mode.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         permission_mode: Option<PermissionMode>,
+        /// New policy for permission requests while no controller is attached.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_no_controller: Option<crate::types::NoControllerPolicy>,
         /// Who changed them.
         #[serde(default)]
         by: Option<ClientRef>,

@@ -57,6 +57,7 @@ pub trait TetherRpc {
         title: Option<String>,
         model: Option<String>,
         #[argument(rename = "permissionMode")] permission_mode: Option<PermissionMode>,
+        #[argument(rename = "onNoController")] on_no_controller: Option<NoControllerPolicy>,
     ) -> RpcResult<SessionSummary>;
 
     /// Deletes a session and its log.

@@ -258,6 +258,9 @@ pub struct SessionSummary {
     pub model: String,
     /// Permission mode.
     pub permission_mode: PermissionMode,
+    /// What permission requests do while no controller is attached.
+    #[serde(default)]
+    pub on_no_controller: NoControllerPolicy,
     /// What it is doing.
     pub status: SessionStatus,
     /// RFC 3339 creation time.
@@ -399,6 +402,30 @@ impl PermissionDecision {
             Self::Cancelled => "cancelled",
         }
     }
+}
+
+/// What happens to a permission request while no controller is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NoControllerPolicy {
+    /// `wait` (the default), `deny` or `allow`.
+    pub action: NoControllerAction,
+    /// How long to wait for a controller before acting (milliseconds; 0 = at once).
+    #[serde(default)]
+    pub timeout_ms: u64,
+}
+
+/// The action of a [`NoControllerPolicy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoControllerAction {
+    /// Keep waiting for a controller.
+    #[default]
+    Wait,
+    /// Deny the call.
+    Deny,
+    /// Allow the call once.
+    Allow,
 }
 
 /// Result of `permission/respond`.

@@ -171,6 +171,49 @@ impl Turn {
         }
     }
 
+    /// Runs the PreCompact hooks, then compacts.
+    async fn compact(
+        &self,
+        model_id: &str,
+        tools: &[crate::llm::ToolDefinition],
+        history: &mut History,
+        sink: &Arc<dyn TurnSink>,
+        reason: &str,
+        extra: Option<&str>,
+    ) -> Result<Option<super::compact::Compacted>, SinkError> {
+        if self.hooks.has("PreCompact") {
+            let cwd = self.workspace.cwd();
+            let trigger = if reason == "manual" { "manual" } else { "auto" };
+            let input = serde_json::json!({
+                "session_id": self.session_id,
+                "cwd": cwd,
+                "trigger": trigger,
+                "custom_instructions": extra.unwrap_or(""),
+            });
+            let outcome = self
+                .hooks
+                .run("PreCompact", Some(trigger), input, &cwd)
+                .await;
+            for n in outcome.notices {
+                sink.send(EventKind::Notice {
+                    level: "warning".into(),
+                    message: n,
+                });
+            }
+        }
+        compact(
+            &self.llm,
+            model_id,
+            tools,
+            history,
+            sink,
+            reason,
+            extra,
+            &self.cancel,
+        )
+        .await
+    }
+
     fn count(&self, tally: &mut Tally, model_id: &str, usage: &Usage) {
         tally.usage.add(&wire_usage(usage));
         tally.cost = match (tally.cost, self.catalog.cost_usd(model_id, usage)) {
@@ -192,17 +235,16 @@ impl Turn {
         };
         let model_id = self.catalog.resolve(&self.model);
         let tools = self.tools.definitions();
-        let done = compact(
-            &self.llm,
-            &model_id,
-            &tools,
-            &mut history,
-            &sink,
-            "manual",
-            instructions.as_deref(),
-            &self.cancel,
-        )
-        .await;
+        let done = self
+            .compact(
+                &model_id,
+                &tools,
+                &mut history,
+                &sink,
+                "manual",
+                instructions.as_deref(),
+            )
+            .await;
         match done {
             Ok(Some(c)) => {
                 self.count(&mut tally, &model_id, &c.usage);
@@ -257,17 +299,9 @@ impl Turn {
             if let (Some(pct), Some(w)) = (self.limits.auto_compact_percent, window)
                 && history.last_context_tokens as f64 >= pct / 100.0 * w as f64
                 && history.compaction_failures < MAX_FAILURES
-                && let Some(c) = compact(
-                    &self.llm,
-                    &model_id,
-                    &tools,
-                    history,
-                    &sink,
-                    "auto",
-                    None,
-                    &self.cancel,
-                )
-                .await?
+                && let Some(c) = self
+                    .compact(&model_id, &tools, history, &sink, "auto", None)
+                    .await?
             {
                 self.count(tally, &model_id, &c.usage);
             }
@@ -351,17 +385,9 @@ impl Turn {
                 {
                     compacted_for_length = true;
                     requests -= 1;
-                    match compact(
-                        &self.llm,
-                        &model_id,
-                        &tools,
-                        history,
-                        &sink,
-                        "prompt_too_long",
-                        None,
-                        &self.cancel,
-                    )
-                    .await?
+                    match self
+                        .compact(&model_id, &tools, history, &sink, "prompt_too_long", None)
+                        .await?
                     {
                         Some(c) => {
                             self.count(tally, &model_id, &c.usage);

@@ -183,12 +183,14 @@ impl TetherRpcServer for RpcApi {
         title: Option<String>,
         model: Option<String>,
         permission_mode: Option<PermissionMode>,
+        on_no_controller: Option<NoControllerPolicy>,
     ) -> RpcResult<SessionSummary> {
         self.check_running()?;
         let change = Configure {
             title: non_empty("title", title)?,
             model: non_empty("model", model)?,
             permission_mode,
+            on_no_controller,
         };
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         handle

@@ -21,9 +21,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::SystemTime;
 use tether_proto::{
-    AttachedClient, BusyMode, ClientRef, Event, EventKind, InputItem, PermissionDecision,
-    PermissionResponse, Role, Seq, SessionId, SessionSnapshot, SessionStatus, SessionSummary,
-    TokenUsage, TurnError, TurnId, TurnStarted,
+    AttachedClient, BusyMode, ClientRef, Event, EventKind, InputItem, NoControllerAction,
+    PermissionDecision, PermissionResponse, Role, Seq, SessionId, SessionSnapshot, SessionStatus,
+    SessionSummary, TokenUsage, TurnError, TurnId, TurnStarted,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -111,6 +111,10 @@ enum Command {
         message: Option<String>,
         by: ClientRef,
         reply: oneshot::Sender<Result<PermissionResponse, SessionError>>,
+    },
+    /// A request's wait for a controller ran out (the `onNoController` policy).
+    NoControllerTimeout {
+        request_id: String,
     },
     /// Ends a turn the log left open (the daemon stopped during it).
     RecoverOpenTurn {
@@ -277,6 +281,7 @@ pub fn summary_of(
         cwd: record.cwd.clone(),
         model: record.model.clone(),
         permission_mode: record.permission_mode,
+        on_no_controller: record.on_no_controller,
         status: record.status,
         created_at: record.created_at.clone(),
         updated_at: record.updated_at.clone(),
@@ -553,6 +558,7 @@ impl SessionActor {
                 {
                     self.attached.remove(i);
                 }
+                self.apply_no_controller_policy();
                 if let Err(e) = self.emit(EventKind::ClientDetached {
                     client,
                     role,
@@ -569,7 +575,14 @@ impl SessionActor {
                 let permission_mode = change
                     .permission_mode
                     .filter(|m| *m != self.record.permission_mode);
-                if title.is_none() && model.is_none() && permission_mode.is_none() {
+                let on_no_controller = change
+                    .on_no_controller
+                    .filter(|p| *p != self.record.on_no_controller);
+                if title.is_none()
+                    && model.is_none()
+                    && permission_mode.is_none()
+                    && on_no_controller.is_none()
+                {
                     let _ = reply.send(Ok(self.summary()));
                     return Flow::Continue;
                 }
@@ -578,15 +591,21 @@ impl SessionActor {
                 }
                 if let Some(m) = &model {
                     self.record.model = m.clone();
+                    self.system = None;
                 }
                 if let Some(m) = permission_mode {
                     self.record.permission_mode = m;
+                }
+                if let Some(p) = on_no_controller {
+                    self.record.on_no_controller = p;
+                    self.apply_no_controller_policy();
                 }
                 self.record_dirty = true;
                 let kind = EventKind::SessionConfigured {
                     title,
                     model,
                     permission_mode,
+                    on_no_controller,
                     by,
                 };
                 match self.emit(kind) {
@@ -640,6 +659,26 @@ impl SessionActor {
                 ask,
                 reply,
             } => self.authorize(turn_id, ask, reply),
+            Command::NoControllerTimeout { request_id } => {
+                let policy = self.record.on_no_controller;
+                let decision = match policy.action {
+                    NoControllerAction::Wait => None,
+                    NoControllerAction::Deny => Some(PermissionDecision::Deny),
+                    NoControllerAction::Allow => Some(PermissionDecision::AllowOnce),
+                };
+                if let (Some(decision), false) = (decision, self.has_controller())
+                    && let Some(waiting) = self.waiting.remove(&request_id)
+                {
+                    let message = format!(
+                        "no controller was attached within {} ms; the session's onNoController policy decided",
+                        policy.timeout_ms
+                    );
+                    if let Err(e) = self.resolve(request_id, waiting, decision, Some(message), None)
+                    {
+                        tracing::error!(session = %self.record.id, "could not resolve a permission request: {e}");
+                    }
+                }
+            }
             Command::RespondPermission {
                 request_id,
                 decision,
@@ -830,6 +869,7 @@ impl SessionActor {
                     },
                 );
                 self.set_status(SessionStatus::AwaitingPermission);
+                self.apply_no_controller_policy();
                 let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
                 let hooks = crate::hooks::Hooks::load(
                     std::path::Path::new(&self.record.cwd),
@@ -872,6 +912,41 @@ impl SessionActor {
                 None => Err(SessionError::RequestNotFound(request_id)),
             };
         };
+        self.resolve(request_id, waiting, decision, message, Some(by))
+    }
+
+    fn has_controller(&self) -> bool {
+        self.attached.iter().any(|a| a.role == Role::Controller)
+    }
+
+    /// With no controller attached and a policy that acts, arms a timer for each waiting request.
+    fn apply_no_controller_policy(&self) {
+        let policy = self.record.on_no_controller;
+        if policy.action == NoControllerAction::Wait
+            || self.has_controller()
+            || self.waiting.is_empty()
+        {
+            return;
+        }
+        let Some(tx) = self.me.upgrade() else { return };
+        for request_id in self.waiting.keys().cloned() {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(policy.timeout_ms)).await;
+                let _ = tx.send(Command::NoControllerTimeout { request_id });
+            });
+        }
+    }
+
+    /// Records a decision on a waiting request and lets its tool call go on (once durable).
+    fn resolve(
+        &mut self,
+        request_id: String,
+        waiting: Waiting,
+        decision: PermissionDecision,
+        message: Option<String>,
+        by: Option<ClientRef>,
+    ) -> Result<PermissionResponse, SessionError> {
         let adds_rule = matches!(
             decision,
             PermissionDecision::AllowSession | PermissionDecision::AllowAlways
@@ -879,7 +954,7 @@ impl SessionActor {
         let event = EventKind::PermissionResolved {
             request_id,
             decision,
-            resolved_by: Some(by.clone()),
+            resolved_by: by.clone(),
             message: message.clone(),
             rule: adds_rule.then(|| waiting.rule.clone()),
         };
@@ -924,7 +999,7 @@ impl SessionActor {
         Ok(PermissionResponse {
             status: "accepted".into(),
             decision,
-            resolved_by: Some(by),
+            resolved_by: by,
         })
     }
 
@@ -1186,6 +1261,7 @@ impl SessionActor {
                         title: None,
                         model: Some(name.clone()),
                         permission_mode: None,
+                        on_no_controller: None,
                         by: Some(q.by),
                     },
                     Some(turn_id.clone()),

@@ -351,3 +351,39 @@ fn hooks_block_add_context_force_a_stop_and_time_out() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn an_unattended_session_follows_its_no_controller_policy() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of(echo_turn()))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut script = daemon.ndjson()?;
+    let session = script.new_session_with_mode(&daemon.workdir(), "default")?;
+    let summary = script.call(
+        "session/configure",
+        json!({"sessionId": session, "onNoController": {"action": "deny", "timeoutMs": 100}}),
+    )?;
+    assert_eq!(
+        summary["onNoController"],
+        json!({"action": "deny", "timeoutMs": 100})
+    );
+    let mut watcher = attach(&daemon, &session, "observer")?;
+    script.start_turn(&session, "go")?;
+    let events = watcher.events_until("turn_ended")?;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "permission_resolved")
+        .context("resolved")?;
+    assert_eq!(resolved["data"]["decision"], "deny");
+    assert_eq!(resolved["data"]["resolvedBy"], Value::Null);
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("result")?;
+    assert!(
+        result["data"]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("onNoController")),
+        "{result}"
+    );
+    Ok(())
+}
