@@ -19,6 +19,19 @@ struct Cli {
     /// /tmp/tether-$UID/tetherd.sock).
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Run one prompt headless in a new session here, print the answer and exit.
+    #[arg(short = 'p', long = "print", value_name = "PROMPT")]
+    print: Option<String>,
+    /// With -p: text (the answer), json (one result object) or stream-json (every event).
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    output_format: String,
+    /// With -p: permission mode of the session (default, acceptEdits, plan, bypassPermissions,
+    /// dontAsk). Calls that would ask are denied: nobody is there to answer.
+    #[arg(long, value_name = "MODE")]
+    permission_mode: Option<String>,
+    /// With -p: model alias or id.
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -87,6 +100,15 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| connection::path_env().socket());
     let out = commands::Output { json: cli.json };
     let result = runtime.block_on(async {
+        if let Some(prompt) = cli.print.clone() {
+            let headless = commands::Headless {
+                prompt,
+                format: cli.output_format.clone(),
+                permission_mode: cli.permission_mode.clone(),
+                model: cli.model.clone(),
+            };
+            return commands::print(&socket, headless).await;
+        }
         match cli.command {
             None => {
                 use clap::CommandFactory;
