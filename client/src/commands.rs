@@ -352,10 +352,8 @@ pub async fn print(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                 }
                 current.clear();
             }
-            "assistant_message_completed" => {
-                if !current.trim().is_empty() {
-                    last = std::mem::take(&mut current);
-                }
+            "assistant_message_completed" if !current.trim().is_empty() => {
+                last = std::mem::take(&mut current);
             }
             "permission_requested" => {
                 let message = "headless run: nobody can approve this call; allow it with a permission rule or --permission-mode";
