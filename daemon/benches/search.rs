@@ -6,7 +6,6 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tether_daemon::agent::{ToolContext, Workspace};
-use tokio_util::sync::CancellationToken;
 
 fn best_of(n: usize, mut f: impl FnMut()) -> Duration {
     (0..n)
@@ -30,19 +29,11 @@ fn main() {
         Ok(rt) => rt,
         Err(e) => return eprintln!("runtime: {e}"),
     };
-    let ctx = ToolContext {
-        workspace: Arc::new(Workspace::new(
-            dir.clone().into(),
-            Vec::new(),
-            std::env::temp_dir(),
-        )),
-        cancel: CancellationToken::new(),
-        progress: Arc::new(|_| {}),
-        emit: Arc::new(|_| {}),
-        net: None,
-        subagents: None,
-        spent: Default::default(),
-    };
+    let ctx = ToolContext::detached(Arc::new(Workspace::new(
+        dir.clone().into(),
+        Vec::new(),
+        std::env::temp_dir(),
+    )));
     let tools = tether_daemon::tools::builtin();
     let (Some(grep), Some(glob)) = (tools.find("Grep"), tools.find("Glob")) else {
         return eprintln!("tools missing");

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tether_daemon::agent::{Net, ToolContext, Workspace};
 use tether_daemon::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog, WebError, WebFetcher};
 use tether_tests::fake_anthropic::{FakeAnthropic, Script, Step};
-use tokio_util::sync::CancellationToken;
 
 async fn pages(hits: Arc<AtomicUsize>) -> String {
     let app = Router::new()
@@ -93,24 +92,17 @@ async fn web_fetch_asks_the_fast_model_about_the_page() {
         ..LlmConfig::default()
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let ctx = ToolContext {
-        workspace: Arc::new(Workspace::new(
-            dir.path().to_owned(),
-            Vec::new(),
-            dir.path().join(".s"),
-        )),
-        cancel: CancellationToken::new(),
-        progress: Arc::new(|_| {}),
-        emit: Arc::new(|_| {}),
-        net: Some(Arc::new(Net {
-            llm: Arc::new(AnthropicClient::new(config, Auth::api_key("k")).expect("client")),
-            catalog: ModelCatalog::default(),
-            web: Arc::new(WebFetcher::new().expect("web")),
-            fast_model: "haiku".into(),
-        })),
-        subagents: None,
-        spent: Default::default(),
-    };
+    let mut ctx = ToolContext::detached(Arc::new(Workspace::new(
+        dir.path().to_owned(),
+        Vec::new(),
+        dir.path().join(".s"),
+    )));
+    ctx.net = Some(Arc::new(Net {
+        llm: Arc::new(AnthropicClient::new(config, Auth::api_key("k")).expect("client")),
+        catalog: ModelCatalog::default(),
+        web: Arc::new(WebFetcher::new().expect("web")),
+        fast_model: "haiku".into(),
+    }));
     let tools = tether_daemon::tools::builtin();
     let tool = tools.find("WebFetch").expect("registered");
     let out = tool

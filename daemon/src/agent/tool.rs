@@ -232,6 +232,20 @@ pub struct Spent {
 }
 
 impl ToolContext {
+    /// A context on `workspace` with no network, no sub-agents, and progress and events
+    /// dropped (benchmarks, tests, tools run outside a turn).
+    pub fn detached(workspace: Arc<Workspace>) -> Self {
+        Self {
+            workspace,
+            cancel: CancellationToken::new(),
+            progress: Arc::new(|_| {}),
+            emit: Arc::new(|_| {}),
+            net: None,
+            subagents: None,
+            spent: Default::default(),
+        }
+    }
+
     /// Adds model usage a tool incurred to the turn.
     pub fn spend(&self, usage: tether_proto::TokenUsage, cost: Option<f64>) {
         let mut s = self.spent.lock().unwrap_or_else(|p| p.into_inner());

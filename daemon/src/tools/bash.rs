@@ -412,24 +412,16 @@ mod tests {
     use super::*;
     use crate::agent::Workspace;
     use std::sync::{Arc, Mutex};
-    use tokio_util::sync::CancellationToken;
 
     fn ctx(root: &Path) -> (ToolContext, Arc<Mutex<String>>) {
         let seen = Arc::new(Mutex::new(String::new()));
         let sink = seen.clone();
-        let ctx = ToolContext {
-            workspace: Arc::new(Workspace::new(
-                root.to_owned(),
-                Vec::new(),
-                root.join(".scratch"),
-            )),
-            cancel: CancellationToken::new(),
-            emit: Arc::new(|_| {}),
-            subagents: None,
-            net: None,
-            spent: Default::default(),
-            progress: Arc::new(move |c: String| sink.lock().expect("lock").push_str(&c)),
-        };
+        let mut ctx = ToolContext::detached(Arc::new(Workspace::new(
+            root.to_owned(),
+            Vec::new(),
+            root.join(".scratch"),
+        )));
+        ctx.progress = Arc::new(move |c: String| sink.lock().expect("lock").push_str(&c));
         (ctx, seen)
     }
 
@@ -533,24 +525,15 @@ mod background {
     use super::*;
     use crate::agent::Workspace;
     use std::sync::Arc;
-    use tokio_util::sync::CancellationToken;
 
     #[tokio::test]
     async fn background_shells_are_read_incrementally_and_killed() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ctx = ToolContext {
-            workspace: Arc::new(Workspace::new(
-                dir.path().to_owned(),
-                Vec::new(),
-                dir.path().join(".s"),
-            )),
-            cancel: CancellationToken::new(),
-            emit: Arc::new(|_| {}),
-            subagents: None,
-            net: None,
-            spent: Default::default(),
-            progress: Arc::new(|_| {}),
-        };
+        let ctx = ToolContext::detached(Arc::new(Workspace::new(
+            dir.path().to_owned(),
+            Vec::new(),
+            dir.path().join(".s"),
+        )));
         let out = Bash.run(json!({"command": "echo one; sleep 0.2; echo two; sleep 60", "run_in_background": true}), &ctx).await;
         assert!(
             out.content.as_str().is_some_and(|s| s.contains("bash_1")),

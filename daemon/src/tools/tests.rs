@@ -6,22 +6,13 @@ use crate::agent::{Tool, ToolContext, ToolOutput, Workspace};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 fn ctx(root: &Path) -> ToolContext {
-    ToolContext {
-        workspace: Arc::new(Workspace::new(
-            root.to_owned(),
-            Vec::new(),
-            root.join(".scratch"),
-        )),
-        cancel: CancellationToken::new(),
-        emit: Arc::new(|_| {}),
-        subagents: None,
-        net: None,
-        spent: Default::default(),
-        progress: Arc::new(|_| {}),
-    }
+    ToolContext::detached(Arc::new(Workspace::new(
+        root.to_owned(),
+        Vec::new(),
+        root.join(".scratch"),
+    )))
 }
 
 fn text(out: &ToolOutput) -> &str {
