@@ -75,13 +75,13 @@ pub trait TetherRpc {
         seq: Option<u64>,
     ) -> RpcResult<SessionNewResult>;
 
-    /// Compacts a session's history now.
-    #[method(name = "session/compact", param_kind = map)]
+    /// Compacts a session's history now (runs as a turn, queued behind a running one).
+    #[method(name = "session/compact", param_kind = map, with_extensions)]
     async fn session_compact(
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
         instructions: Option<String>,
-    ) -> RpcResult<serde_json::Value>;
+    ) -> RpcResult<TurnStarted>;
 
     /// Exports a session as markdown or JSONL.
     #[method(name = "session/export", param_kind = map)]

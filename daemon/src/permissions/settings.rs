@@ -1,7 +1,8 @@
 //! Rules from the settings files: `~/.claude/settings.json`, `<project>/.claude/settings.json`,
 //! `<project>/.claude/settings.local.json` (`permissions.allow/ask/deny`,
-//! `permissions.additionalDirectories`). Malformed rules are collected as problems naming the
-//! file, never silently dropped.
+//! `permissions.additionalDirectories`) and tether's own `config.toml` (`[permissions]
+//! allow/ask/deny`). Malformed rules are collected as problems naming the file, never silently
+//! dropped.
 
 use super::rules::Rule;
 use serde_json::{Value, json};
@@ -97,9 +98,60 @@ impl RuleSet {
     }
 }
 
-/// The rules for a project at `root`, with the user's rules from `home`.
+impl RuleSet {
+    /// Adds the `[permissions]` table of tether's `config.toml` (paths relative to `base`).
+    pub fn add_config(&mut self, file: &Path, base: &Path, home: Option<&Path>) {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            return;
+        };
+        let source = file.display().to_string();
+        let table: toml::Table = match toml::from_str(&text) {
+            Ok(t) => t,
+            Err(e) => {
+                self.problems.push(format!(
+                    "{source}: not valid TOML, its permissions are ignored: {e}"
+                ));
+                return;
+            }
+        };
+        let Some(perms) = table.get("permissions") else {
+            return;
+        };
+        let Some(perms) = perms.as_table() else {
+            self.problems
+                .push(format!("{source}: [permissions] must be a table"));
+            return;
+        };
+        for (key, value) in perms {
+            if !matches!(key.as_str(), "allow" | "ask" | "deny") {
+                self.problems
+                    .push(format!("{source}: unknown key permissions.{key}"));
+                continue;
+            }
+            let texts: Option<Vec<String>> = value.as_array().map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            });
+            match texts {
+                Some(t) => self.add(key, &t, base, home, &source),
+                None => self.problems.push(format!(
+                    "{source}: permissions.{key} must be a list of rules"
+                )),
+            }
+        }
+    }
+}
+
+/// The rules for a project at `root`, with the user's rules from `home` and tether's
+/// `config_file`.
 pub fn load(root: &Path, home: Option<&Path>) -> RuleSet {
     let mut set = RuleSet::default();
+    if let Some(config) =
+        tether_proto::paths::PathEnv::from_process(nix::unistd::getuid().as_raw()).config_file()
+    {
+        set.add_config(&config, root, home);
+    }
     if let Some(h) = home {
         set.add_file(&h.join(".claude/settings.json"), h, home);
     }

@@ -238,3 +238,23 @@ fn suggestions_and_always_rules_merge_into_local_settings() {
     let loaded = load_settings(dir.path(), None);
     assert_eq!((loaded.allow.len(), loaded.deny.len()), (1, 1));
 }
+
+#[test]
+fn tether_config_rules_are_read_and_mistakes_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("config.toml");
+    std::fs::write(
+        &file,
+        "[permissions]\nallow = [\"Bash(make:*)\"]\ndeny = [\"WebFetch(nope)\"]\nmaybe = []\n",
+    )
+    .expect("write");
+    let mut set = RuleSet::default();
+    set.add_config(&file, Path::new("/p"), None);
+    assert_eq!(set.allow.len(), 1);
+    assert_eq!(set.problems.len(), 2, "{:?}", set.problems);
+    assert!(set.problems.iter().any(|p| p.contains("permissions.maybe")));
+    std::fs::write(&file, "[permissions\n").expect("write");
+    let mut broken = RuleSet::default();
+    broken.add_config(&file, Path::new("/p"), None);
+    assert!(broken.problems[0].contains("not valid TOML"));
+}

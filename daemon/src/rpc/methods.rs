@@ -222,10 +222,21 @@ impl TetherRpcServer for RpcApi {
 
     async fn session_compact(
         &self,
-        _session_id: SessionId,
-        _instructions: Option<String>,
-    ) -> RpcResult<serde_json::Value> {
-        Err(not_implemented("session/compact"))
+        ext: &Extensions,
+        session_id: SessionId,
+        instructions: Option<String>,
+    ) -> RpcResult<TurnStarted> {
+        self.check_running()?;
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let by = self.connections.client_ref(connection_id(ext));
+        let text = match instructions.filter(|i| !i.trim().is_empty()) {
+            Some(i) => format!("/compact {i}"),
+            None => "/compact".to_owned(),
+        };
+        handle
+            .start_turn(vec![InputItem::Text { text }], None, BusyMode::Queue, by)
+            .await
+            .map_err(rpc_error)
     }
 
     async fn session_export(

@@ -878,3 +878,44 @@ fn glob_read_edit_and_git_diff_chain_in_one_turn() -> anyhow::Result<()> {
     no_rejections(&fake);
     Ok(())
 }
+
+#[test]
+fn session_compact_summarizes_on_request() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::text("first answer"),
+        Step::text("SUMMARY of the chat"),
+        Step::text("after compaction"),
+    ]))?;
+    c.start_turn(&session, "hello")?;
+    c.events_until("turn_ended")?;
+    c.call(
+        "session/compact",
+        json!({"sessionId": session, "instructions": "keep the greeting"}),
+    )?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        of_type(&events, "compaction_started")[0]["data"]["reason"],
+        "manual"
+    );
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "compacted"
+    );
+    c.start_turn(&session, "next")?;
+    c.events_until("turn_ended")?;
+    let reqs = fake.server.message_requests();
+    let ask = reqs[1].body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .context("ask")?
+        .to_string();
+    assert!(ask.contains("keep the greeting"), "{ask}");
+    let msgs = reqs[2].body["messages"].as_array().context("messages")?;
+    assert!(
+        msgs[0]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("SUMMARY of the chat"))
+    );
+    no_rejections(&fake);
+    Ok(())
+}
