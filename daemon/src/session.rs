@@ -5,6 +5,7 @@
 //! session state), and an event is durable in the store before any subscriber sees it.
 
 mod actor;
+mod export;
 
 pub use actor::{Attachment, LiveEvent, SessionHandle, now_rfc3339};
 
@@ -203,6 +204,104 @@ impl Sessions {
         handle.delete(by).await?;
         self.live().remove(id);
         Ok(())
+    }
+
+    /// Every durable event of a session, in order.
+    async fn events(
+        &self,
+        id: &SessionId,
+    ) -> Result<(SessionSummary, Vec<tether_proto::Event>), SessionError> {
+        let summary = self.get(id)?.summary().await?;
+        let log = self.store.log(id)?;
+        let mut events = Vec::new();
+        let mut after = 0;
+        while after < summary.head_seq {
+            let chunk = log.read(after, summary.head_seq, 4096)?;
+            if chunk.is_empty() {
+                break;
+            }
+            for (seq, bytes) in chunk {
+                after = seq;
+                if let Ok(e) = serde_json::from_slice::<tether_proto::Event>(&bytes) {
+                    events.push(e);
+                }
+            }
+        }
+        Ok((summary, events))
+    }
+
+    /// The session as `markdown` or `jsonl`.
+    pub async fn export(&self, id: &SessionId, format: &str) -> Result<String, SessionError> {
+        let (summary, events) = self.events(id).await?;
+        Ok(match format {
+            "jsonl" => export::jsonl(&events),
+            _ => {
+                let title = summary
+                    .title
+                    .clone()
+                    .unwrap_or_else(|| format!("Session {id}"));
+                export::markdown(&title, &summary.cwd, &events)
+            }
+        })
+    }
+
+    /// A new session holding `id`'s events up to `at` (default: its last durable event),
+    /// presence events left out, seqs renumbered. A turn open at that point is ended as
+    /// interrupted when the fork loads.
+    pub async fn fork(
+        &self,
+        id: &SessionId,
+        at: Option<u64>,
+        by: Option<ClientRef>,
+    ) -> Result<SessionId, SessionError> {
+        let (summary, events) = self.events(id).await?;
+        let record = self
+            .store
+            .session(id)?
+            .ok_or_else(|| SessionError::NotFound(id.clone()))?;
+        let at = at.unwrap_or(summary.head_seq).min(summary.head_seq);
+        let new_id = SessionId(uuid::Uuid::new_v4().to_string());
+        let log = self.store.log(&new_id)?;
+        let mut seq = 0;
+        for mut e in events
+            .into_iter()
+            .filter(|e| e.seq.is_some_and(|s| s <= at))
+        {
+            if matches!(
+                e.kind,
+                tether_proto::EventKind::ClientAttached { .. }
+                    | tether_proto::EventKind::ClientDetached { .. }
+            ) {
+                continue;
+            }
+            seq += 1;
+            e.seq = Some(seq);
+            e.session_id = new_id.clone();
+            let json = serde_json::to_vec(&e).map_err(|e| SessionError::Commit(e.to_string()))?;
+            log.append(seq, &json)?;
+        }
+        let now = actor::now_rfc3339();
+        let forked = SessionRecord {
+            id: new_id.clone(),
+            title: Some(format!(
+                "{} (fork)",
+                record
+                    .title
+                    .clone()
+                    .unwrap_or_else(|| id.0.chars().take(8).collect())
+            )),
+            status: SessionStatus::Idle,
+            created_at: now.clone(),
+            updated_at: now,
+            ..record
+        };
+        self.store.put_session(&forked)?;
+        self.store.flush().await?;
+        let handle = self.get(&new_id)?;
+        handle
+            .note(format!("forked from session {id} at event #{at}"), by)
+            .await?;
+        Ok(new_id)
     }
 
     /// How many sessions are stored and how many are loaded.

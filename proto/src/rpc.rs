@@ -68,7 +68,7 @@ pub trait TetherRpc {
     ) -> RpcResult<SessionDeleted>;
 
     /// Forks a session at a seq.
-    #[method(name = "session/fork", param_kind = map)]
+    #[method(name = "session/fork", param_kind = map, with_extensions)]
     async fn session_fork(
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
@@ -89,7 +89,7 @@ pub trait TetherRpc {
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
         format: Option<String>,
-    ) -> RpcResult<serde_json::Value>;
+    ) -> RpcResult<SessionExport>;
 
     /// Starts a turn; its progress arrives as events.
     #[method(name = "turn/start", param_kind = map, with_extensions)]

@@ -470,6 +470,16 @@ pub struct TurnCancelled {
     pub cancelled: bool,
 }
 
+/// Result of `session/export`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionExport {
+    /// `markdown` or `jsonl`.
+    pub format: String,
+    /// The export.
+    pub content: String,
+}
+
 /// Result of `session/delete`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -49,12 +49,6 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
     code.with_message(e.to_string())
 }
 
-fn not_implemented(method: &str) -> ErrorObjectOwned {
-    ErrorCode::NotImplemented.with_message(format!(
-        "not implemented yet: this tetherd does not serve {method}"
-    ))
-}
-
 fn connection_id(ext: &Extensions) -> ConnectionId {
     ConnectionId(
         ext.get::<jsonrpsee::ConnectionId>()
@@ -214,10 +208,17 @@ impl TetherRpcServer for RpcApi {
 
     async fn session_fork(
         &self,
-        _session_id: SessionId,
-        _seq: Option<u64>,
+        ext: &Extensions,
+        session_id: SessionId,
+        seq: Option<u64>,
     ) -> RpcResult<SessionNewResult> {
-        Err(not_implemented("session/fork"))
+        self.check_running()?;
+        let session_id = self
+            .sessions
+            .fork(&session_id, seq, self.by(ext))
+            .await
+            .map_err(rpc_error)?;
+        Ok(SessionNewResult { session_id })
     }
 
     async fn session_compact(
@@ -241,10 +242,21 @@ impl TetherRpcServer for RpcApi {
 
     async fn session_export(
         &self,
-        _session_id: SessionId,
-        _format: Option<String>,
-    ) -> RpcResult<serde_json::Value> {
-        Err(not_implemented("session/export"))
+        session_id: SessionId,
+        format: Option<String>,
+    ) -> RpcResult<SessionExport> {
+        let format = format.unwrap_or_else(|| "markdown".into());
+        if !matches!(format.as_str(), "markdown" | "jsonl") {
+            return Err(invalid_params(format!(
+                "format must be markdown or jsonl, got {format:?}"
+            )));
+        }
+        let content = self
+            .sessions
+            .export(&session_id, &format)
+            .await
+            .map_err(rpc_error)?;
+        Ok(SessionExport { format, content })
     }
 
     async fn turn_start(

@@ -112,6 +112,11 @@ enum Command {
         by: ClientRef,
         reply: oneshot::Sender<Result<PermissionResponse, SessionError>>,
     },
+    /// Logs a notice.
+    Note {
+        message: String,
+        reply: oneshot::Sender<Result<(), SessionError>>,
+    },
     /// A request's wait for a controller ran out (the `onNoController` policy).
     NoControllerTimeout {
         request_id: String,
@@ -239,6 +244,11 @@ impl SessionHandle {
             reply,
         })
         .await?
+    }
+
+    /// Logs a notice for every client (durable on return).
+    pub async fn note(&self, message: String, _by: Option<ClientRef>) -> Result<(), SessionError> {
+        self.call(|reply| Command::Note { message, reply }).await?
     }
 
     /// Cancels the running turn; `false` when none runs.
@@ -659,6 +669,13 @@ impl SessionActor {
                 ask,
                 reply,
             } => self.authorize(turn_id, ask, reply),
+            Command::Note { message, reply } => match self.emit(EventKind::Notice {
+                level: "info".into(),
+                message,
+            }) {
+                Ok(()) => self.defer(reply, |_| Ok(())),
+                Err(e) => drop(reply.send(Err(e))),
+            },
             Command::NoControllerTimeout { request_id } => {
                 let policy = self.record.on_no_controller;
                 let decision = match policy.action {

@@ -256,12 +256,11 @@ fn malformed_and_oversized_input_get_errors_and_the_connection_keeps_working() -
         json!({"sessionId": session, "since": "tail"}),
     )?;
     assert_eq!(bad_sub["error"]["code"], -32602, "{bad_sub}");
-    let later = c.request("session/fork", json!({"sessionId": session}))?;
-    assert!(
-        later["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("not implemented"))
-    );
+    let bad_format = c.request(
+        "session/export",
+        json!({"sessionId": session, "format": "pdf"}),
+    )?;
+    assert_eq!(bad_format["error"]["code"], -32602, "{bad_format}");
 
     // 17 MiB on one line.
     let mut big =

@@ -919,3 +919,80 @@ fn session_compact_summarizes_on_request() -> anyhow::Result<()> {
     no_rejections(&fake);
     Ok(())
 }
+
+#[test]
+fn export_and_fork_carry_the_conversation() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "echo exported"})),
+        Step::text("The command printed exported."),
+        Step::text("Continuing in the fork."),
+    ]))?;
+    c.start_turn(&session, "run echo")?;
+    c.events_until("turn_ended")?;
+    let md = c.call("session/export", json!({"sessionId": session}))?;
+    let text = md["content"].as_str().context("markdown")?;
+    assert!(
+        text.contains("## User") && text.contains("run echo"),
+        "{text}"
+    );
+    assert!(
+        text.contains("<summary>Bash <code>echo exported</code></summary>"),
+        "{text}"
+    );
+    assert!(text.contains("The command printed exported."));
+    let jsonl = c.call(
+        "session/export",
+        json!({"sessionId": session, "format": "jsonl"}),
+    )?;
+    let lines: Vec<Value> = jsonl["content"]
+        .as_str()
+        .context("jsonl")?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let head = c.call("session/get", json!({"sessionId": session}))?["headSeq"]
+        .as_u64()
+        .context("head")?;
+    assert_eq!(lines.len() as u64, head);
+
+    let fork = c.call("session/fork", json!({"sessionId": session}))?["sessionId"]
+        .as_str()
+        .context("id")?
+        .to_owned();
+    assert_ne!(fork, session);
+    let got = c.call("session/get", json!({"sessionId": fork}))?;
+    assert!(got["title"].as_str().is_some_and(|t| t.ends_with("(fork)")));
+    let mut f = tether_tests::Ndjson::connect(&_daemon.socket())?;
+    f.subscribe(&fork, json!(0))?;
+    let replay = f.events_until("replay_complete")?;
+    assert!(
+        replay.iter().all(|e| e["type"] != "client_attached"),
+        "presence is not copied"
+    );
+    assert_eq!(
+        seqs_of(&replay),
+        (1..=replay.len() as u64 - 1).collect::<Vec<_>>(),
+        "dense seqs"
+    );
+    assert!(replay.iter().any(|e| {
+        e["type"] == "notice"
+            && e["data"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("forked from"))
+    }));
+    f.start_turn(&fork, "and then?")?;
+    f.events_until("turn_ended")?;
+    let reqs = fake.server.message_requests();
+    let msgs = reqs[2].body["messages"].as_array().context("messages")?;
+    assert_eq!(
+        msgs[0]["content"][0]["text"], "run echo",
+        "the fork continues the conversation"
+    );
+    assert_eq!(msgs.len(), 5);
+    no_rejections(&fake);
+    Ok(())
+}
+
+fn seqs_of(events: &[Value]) -> Vec<u64> {
+    events.iter().filter_map(|e| e["seq"].as_u64()).collect()
+}
