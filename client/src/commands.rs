@@ -406,3 +406,50 @@ pub async fn print(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+/// The systemd user units, as shipped in `systemd/`.
+const SOCKET_UNIT: &str = include_str!("../../systemd/tetherd.socket");
+const SERVICE_UNIT: &str = include_str!("../../systemd/tetherd.service");
+
+/// `tether daemon install`: writes the units to `~/.config/systemd/user/` (or
+/// `$XDG_CONFIG_HOME/systemd/user/`) and prints how to enable them; `--enable` runs that.
+pub fn daemon_install(enable: bool) -> anyhow::Result<ExitCode> {
+    let env = connection::path_env();
+    let dir = match (&env.xdg_config_home, &env.home) {
+        (Some(c), _) => std::path::PathBuf::from(c).join("systemd/user"),
+        (None, Some(h)) => std::path::PathBuf::from(h).join(".config/systemd/user"),
+        (None, None) => bail!("neither XDG_CONFIG_HOME nor HOME is set"),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, text) in [
+        ("tetherd.socket", SOCKET_UNIT),
+        ("tetherd.service", SERVICE_UNIT),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    let steps = [
+        vec!["systemctl", "--user", "daemon-reload"],
+        vec!["systemctl", "--user", "enable", "--now", "tetherd.socket"],
+    ];
+    if !enable {
+        println!("\nTo start tetherd on demand and at login:");
+        for s in &steps {
+            println!("  {}", s.join(" "));
+        }
+        println!("To keep it running after you log out:\n  loginctl enable-linger");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for s in &steps {
+        let status = std::process::Command::new(s[0])
+            .args(&s[1..])
+            .status()
+            .with_context(|| format!("cannot run {}", s[0]))?;
+        if !status.success() {
+            bail!("`{}` failed ({status})", s.join(" "));
+        }
+    }
+    println!("tetherd.socket is enabled; `loginctl enable-linger` keeps it running after logout");
+    Ok(ExitCode::SUCCESS)
+}

@@ -80,6 +80,12 @@ enum DaemonCmd {
     Status,
     /// Stop the daemon gracefully (sessions are kept).
     Stop,
+    /// Write the systemd user units (socket activation) to ~/.config/systemd/user/.
+    Install {
+        /// Also run `systemctl --user enable --now tetherd.socket`.
+        #[arg(long)]
+        enable: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -130,6 +136,9 @@ fn main() -> ExitCode {
             Some(Cmd::Daemon {
                 action: DaemonCmd::Stop,
             }) => commands::daemon_stop(&socket, out).await,
+            Some(Cmd::Daemon {
+                action: DaemonCmd::Install { enable },
+            }) => commands::daemon_install(enable),
         }
     });
     match result {

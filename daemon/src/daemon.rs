@@ -43,7 +43,18 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     let socket = options.socket.unwrap_or_else(|| env.socket());
     let data_dir = options.data_dir.unwrap_or_else(|| env.data_dir());
 
-    let listener = Listener::bind(&socket)?;
+    let listener = match Listener::inherited()? {
+        Some(l) => {
+            tracing::info!("serving on the socket systemd passed");
+            l
+        }
+        None => Listener::bind(&socket)?,
+    };
+    let socket = if listener.path().as_os_str().is_empty() {
+        socket
+    } else {
+        listener.path().to_owned()
+    };
     std::fs::create_dir_all(&data_dir).map_err(|e| {
         DaemonError::Io(format!(
             "cannot create data directory {}: {e}",
@@ -64,6 +75,11 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     if options.print_ready {
         println!("ready {}", socket.display());
     }
+    // Under systemd (Type=notify): ready, and what we serve. A no-op elsewhere.
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&format!("serving {}", socket.display())),
+    ]);
 
     let api = RpcApi {
         sessions: sessions.clone(),
@@ -75,6 +91,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     };
     let sessions_for_drain = sessions.clone();
     rpc::serve(&listener, api, async move {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
         sessions_for_drain.shutdown().await
     })
     .await;

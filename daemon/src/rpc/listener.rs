@@ -46,7 +46,8 @@ fn io_err<'a>(
 pub struct Listener {
     listener: UnixListener,
     path: PathBuf,
-    _lock: Flock<File>,
+    /// Held while we own the socket file; `None` for a socket inherited from systemd.
+    lock: Option<Flock<File>>,
 }
 
 impl Listener {
@@ -111,8 +112,34 @@ impl Listener {
         Ok(Self {
             listener,
             path: path.to_owned(),
-            _lock: lock,
+            lock: Some(lock),
         })
+    }
+
+    /// The listening socket systemd passed (`LISTEN_FDS`), if any. systemd owns that socket file:
+    /// it is neither locked nor removed by us.
+    pub fn inherited() -> Result<Option<Self>, BindError> {
+        let mut fds = listenfd::ListenFd::from_env();
+        let io = |source| BindError::Io {
+            action: "cannot use the socket systemd passed",
+            path: PathBuf::from("LISTEN_FDS"),
+            source,
+        };
+        let Some(std_listener) = fds.take_unix_listener(0).map_err(io)? else {
+            return Ok(None);
+        };
+        std_listener.set_nonblocking(true).map_err(io)?;
+        let path = std_listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_owned))
+            .unwrap_or_default();
+        let listener = UnixListener::from_std(std_listener).map_err(io)?;
+        Ok(Some(Self {
+            listener,
+            path,
+            lock: None,
+        }))
     }
 
     /// The socket path.
@@ -138,7 +165,9 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         // The lock file stays: deleting it could let two daemons lock different inodes.
-        let _ = std::fs::remove_file(&self.path);
+        if self.lock.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

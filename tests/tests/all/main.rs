@@ -3,4 +3,5 @@
 mod headless;
 mod permissions;
 mod spine;
+mod systemd;
 mod turns;
