@@ -112,6 +112,16 @@ impl Daemon {
         self.dir.path().join("run/tetherd.sock")
     }
 
+    /// Where the daemon's stderr (its log) goes.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("tetherd.log")
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
@@ -138,11 +148,16 @@ impl Daemon {
 
     /// Starts the daemon process (again) and waits for its ready line.
     pub fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .context("open the daemon log")?;
         let mut child = self
             .command()
             .arg("--print-ready")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(log))
             .spawn()
             .context("spawn tetherd")?;
         let stdout = child.stdout.take().context("tetherd stdout")?;

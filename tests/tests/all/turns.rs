@@ -996,3 +996,46 @@ fn export_and_fork_carry_the_conversation() -> anyhow::Result<()> {
 fn seqs_of(events: &[Value]) -> Vec<u64> {
     events.iter().filter_map(|e| e["seq"].as_u64()).collect()
 }
+
+#[test]
+fn secrets_never_reach_the_daemon_log() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::error(529, "overloaded_error", "Overloaded"),
+        Step::default().tool_use("Bash", json!({"command": "echo tool ran"})),
+        Step::text("done"),
+    ]))?;
+    let mut env = fake.env();
+    env.iter_mut().for_each(|(k, v)| {
+        if k == "ANTHROPIC_API_KEY" {
+            *v = "sk-ant-this-must-never-be-logged".into();
+        }
+    });
+    env.push(("TETHER_LOG".into(), "trace".into()));
+    let daemon = Daemon::start_with(env)?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "go")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let log = daemon.log();
+    assert!(
+        log.contains("retrying"),
+        "the log has the turn in it: {}",
+        log.len()
+    );
+    assert!(
+        !log.contains("this-must-never-be-logged"),
+        "the API key leaked into the log"
+    );
+    let all: String = events.iter().map(|e| e.to_string()).collect();
+    assert!(
+        !all.contains("this-must-never-be-logged"),
+        "the API key leaked into events"
+    );
+    Ok(())
+}
