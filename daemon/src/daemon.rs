@@ -124,6 +124,14 @@ fn turn_env(data_dir: &std::path::Path) -> Result<TurnEnv, DaemonError> {
         limits: TurnLimits::from_env(),
         data_dir: data_dir.to_owned(),
         web: Arc::new(web),
+        idle_unload: match std::env::var("TETHER_IDLE_UNLOAD_MS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            Some(0) => None,
+            Some(ms) => Some(std::time::Duration::from_millis(ms)),
+            None => Some(std::time::Duration::from_secs(15 * 60)),
+        },
         fast_model: std::env::var("ANTHROPIC_SMALL_FAST_MODEL")
             .ok()
             .filter(|m| !m.trim().is_empty())

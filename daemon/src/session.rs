@@ -56,6 +56,9 @@ pub struct TurnEnv {
     pub web: Arc<crate::llm::WebFetcher>,
     /// The small fast model (`ANTHROPIC_SMALL_FAST_MODEL`, default haiku).
     pub fast_model: String,
+    /// How long an idle session (no subscriber, turn, request or background job) stays in
+    /// memory; `None` keeps sessions loaded.
+    pub idle_unload: Option<std::time::Duration>,
 }
 
 /// What a new session starts with.
@@ -182,7 +185,10 @@ impl Sessions {
             if cwd.is_some_and(|c| c != record.cwd) {
                 continue;
             }
-            let summary = match live.iter().find(|h| h.id() == &record.id) {
+            let summary = match live
+                .iter()
+                .find(|h| h.id() == &record.id && !h.is_stopped())
+            {
                 Some(h) => match h.summary().await {
                     Ok(s) => s,
                     Err(_) => continue, // deleted meanwhile

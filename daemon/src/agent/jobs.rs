@@ -95,6 +95,15 @@ impl Jobs {
             .cloned()
     }
 
+    /// Whether any job still runs.
+    pub fn any_running(&self) -> bool {
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|j| j.end().is_none())
+    }
+
     /// Every job's id.
     pub fn ids(&self) -> Vec<String> {
         self.jobs

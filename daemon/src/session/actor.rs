@@ -497,8 +497,28 @@ enum Flow {
 }
 
 impl SessionActor {
+    /// Whether nothing holds the session in memory: no subscriber, turn, request or job.
+    fn idle(&self) -> bool {
+        self.attached.is_empty()
+            && self.running.is_none()
+            && self.queue.is_empty()
+            && self.waiting.is_empty()
+            && !self.workspace.jobs.any_running()
+    }
+
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
-        while let Some(cmd) = rx.recv().await {
+        loop {
+            let next = match self.env.idle_unload {
+                Some(after) if self.idle() => tokio::select! {
+                    cmd = rx.recv() => cmd,
+                    _ = tokio::time::sleep(after) => {
+                        tracing::debug!(session = %self.record.id, "unloading an idle session");
+                        None
+                    }
+                },
+                _ => rx.recv().await,
+            };
+            let Some(cmd) = next else { break };
             let mut flow = self.handle(cmd).await;
             let mut handled = 1;
             while matches!(flow, Flow::Continue) && handled < MAX_BATCH {

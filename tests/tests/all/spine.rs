@@ -469,3 +469,31 @@ fn the_client_autostarts_a_daemon_that_outlives_it() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn idle_sessions_are_unloaded_and_reload_transparently() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(vec![("TETHER_IDLE_UNLOAD_MS".into(), "100".into())])?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session("sleepy")?;
+    let deadline = std::time::Instant::now() + WAIT;
+    while c.call("daemon/status", json!({}))?["loadedSessions"] != 0 {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the idle session was not unloaded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let list = c.call("session/list", json!({}))?;
+    assert_eq!(
+        list["sessions"][0]["title"], "sleepy",
+        "unloaded sessions are still listed"
+    );
+    c.subscribe(&session, json!(0))?;
+    let replay = c.events_until("replay_complete")?;
+    assert_eq!(replay[0]["type"], "session_created");
+    assert_eq!(c.call("daemon/status", json!({}))?["loadedSessions"], 1);
+    // A subscriber keeps it loaded.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(c.call("daemon/status", json!({}))?["loadedSessions"], 1);
+    Ok(())
+}
