@@ -1,0 +1,112 @@
+//! `fanout-bench [--clients N] [--deltas N]`: starts its own fake API and a `tetherd` (from the
+//! build directory), attaches N raw NDJSON clients to one session, runs a turn whose reply
+//! streams N text deltas, and prints the events/s each client received and the spread of
+//! arrival (first to last client) per event. Asserts nothing.
+
+use clap::Parser;
+use serde_json::{Value, json};
+use std::time::Instant;
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake, Ndjson};
+
+/// Fan-out figures.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Subscribed clients.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Text deltas in the reply.
+    #[arg(long, default_value_t = 20_000)]
+    deltas: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut events = vec![
+        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ];
+    for i in 0..args.deltas {
+        events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": format!("w{i} ")}}));
+    }
+    events.push(json!({"type": "content_block_stop", "index": 0}));
+    events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": args.deltas}}));
+    let fake = Fake::start(Script::of([Step {
+        events: Some(events),
+        ..Default::default()
+    }]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut owner = daemon.ndjson()?;
+    let session = owner.new_session_in(&daemon.workdir())?;
+    let mut clients: Vec<Ndjson> = Vec::new();
+    for _ in 0..args.clients {
+        let mut c = daemon.ndjson()?;
+        c.call(
+            "session/subscribe",
+            json!({"sessionId": session, "since": "head", "role": "observer"}),
+        )?;
+        clients.push(c);
+    }
+    let start = Instant::now();
+    owner.start_turn(&session, "stream")?;
+    let handles: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            std::thread::spawn(
+                move || -> anyhow::Result<(usize, f64, Vec<(u64, Instant)>)> {
+                    let mut n = 0;
+                    let mut arrivals = Vec::new();
+                    loop {
+                        let e: Value = c.next_event()?;
+                        if e["type"] == "text_delta" {
+                            n += 1;
+                            arrivals.push((e["seq"].as_u64().unwrap_or(0), Instant::now()));
+                        }
+                        if e["type"] == "lagged" {
+                            anyhow::bail!("a client lagged after {n} deltas");
+                        }
+                        if e["type"] == "turn_ended" {
+                            return Ok((n, start.elapsed().as_secs_f64(), arrivals));
+                        }
+                    }
+                },
+            )
+        })
+        .collect();
+    let mut results = Vec::new();
+    for h in handles {
+        results.push(
+            h.join()
+                .map_err(|_| anyhow::anyhow!("client thread panicked"))??,
+        );
+    }
+    let total: usize = results.iter().map(|r| r.0).sum();
+    let slowest = results.iter().map(|r| r.1).fold(0.0, f64::max);
+    let mut spreads: Vec<f64> = Vec::new();
+    for i in 0..results[0].2.len() {
+        let times: Vec<Instant> = results
+            .iter()
+            .filter_map(|r| r.2.get(i).map(|a| a.1))
+            .collect();
+        if let (Some(min), Some(max)) = (times.iter().min(), times.iter().max()) {
+            spreads.push(max.duration_since(*min).as_secs_f64() * 1e6);
+        }
+    }
+    spreads.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        spreads
+            .get(((spreads.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    println!(
+        "fanout: {} clients × {} deltas = {total} events delivered in {:.3} s → {:.0} events/s; per event, first-to-last client spread median {:.0} µs, p99 {:.0} µs",
+        args.clients,
+        args.deltas,
+        slowest,
+        total as f64 / slowest,
+        pct(0.5),
+        pct(0.99)
+    );
+    Ok(())
+}
