@@ -20,6 +20,13 @@ struct Args {
     deltas: usize,
 }
 
+/// What one client saw: deltas delivered, seconds until the turn ended, arrival times.
+struct ClientRun {
+    delivered: usize,
+    elapsed: f64,
+    arrivals: Vec<Instant>,
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut events = vec![
@@ -52,25 +59,27 @@ fn main() -> anyhow::Result<()> {
     let handles: Vec<_> = clients
         .into_iter()
         .map(|mut c| {
-            std::thread::spawn(
-                move || -> anyhow::Result<(usize, f64, Vec<(u64, Instant)>)> {
-                    let mut n = 0;
-                    let mut arrivals = Vec::new();
-                    loop {
-                        let e: Value = c.next_event()?;
-                        if e["type"] == "text_delta" {
-                            n += 1;
-                            arrivals.push((e["seq"].as_u64().unwrap_or(0), Instant::now()));
-                        }
-                        if e["type"] == "lagged" {
-                            anyhow::bail!("a client lagged after {n} deltas");
-                        }
-                        if e["type"] == "turn_ended" {
-                            return Ok((n, start.elapsed().as_secs_f64(), arrivals));
-                        }
+            std::thread::spawn(move || -> anyhow::Result<ClientRun> {
+                let mut n = 0;
+                let mut arrivals = Vec::new();
+                loop {
+                    let e: Value = c.next_event()?;
+                    if e["type"] == "text_delta" {
+                        n += 1;
+                        arrivals.push(Instant::now());
                     }
-                },
-            )
+                    if e["type"] == "lagged" {
+                        anyhow::bail!("a client lagged after {n} deltas");
+                    }
+                    if e["type"] == "turn_ended" {
+                        return Ok(ClientRun {
+                            delivered: n,
+                            elapsed: start.elapsed().as_secs_f64(),
+                            arrivals,
+                        });
+                    }
+                }
+            })
         })
         .collect();
     let mut results = Vec::new();
