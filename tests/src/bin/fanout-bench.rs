@@ -89,13 +89,13 @@ fn main() -> anyhow::Result<()> {
                 .map_err(|_| anyhow::anyhow!("client thread panicked"))??,
         );
     }
-    let total: usize = results.iter().map(|r| r.0).sum();
-    let slowest = results.iter().map(|r| r.1).fold(0.0, f64::max);
+    let total: usize = results.iter().map(|r| r.delivered).sum();
+    let slowest = results.iter().map(|r| r.elapsed).fold(0.0, f64::max);
     let mut spreads: Vec<f64> = Vec::new();
-    for i in 0..results[0].2.len() {
+    for i in 0..results.first().map(|r| r.arrivals.len()).unwrap_or(0) {
         let times: Vec<Instant> = results
             .iter()
-            .filter_map(|r| r.2.get(i).map(|a| a.1))
+            .filter_map(|r| r.arrivals.get(i).copied())
             .collect();
         if let (Some(min), Some(max)) = (times.iter().min(), times.iter().max()) {
             spreads.push(max.duration_since(*min).as_secs_f64() * 1e6);
