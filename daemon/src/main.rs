@@ -21,6 +21,9 @@ struct Args {
     /// Print `ready <socket>` on stdout once the socket accepts connections.
     #[arg(long)]
     print_ready: bool,
+    /// Log format on stderr: text (default) or json.
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    log_format: String,
 }
 
 fn main() -> ExitCode {
@@ -29,13 +32,20 @@ fn main() -> ExitCode {
         // Fails only if we already lead a process group, in which case we are detached enough.
         let _ = nix::unistd::setsid();
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format.as_str() {
+        "json" => log.json().init(),
+        "text" => log.init(),
+        other => {
+            eprintln!("tetherd: unknown --log-format {other:?} (use text or json)");
+            return ExitCode::FAILURE;
+        }
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -138,6 +138,7 @@ impl Sessions {
             head: 0,
             history: Default::default(),
             open_turn: None,
+            damaged: Vec::new(),
         };
         let handle = actor::spawn(
             record,
@@ -337,3 +338,56 @@ impl Sessions {
 
 /// Shared ownership of the registry, as the RPC layer holds it.
 pub type SharedSessions = Arc<Sessions>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(dir: &std::path::Path) -> Arc<TurnEnv> {
+        Arc::new(TurnEnv {
+            llm: Err("no model in this test".into()),
+            catalog: Default::default(),
+            tools: crate::tools::builtin(),
+            limits: Default::default(),
+            data_dir: dir.to_owned(),
+            web: Arc::new(crate::llm::WebFetcher::new().expect("http client")),
+            fast_model: "haiku".into(),
+            idle_unload: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_damaged_record_is_skipped_and_reported_never_an_empty_session() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let sessions = Sessions::new(store.clone(), 1, env(dir.path()));
+        let new = NewSession {
+            cwd: "/tmp".into(),
+            title: Some("keep me".into()),
+            ..Default::default()
+        };
+        let id = sessions.create(new, None).await.expect("created");
+        sessions.shutdown().await;
+        // A torn record after the good one.
+        store
+            .log(&id)
+            .expect("log")
+            .append(2, b"{\"sessionId\": \"torn")
+            .expect("append");
+        store.flush().await.expect("flush");
+
+        let reloaded = Sessions::new(store.clone(), 2, env(dir.path()));
+        let handle = reloaded.get(&id).expect("loads");
+        // The first answer may come within the batch that logs the notice; the second is after.
+        handle.summary().await.expect("summary");
+        let summary = handle.summary().await.expect("summary");
+        assert_eq!(summary.title.as_deref(), Some("keep me"));
+        assert_eq!(summary.head_seq, 3, "the notice follows the damaged record");
+        let notice = store.log(&id).expect("log").read(2, 3, 1).expect("read");
+        let text = String::from_utf8_lossy(&notice[0].1).into_owned();
+        assert!(
+            text.contains("damaged record(s)") && text.contains("[2]"),
+            "{text}"
+        );
+    }
+}

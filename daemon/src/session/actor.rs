@@ -407,6 +407,8 @@ pub(super) struct Loaded {
     pub head: Seq,
     pub history: History,
     pub open_turn: Option<TurnId>,
+    /// Seqs of records that could not be decoded (skipped).
+    pub damaged: Vec<Seq>,
 }
 
 /// Replays a session's log into its history.
@@ -414,6 +416,7 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
     let head = log.head()?;
     let mut history = History::default();
     let mut open_turn = None;
+    let mut damaged = Vec::new();
     let mut after = 0;
     while after < head {
         let chunk = log.read(after, head, 4096)?;
@@ -424,6 +427,7 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
             after = seq;
             let Ok(event) = serde_json::from_slice::<Event>(&bytes) else {
                 tracing::warn!(seq, "skipping an undecodable event while loading a session");
+                damaged.push(seq);
                 continue;
             };
             match &event.kind {
@@ -438,6 +442,7 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
         head,
         history,
         open_turn,
+        damaged,
     })
 }
 
@@ -452,6 +457,17 @@ pub(super) fn spawn(
 ) -> SessionHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let head = loaded.head;
+    if !loaded.damaged.is_empty() {
+        let (reply, _) = oneshot::channel();
+        let _ = tx.send(Command::Note {
+            message: format!(
+                "{} damaged record(s) in this session's log could not be read and were skipped (seq {:?})",
+                loaded.damaged.len(),
+                loaded.damaged
+            ),
+            reply,
+        });
+    }
     if let Some(turn_id) = loaded.open_turn {
         let _ = tx.send(Command::RecoverOpenTurn { turn_id });
     }
