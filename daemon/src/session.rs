@@ -221,17 +221,10 @@ impl Sessions {
         let summary = self.get(id)?.summary().await?;
         let log = self.store.log(id)?;
         let mut events = Vec::new();
-        let mut after = 0;
-        while after < summary.head_seq {
-            let chunk = log.read(after, summary.head_seq, 4096)?;
-            if chunk.is_empty() {
-                break;
-            }
-            for (seq, bytes) in chunk {
-                after = seq;
-                if let Ok(e) = serde_json::from_slice::<tether_proto::Event>(&bytes) {
-                    events.push(e);
-                }
+        for record in log.iter_upto(summary.head_seq) {
+            let (_, bytes) = record?;
+            if let Ok(e) = serde_json::from_slice::<tether_proto::Event>(&bytes) {
+                events.push(e);
             }
         }
         Ok((summary, events))

@@ -243,6 +243,17 @@ impl EventLog {
         Ok(())
     }
 
+    /// Every encoded event with `seq <= upto`, in order, read lazily.
+    pub fn iter_upto(
+        &self,
+        upto: Seq,
+    ) -> impl Iterator<Item = Result<(Seq, Vec<u8>), StoreError>> + '_ {
+        self.tree.range(..=upto.to_be_bytes()).map(move |kv| {
+            let (k, v) = kv.map_err(|e| self.sled_err(e))?;
+            Ok((seq_of(&k), v.to_vec()))
+        })
+    }
+
     /// Up to `limit` encoded events with `after < seq <= upto`, in order.
     pub fn read(
         &self,

@@ -417,26 +417,19 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
     let mut history = History::default();
     let mut open_turn = None;
     let mut damaged = Vec::new();
-    let mut after = 0;
-    while after < head {
-        let chunk = log.read(after, head, 4096)?;
-        if chunk.is_empty() {
-            break;
+    for record in log.iter_upto(head) {
+        let (seq, bytes) = record?;
+        let Ok(event) = serde_json::from_slice::<Event>(&bytes) else {
+            tracing::warn!(seq, "skipping an undecodable event while loading a session");
+            damaged.push(seq);
+            continue;
+        };
+        match &event.kind {
+            EventKind::TurnStarted { .. } => open_turn = event.turn_id.clone(),
+            EventKind::TurnEnded { .. } => open_turn = None,
+            _ => {}
         }
-        for (seq, bytes) in chunk {
-            after = seq;
-            let Ok(event) = serde_json::from_slice::<Event>(&bytes) else {
-                tracing::warn!(seq, "skipping an undecodable event while loading a session");
-                damaged.push(seq);
-                continue;
-            };
-            match &event.kind {
-                EventKind::TurnStarted { .. } => open_turn = event.turn_id.clone(),
-                EventKind::TurnEnded { .. } => open_turn = None,
-                _ => {}
-            }
-            history.apply(&event.kind, event.turn_id.as_ref());
-        }
+        history.apply(&event.kind, event.turn_id.as_ref());
     }
     Ok(Loaded {
         head,

@@ -16,6 +16,20 @@ fn setup(script: Script) -> anyhow::Result<(Fake, Daemon, Ndjson, String)> {
     Ok((fake, daemon, client, session))
 }
 
+/// Runs a turn to its `turn_ended` and returns its events.
+fn run_turn(c: &mut Ndjson, session: &str, text: &str) -> anyhow::Result<Vec<Value>> {
+    c.start_turn(session, text)?;
+    c.events_until("turn_ended")
+}
+
+/// The stop reason of the turn whose events end with `turn_ended`.
+fn stop_reason(events: &[Value]) -> &str {
+    events
+        .last()
+        .and_then(|e| e["data"]["stopReason"].as_str())
+        .unwrap_or("")
+}
+
 fn types(events: &[Value]) -> Vec<&str> {
     events.iter().filter_map(|e| e["type"].as_str()).collect()
 }
@@ -150,12 +164,8 @@ fn parallel_reads_then_a_write_and_all_results_in_one_message_in_order() -> anyh
     let session = c.new_session_in(&work)?;
     c.subscribe(&session, json!("head"))?;
     c.events_until("client_attached")?;
-    c.start_turn(&session, "copy things")?;
-    let events = c.events_until("turn_ended")?;
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    let events = run_turn(&mut c, &session, "copy things")?;
+    assert_eq!(stop_reason(&events), "end_turn");
     let calls = of_type(&events, "tool_call");
     let results = of_type(&events, "tool_result");
     assert_eq!((calls.len(), results.len()), (3, 3), "{:?}", types(&events));
@@ -229,8 +239,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     let session = c.new_session_in(&daemon.workdir())?;
     c.subscribe(&session, json!("head"))?;
     c.events_until("client_attached")?;
-    c.start_turn(&session, "read notes")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "read notes")?;
     let results = of_type(&events, "tool_result");
     assert_eq!(results.len(), 3);
     assert_eq!(results[0]["data"]["isError"], true);
@@ -244,10 +253,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
                 .contains("Bash, BashOutput, KillShell, Read, Write, Edit, MultiEdit, Glob, Grep, LS, NotebookEdit, TodoWrite, Task, WebFetch"),
         "{unknown}"
     );
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    assert_eq!(stop_reason(&events), "end_turn");
     no_rejections(&fake);
     Ok(())
 }
@@ -258,15 +264,11 @@ fn max_tokens_is_continued_with_our_own_user_message() -> anyhow::Result<()> {
     cut.stop_reason = Some("max_tokens".into());
     let (fake, _daemon, mut c, session) =
         setup(Script::of([cut, Step::text(" and the second half.")]))?;
-    c.start_turn(&session, "write a lot")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "write a lot")?;
     let cont = of_type(&events, "continuation");
     assert_eq!(cont.len(), 1);
     assert_eq!(cont[0]["data"]["attempt"], 1);
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    assert_eq!(stop_reason(&events), "end_turn");
     let reqs = fake.server.message_requests();
     let msgs = reqs[1].body["messages"]
         .as_array()
@@ -298,22 +300,15 @@ fn cancel_mid_stream_then_the_next_turn_works() -> anyhow::Result<()> {
     let r = c.call("turn/cancel", json!({"sessionId": session}))?;
     assert_eq!(r["cancelled"], true);
     let events = c.events_until("turn_ended")?;
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "cancelled"
-    );
+    assert_eq!(stop_reason(&events), "cancelled");
     // Cancelling again is harmless.
     assert_eq!(
         c.call("turn/cancel", json!({"sessionId": session}))?["cancelled"],
         false
     );
 
-    c.start_turn(&session, "second")?;
-    let events = c.events_until("turn_ended")?;
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    let events = run_turn(&mut c, &session, "second")?;
+    assert_eq!(stop_reason(&events), "end_turn");
     let reqs = fake.server.message_requests();
     let msgs = reqs[1].body["messages"].as_array().context("messages")?;
     assert_eq!(
@@ -366,10 +361,7 @@ fn busy_sessions_reject_or_queue_and_client_turn_ids_are_idempotent() -> anyhow:
         events.last().context("end")?["turnId"],
         queued["result"]["turnId"]
     );
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    assert_eq!(stop_reason(&events), "end_turn");
     assert_eq!(fake.server.message_requests().len(), 2);
     no_rejections(&fake);
     Ok(())
@@ -438,8 +430,7 @@ fn without_credentials_a_turn_fails_clearly_and_the_session_survives() -> anyhow
     let session = c.new_session_in(&daemon.workdir())?;
     c.subscribe(&session, json!("head"))?;
     c.events_until("client_attached")?;
-    c.start_turn(&session, "hello?")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "hello?")?;
     let end = events.last().context("end")?;
     assert_eq!(end["data"]["stopReason"], "error");
     assert_eq!(end["data"]["error"]["code"], "no_credentials");
@@ -464,8 +455,7 @@ fn auto_compaction_near_the_context_limit_continues_from_the_summary() -> anyhow
     ]))?;
     c.start_turn(&session, "first question")?;
     c.events_until("turn_ended")?;
-    c.start_turn(&session, "second question")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "second question")?;
     let t = types(&events);
     assert!(
         t.contains(&"compaction_started") && t.contains(&"compaction_completed"),
@@ -473,10 +463,7 @@ fn auto_compaction_near_the_context_limit_continues_from_the_summary() -> anyhow
     );
     let done = of_type(&events, "compaction_completed")[0];
     assert_eq!(done["data"]["tokensBefore"], 185_000);
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    assert_eq!(stop_reason(&events), "end_turn");
     let reqs = fake.server.message_requests();
     assert_eq!(reqs.len(), 3);
     assert_eq!(
@@ -503,16 +490,12 @@ fn prompt_too_long_is_compacted_and_retried_once() -> anyhow::Result<()> {
         Step::text("the summary"),
         Step::text("Answer after compaction."),
     ]))?;
-    c.start_turn(&session, "a huge question")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "a huge question")?;
     assert_eq!(
         of_type(&events, "compaction_started")[0]["data"]["reason"],
         "prompt_too_long"
     );
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    assert_eq!(stop_reason(&events), "end_turn");
     let text: String = of_type(&events, "text_delta")
         .iter()
         .filter_map(|e| e["data"]["text"].as_str())
@@ -535,18 +518,14 @@ fn overloaded_after_retries_falls_back_to_the_fallback_model() -> anyhow::Result
     let session = c.new_session_in(&daemon.workdir())?;
     c.subscribe(&session, json!("head"))?;
     c.events_until("client_attached")?;
-    c.start_turn(&session, "hi")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "hi")?;
     let fb = of_type(&events, "model_fallback");
     assert_eq!(fb.len(), 1, "{:?}", types(&events));
     assert_eq!(
         fb[0]["data"],
         json!({"from": "claude-sonnet-4-5", "to": "claude-haiku-4-5"})
     );
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    assert_eq!(stop_reason(&events), "end_turn");
     let models: Vec<Value> = fake
         .server
         .message_requests()
@@ -577,8 +556,7 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
     c.start_turn(&session, "first")?;
     c.events_until("turn_ended")?;
 
-    c.start_turn(&session, "/nosuch thing")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "/nosuch thing")?;
     assert_eq!(
         of_type(&events, "error")[0]["data"]["code"],
         "unknown_command"
@@ -588,35 +566,27 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
         "unknown_command"
     );
 
-    c.start_turn(&session, "/cost")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "/cost")?;
     assert!(
         of_type(&events, "notice")[0]["data"]["message"]
             .as_str()
             .is_some_and(|m| m.contains("session cost $"))
     );
 
-    c.start_turn(&session, "# the tests live in tests/all")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "# the tests live in tests/all")?;
     assert!(
         of_type(&events, "notice")[0]["data"]["message"]
             .as_str()
             .is_some_and(|m| m.contains("MEMORY.md"))
     );
 
-    c.start_turn(&session, "/clear")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "/clear")?;
     assert_eq!(of_type(&events, "history_cleared").len(), 1);
 
-    c.start_turn(&session, "/greet Ada")?;
-    let events = c.events_until("turn_ended")?;
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    let events = run_turn(&mut c, &session, "/greet Ada")?;
+    assert_eq!(stop_reason(&events), "end_turn");
 
-    c.start_turn(&session, "/model opus")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "/model opus")?;
     assert_eq!(
         of_type(&events, "session_configured")[0]["data"]["model"],
         "opus"
@@ -677,12 +647,8 @@ fn history_survives_a_restart_and_a_turn_cut_by_kill_9_is_ended() -> anyhow::Res
     let ends = of_type(&seen, "turn_ended");
     assert_eq!(ends[0]["data"]["stopReason"], "end_turn");
     assert_eq!(ends[1]["data"]["stopReason"], "interrupted_by_restart");
-    c.start_turn(&session, "are you there?")?;
-    let events = c.events_until("turn_ended")?;
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    let events = run_turn(&mut c, &session, "are you there?")?;
+    assert_eq!(stop_reason(&events), "end_turn");
 
     let reqs = fake.server.message_requests();
     let msgs = reqs[2].body["messages"].as_array().context("messages")?;
@@ -729,17 +695,10 @@ fn cancel_during_a_running_tool_kills_it_and_the_next_turn_works() -> anyhow::Re
         "{}",
         result[0]
     );
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "cancelled"
-    );
+    assert_eq!(stop_reason(&events), "cancelled");
 
-    c.start_turn(&session, "still there?")?;
-    let events = c.events_until("turn_ended")?;
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    let events = run_turn(&mut c, &session, "still there?")?;
+    assert_eq!(stop_reason(&events), "end_turn");
     let reqs = fake.server.message_requests();
     let msgs = reqs[1].body["messages"].as_array().context("messages")?;
     assert_eq!(
@@ -759,8 +718,7 @@ fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::
         Step::text("The answer is 42."),
         Step::text("The sub-agent says 42."),
     ]))?;
-    c.start_turn(&session, "delegate it")?;
-    let events = c.events_until("turn_ended")?;
+    let events = run_turn(&mut c, &session, "delegate it")?;
     let result = of_type(&events, "tool_result");
     assert_eq!(result[0]["data"]["content"], "The answer is 42.");
     let progress: String = of_type(&events, "tool_progress")
@@ -832,12 +790,8 @@ fn glob_read_edit_and_git_diff_chain_in_one_turn() -> anyhow::Result<()> {
     let session = c.new_session_in(&work)?;
     c.subscribe(&session, json!("head"))?;
     c.events_until("client_attached")?;
-    c.start_turn(&session, "greet tether instead")?;
-    let events = c.events_until("turn_ended")?;
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    let events = run_turn(&mut c, &session, "greet tether instead")?;
+    assert_eq!(stop_reason(&events), "end_turn");
     let results: Vec<&Value> = of_type(&events, "tool_result");
     assert_eq!(results.len(), 4);
     assert!(
@@ -897,10 +851,7 @@ fn session_compact_summarizes_on_request() -> anyhow::Result<()> {
         of_type(&events, "compaction_started")[0]["data"]["reason"],
         "manual"
     );
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "compacted"
-    );
+    assert_eq!(stop_reason(&events), "compacted");
     c.start_turn(&session, "next")?;
     c.events_until("turn_ended")?;
     let reqs = fake.server.message_requests();
@@ -1016,12 +967,8 @@ fn secrets_never_reach_the_daemon_log() -> anyhow::Result<()> {
     let session = c.new_session_in(&daemon.workdir())?;
     c.subscribe(&session, json!("head"))?;
     c.events_until("client_attached")?;
-    c.start_turn(&session, "go")?;
-    let events = c.events_until("turn_ended")?;
-    assert_eq!(
-        events.last().context("end")?["data"]["stopReason"],
-        "end_turn"
-    );
+    let events = run_turn(&mut c, &session, "go")?;
+    assert_eq!(stop_reason(&events), "end_turn");
     let log = daemon.log();
     assert!(
         log.contains("retrying"),
