@@ -197,6 +197,13 @@ pub fn event_line(ev: &Event) -> String {
                 .unwrap_or_else(|| "cost unknown".into())
         ),
         EventKind::HistoryCleared {} => "conversation cleared".into(),
+        EventKind::TurnRecovered {
+            action,
+            interrupted_tools,
+        } => format!(
+            "the daemon stopped during this turn; it was {action} ({} tool call(s) interrupted)",
+            interrupted_tools.len()
+        ),
         EventKind::PermissionRequested {
             request_id,
             tool,

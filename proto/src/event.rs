@@ -250,6 +250,14 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rule: Option<String>,
     },
+    /// A turn the daemon's stop cut short was repaired on restart.
+    TurnRecovered {
+        /// What was done, e.g. `ended`.
+        action: String,
+        /// Tool calls given an "interrupted" result.
+        #[serde(default)]
+        interrupted_tools: Vec<String>,
+    },
     /// The agent's task list changed (TodoWrite).
     PlanUpdated {
         /// The items: `{content, status, activeForm}`.
@@ -349,6 +357,7 @@ impl EventKind {
             Self::ToolProgress { .. } => "tool_progress",
             Self::ToolResult { .. } => "tool_result",
             Self::PlanUpdated { .. } => "plan_updated",
+            Self::TurnRecovered { .. } => "turn_recovered",
             Self::PermissionRequested { .. } => "permission_requested",
             Self::PermissionResolved { .. } => "permission_resolved",
             Self::Retrying { .. } => "retrying",

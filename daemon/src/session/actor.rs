@@ -123,7 +123,7 @@ enum Command {
     },
     /// Ends a turn the log left open (the daemon stopped during it).
     RecoverOpenTurn {
-        turn_id: TurnId,
+        open: OpenTurn,
     },
     Delete {
         by: Option<ClientRef>,
@@ -406,9 +406,19 @@ impl TurnSink for ActorSink {
 pub(super) struct Loaded {
     pub head: Seq,
     pub history: History,
-    pub open_turn: Option<TurnId>,
+    pub open_turn: Option<OpenTurn>,
     /// Seqs of records that could not be decoded (skipped).
     pub damaged: Vec<Seq>,
+}
+
+/// What the log says about a turn that has no `turn_ended`.
+#[derive(Debug)]
+pub(super) struct OpenTurn {
+    pub turn_id: TurnId,
+    /// Tool calls without a result, in order.
+    pub unanswered: Vec<String>,
+    /// Text streamed into blocks that never completed: index → text.
+    pub partial: std::collections::BTreeMap<u32, String>,
 }
 
 /// Replays a session's log into its history.
@@ -424,9 +434,30 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
             damaged.push(seq);
             continue;
         };
-        match &event.kind {
-            EventKind::TurnStarted { .. } => open_turn = event.turn_id.clone(),
-            EventKind::TurnEnded { .. } => open_turn = None,
+        match (&event.kind, open_turn.as_mut()) {
+            (EventKind::TurnStarted { .. }, _) => {
+                open_turn = event.turn_id.clone().map(|turn_id| OpenTurn {
+                    turn_id,
+                    unanswered: Vec::new(),
+                    partial: Default::default(),
+                })
+            }
+            (EventKind::TurnEnded { .. }, _) => open_turn = None,
+            (EventKind::ToolCall { tool_call_id, .. }, Some(t)) => {
+                t.unanswered.push(tool_call_id.clone())
+            }
+            (EventKind::ToolResult { tool_call_id, .. }, Some(t)) => {
+                t.unanswered.retain(|id| id != tool_call_id)
+            }
+            (EventKind::TextDelta { index, text }, Some(t)) => {
+                t.partial.entry(*index).or_default().push_str(text)
+            }
+            (EventKind::AssistantBlockCompleted { index, .. }, Some(t)) => {
+                t.partial.remove(index);
+            }
+            (EventKind::AssistantMessageCompleted { .. } | EventKind::Retrying { .. }, Some(t)) => {
+                t.partial.clear()
+            }
             _ => {}
         }
         history.apply(&event.kind, event.turn_id.as_ref());
@@ -461,8 +492,8 @@ pub(super) fn spawn(
             reply,
         });
     }
-    if let Some(turn_id) = loaded.open_turn {
-        let _ = tx.send(Command::RecoverOpenTurn { turn_id });
+    if let Some(open) = loaded.open_turn {
+        let _ = tx.send(Command::RecoverOpenTurn { open });
     }
     let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
     let workspace = Arc::new(Workspace::new(
@@ -765,7 +796,37 @@ impl SessionActor {
                     self.start_next().await;
                 }
             }
-            Command::RecoverOpenTurn { turn_id } => {
+            Command::RecoverOpenTurn { open } => {
+                let turn_id = open.turn_id.clone();
+                // Text clients saw stays visible as a completed (truncated) block; it does not
+                // join the history, because the reply never completed.
+                for (index, text) in &open.partial {
+                    let _ = self.emit_in(
+                        EventKind::AssistantBlockCompleted {
+                            index: *index,
+                            block: serde_json::json!({"type": "text", "text": format!("{text} [cut off: the daemon stopped]")}),
+                        },
+                        Some(turn_id.clone()),
+                    );
+                }
+                for id in &open.unanswered {
+                    let _ = self.emit_in(
+                        EventKind::ToolResult {
+                            tool_call_id: id.clone(),
+                            content: serde_json::json!("interrupted: the daemon stopped while this tool was running; it was not run again"),
+                            is_error: true,
+                            details: None,
+                        },
+                        Some(turn_id.clone()),
+                    );
+                }
+                let _ = self.emit_in(
+                    EventKind::TurnRecovered {
+                        action: "ended".into(),
+                        interrupted_tools: open.unanswered.clone(),
+                    },
+                    Some(turn_id.clone()),
+                );
                 let pending: Vec<String> =
                     self.history.pending_permissions.keys().cloned().collect();
                 for request_id in pending {

@@ -644,6 +644,15 @@ fn history_survives_a_restart_and_a_turn_cut_by_kill_9_is_ended() -> anyhow::Res
     while of_type(&seen, "turn_ended").len() < 2 {
         seen.push(c.next_event()?);
     }
+    let cut = seen
+        .iter()
+        .filter(|e| e["type"] == "assistant_block_completed")
+        .filter_map(|e| e["data"]["block"]["text"].as_str())
+        .find(|t| t.contains("[cut off: the daemon stopped]"));
+    assert!(
+        cut.is_some_and(|t| t.starts_with("This reply")),
+        "the streamed text stays visible: {cut:?}"
+    );
     let ends = of_type(&seen, "turn_ended");
     assert_eq!(ends[0]["data"]["stopReason"], "end_turn");
     assert_eq!(ends[1]["data"]["stopReason"], "interrupted_by_restart");
@@ -984,5 +993,65 @@ fn secrets_never_reach_the_daemon_log() -> anyhow::Result<()> {
         !all.contains("this-must-never-be-logged"),
         "the API key leaked into events"
     );
+    Ok(())
+}
+
+#[test]
+fn kill_9_during_a_tool_gives_it_an_interrupted_result_and_the_session_goes_on()
+-> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Running it.").tool_use("Bash", json!({"command": "echo started; sleep 5"})),
+        Step::text("Understood, it was interrupted."),
+    ]))?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.subscribe(&session, json!("head"))?;
+    c.events_until("client_attached")?;
+    c.start_turn(&session, "run the slow thing")?;
+    let call = c.events_until("tool_progress")?;
+    let id = call
+        .iter()
+        .find(|e| e["type"] == "tool_call")
+        .context("tool_call")?["data"]["toolCallId"]
+        .clone();
+    daemon.kill9()?;
+    daemon.spawn()?;
+
+    let mut c = daemon.ndjson()?;
+    c.subscribe(&session, json!(0))?;
+    let mut seen = c.events_until("replay_complete")?;
+    while !seen.iter().any(|e| e["type"] == "turn_ended") {
+        seen.push(c.next_event()?);
+    }
+    let result = seen
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("interrupted result")?;
+    assert_eq!(result["data"]["toolCallId"], id);
+    assert_eq!(result["data"]["isError"], true);
+    assert!(
+        result["data"]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("the daemon stopped"))
+    );
+    let recovered = seen
+        .iter()
+        .find(|e| e["type"] == "turn_recovered")
+        .context("turn_recovered")?;
+    assert_eq!(recovered["data"]["interruptedTools"], json!([id]));
+    assert_eq!(stop_reason(&seen), "interrupted_by_restart");
+
+    let events = run_turn(&mut c, &session, "what happened?")?;
+    assert_eq!(stop_reason(&events), "end_turn");
+    let reqs = fake.server.message_requests();
+    let msgs = reqs[1].body["messages"].as_array().context("messages")?;
+    assert_eq!(msgs[2]["content"][0]["tool_use_id"], id);
+    assert!(
+        msgs[2]["content"][0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("the daemon stopped"))
+    );
+    no_rejections(&fake);
     Ok(())
 }
