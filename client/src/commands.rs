@@ -129,6 +129,7 @@ pub async fn attach(
         );
     }
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    let mut printer = render::StreamPrinter::default();
     loop {
         let mut params = ObjectParams::new();
         params.insert("sessionId", &session.session_id)?;
@@ -161,7 +162,11 @@ pub async fn attach(
             if out.json {
                 println!("{raw}");
             } else if let Some(ev) = &event {
-                println!("{}", render::event_line(ev));
+                let text = printer.feed(ev);
+                let mut stdout = std::io::stdout().lock();
+                let _ = stdout
+                    .write_all(text.as_bytes())
+                    .and_then(|_| stdout.flush());
             }
             let Some(ev) = event else { continue };
             match ev.kind {

@@ -254,6 +254,50 @@ pub fn event_line(ev: &Event) -> String {
     format!("{seq:>6}  {}  {detail}", clock(&ev.ts))
 }
 
+/// Turns a stream of events into terminal text: reply text and tool output stream inline as
+/// they arrive; every other event is one line. Deltas that a `*_completed` event repeats are not
+/// printed twice.
+#[derive(Debug, Default)]
+pub struct StreamPrinter {
+    /// Whether the cursor is in the middle of streamed text.
+    inline: bool,
+    /// Blocks whose text was streamed (so their completed event is not repeated).
+    streamed: std::collections::HashSet<(Option<String>, u32)>,
+}
+
+impl StreamPrinter {
+    /// The text to print for `ev`.
+    pub fn feed(&mut self, ev: &Event) -> String {
+        let turn = ev.turn_id.as_ref().map(|t| t.0.clone());
+        match &ev.kind {
+            EventKind::TextDelta { index, text } => {
+                self.streamed.insert((turn, *index));
+                self.inline = !text.ends_with('\n');
+                text.clone()
+            }
+            EventKind::ToolProgress { chunk, .. } => {
+                self.inline = !chunk.ends_with('\n');
+                chunk.clone()
+            }
+            EventKind::ThinkingDelta { .. }
+            | EventKind::ToolInputDelta { .. }
+            | EventKind::AssistantBlockStarted { .. } => String::new(),
+            EventKind::AssistantBlockCompleted { index, block }
+                if block["type"] == "text" && self.streamed.remove(&(turn, *index)) =>
+            {
+                let end = if self.inline { "\n" } else { "" };
+                self.inline = false;
+                end.to_owned()
+            }
+            _ => {
+                let lead = if self.inline { "\n" } else { "" };
+                self.inline = false;
+                format!("{lead}{}\n", event_line(ev))
+            }
+        }
+    }
+}
+
 /// `5s ago`, `3m ago`, `2h ago`, `4d ago` for an RFC 3339 time.
 pub fn ago(ts: &str, now: SystemTime) -> String {
     let Ok(then) = humantime::parse_rfc3339_weak(ts.trim_end_matches('Z')) else {
@@ -316,6 +360,50 @@ pub fn sessions_table(sessions: &[SessionSummary], now: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn ev(kind: EventKind) -> Event {
+        Event {
+            session_id: "s".into(),
+            seq: Some(1),
+            epoch: 1,
+            ts: "2026-01-01T10:11:12.000Z".into(),
+            turn_id: Some(tether_proto::TurnId("t".into())),
+            kind,
+        }
+    }
+
+    #[test]
+    fn streamed_text_is_inline_and_not_repeated() {
+        let mut p = StreamPrinter::default();
+        let mut out = String::new();
+        for k in [
+            EventKind::AssistantBlockStarted {
+                index: 0,
+                kind: "text".into(),
+                block: json!({"type": "text"}),
+            },
+            EventKind::TextDelta {
+                index: 0,
+                text: "Hello ".into(),
+            },
+            EventKind::TextDelta {
+                index: 0,
+                text: "world".into(),
+            },
+            EventKind::AssistantBlockCompleted {
+                index: 0,
+                block: json!({"type": "text", "text": "Hello world"}),
+            },
+            EventKind::Notice {
+                level: "info".into(),
+                message: "done".into(),
+            },
+        ] {
+            out.push_str(&p.feed(&ev(k)));
+        }
+        assert_eq!(out, "Hello world\n    #1  10:11:12  info: done\n");
+    }
 
     #[test]
     fn ago_buckets() {
