@@ -380,6 +380,29 @@ impl Ndjson {
         Ok(r["turnId"].as_str().context("turnId")?.to_owned())
     }
 
+    /// Subscribes from the head and waits for its own `client_attached`, so every later event
+    /// is live.
+    pub fn watch(&mut self, session: &str) -> anyhow::Result<()> {
+        self.subscribe(session, json!("head"))?;
+        self.events_until("client_attached")?;
+        Ok(())
+    }
+
+    /// Subscribes from the start and reads the replay, then live events until `done` holds for
+    /// everything read (e.g. after a restart, until the recovered turn has ended).
+    pub fn replay_until(
+        &mut self,
+        session: &str,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> anyhow::Result<Vec<Value>> {
+        self.subscribe(session, json!(0))?;
+        let mut seen = self.events_until("replay_complete")?;
+        while !done(&seen) {
+            seen.push(self.next_event()?);
+        }
+        Ok(seen)
+    }
+
     /// Subscribes and returns the subscription id.
     pub fn subscribe(&mut self, session: &str, since: Value) -> anyhow::Result<Value> {
         self.call(

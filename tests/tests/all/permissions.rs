@@ -103,8 +103,7 @@ fn a_request_outlives_its_clients_and_a_later_client_answers() -> anyhow::Result
     let daemon = Daemon::start_with(fake.env())?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     c.start_turn(&session, "say it")?;
     c.events_until("permission_requested")?;
     drop(c);
@@ -137,8 +136,7 @@ fn a_pending_request_across_kill_9_is_cancelled_and_the_next_turn_works() -> any
     let mut daemon = Daemon::start_with(fake.env())?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     c.start_turn(&session, "say it")?;
     let request = c
         .events_until("permission_requested")?
@@ -148,11 +146,7 @@ fn a_pending_request_across_kill_9_is_cancelled_and_the_next_turn_works() -> any
     daemon.kill9()?;
     daemon.spawn()?;
     let mut c = daemon.ndjson()?;
-    c.subscribe(&session, json!(0))?;
-    let mut seen = c.events_until("replay_complete")?;
-    while !seen.iter().any(|e| e["type"] == "turn_ended") {
-        seen.push(c.next_event()?);
-    }
+    let seen = c.replay_until(&session, |s| s.iter().any(|e| e["type"] == "turn_ended"))?;
     let resolved = seen
         .iter()
         .find(|e| e["type"] == "permission_resolved")
@@ -191,8 +185,7 @@ fn allow_always_is_saved_and_deny_messages_reach_the_model() -> anyhow::Result<(
     let daemon = Daemon::start_with(fake.env())?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
 
     c.start_turn(&session, "first")?;
     let req = c
@@ -260,8 +253,7 @@ fn plan_mode_refuses_changes_without_asking() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(fake.env())?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_with_mode(&daemon.workdir(), "plan")?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     c.start_turn(&session, "do it")?;
     let events = c.events_until("turn_ended")?;
     assert!(!events.iter().any(|e| e["type"] == "permission_requested"));
@@ -300,8 +292,7 @@ fn hooks_block_add_context_force_a_stop_and_time_out() -> anyhow::Result<()> {
     std::fs::write(work.join(".claude/settings.json"), settings.to_string())?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&work)?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     c.start_turn(&session, "clean up")?;
     let events = c.events_until("turn_ended")?;
     assert_eq!(

@@ -11,8 +11,7 @@ fn setup(script: Script) -> anyhow::Result<(Fake, Daemon, Ndjson, String)> {
     let daemon = Daemon::start_with(fake.env())?;
     let mut client = daemon.ndjson()?;
     let session = client.new_session_in(&daemon.workdir())?;
-    client.subscribe(&session, json!("head"))?;
-    client.events_until("client_attached")?;
+    client.watch(&session)?;
     Ok((fake, daemon, client, session))
 }
 
@@ -162,8 +161,7 @@ fn parallel_reads_then_a_write_and_all_results_in_one_message_in_order() -> anyh
     fake.server.push(Step::text("All done."));
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&work)?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     let events = run_turn(&mut c, &session, "copy things")?;
     assert_eq!(stop_reason(&events), "end_turn");
     let calls = of_type(&events, "tool_call");
@@ -237,8 +235,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     fake.server.push(Step::text("It says hello."));
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&daemon.workdir())?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     let events = run_turn(&mut c, &session, "read notes")?;
     let results = of_type(&events, "tool_result");
     assert_eq!(results.len(), 3);
@@ -393,8 +390,7 @@ fn memory_files_and_git_reach_the_model_and_the_system_prompt_is_stable() -> any
     git(&["commit", "-q", "-m", "first commit"])?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&work)?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     c.start_turn(&session, "one")?;
     c.events_until("turn_ended")?;
     c.start_turn(&session, "two")?;
@@ -428,8 +424,7 @@ fn without_credentials_a_turn_fails_clearly_and_the_session_survives() -> anyhow
     let daemon = Daemon::start_with(env)?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&daemon.workdir())?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     let events = run_turn(&mut c, &session, "hello?")?;
     let end = events.last().context("end")?;
     assert_eq!(end["data"]["stopReason"], "error");
@@ -516,8 +511,7 @@ fn overloaded_after_retries_falls_back_to_the_fallback_model() -> anyhow::Result
     let daemon = Daemon::start_with(env)?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&daemon.workdir())?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     let events = run_turn(&mut c, &session, "hi")?;
     let fb = of_type(&events, "model_fallback");
     assert_eq!(fb.len(), 1, "{:?}", types(&events));
@@ -628,8 +622,7 @@ fn history_survives_a_restart_and_a_turn_cut_by_kill_9_is_ended() -> anyhow::Res
     let mut daemon = Daemon::start_with(fake.env())?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&daemon.workdir())?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     c.start_turn(&session, "what is the answer?")?;
     c.events_until("turn_ended")?;
     c.start_turn(&session, "tell me more")?;
@@ -638,12 +631,8 @@ fn history_survives_a_restart_and_a_turn_cut_by_kill_9_is_ended() -> anyhow::Res
     daemon.spawn()?;
 
     let mut c = daemon.ndjson()?;
-    c.subscribe(&session, json!(0))?;
     // The open turn is ended when the session loads (in the replay or just after it).
-    let mut seen = c.events_until("replay_complete")?;
-    while of_type(&seen, "turn_ended").len() < 2 {
-        seen.push(c.next_event()?);
-    }
+    let seen = c.replay_until(&session, |s| of_type(s, "turn_ended").len() >= 2)?;
     let cut = seen
         .iter()
         .filter(|e| e["type"] == "assistant_block_completed")
@@ -797,8 +786,7 @@ fn glob_read_edit_and_git_diff_chain_in_one_turn() -> anyhow::Result<()> {
     fake.server.push(Step::text("Changed the greeting."));
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&work)?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     let events = run_turn(&mut c, &session, "greet tether instead")?;
     assert_eq!(stop_reason(&events), "end_turn");
     let results: Vec<&Value> = of_type(&events, "tool_result");
@@ -974,8 +962,7 @@ fn secrets_never_reach_the_daemon_log() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(env)?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&daemon.workdir())?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     let events = run_turn(&mut c, &session, "go")?;
     assert_eq!(stop_reason(&events), "end_turn");
     let log = daemon.log();
@@ -1006,8 +993,7 @@ fn kill_9_during_a_tool_gives_it_an_interrupted_result_and_the_session_goes_on()
     let mut daemon = Daemon::start_with(fake.env())?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&daemon.workdir())?;
-    c.subscribe(&session, json!("head"))?;
-    c.events_until("client_attached")?;
+    c.watch(&session)?;
     c.start_turn(&session, "run the slow thing")?;
     let call = c.events_until("tool_progress")?;
     let id = call
@@ -1019,11 +1005,7 @@ fn kill_9_during_a_tool_gives_it_an_interrupted_result_and_the_session_goes_on()
     daemon.spawn()?;
 
     let mut c = daemon.ndjson()?;
-    c.subscribe(&session, json!(0))?;
-    let mut seen = c.events_until("replay_complete")?;
-    while !seen.iter().any(|e| e["type"] == "turn_ended") {
-        seen.push(c.next_event()?);
-    }
+    let seen = c.replay_until(&session, |s| s.iter().any(|e| e["type"] == "turn_ended"))?;
     let result = seen
         .iter()
         .find(|e| e["type"] == "tool_result")
