@@ -270,6 +270,13 @@ impl ToolContext {
         })
     }
 
+    /// The directory a search tool's optional `path` names, else the current directory.
+    pub fn dir_or_cwd(&self, path: &Value) -> PathBuf {
+        path.as_str()
+            .map(|p| self.resolve(p))
+            .unwrap_or_else(|| self.workspace.cwd())
+    }
+
     /// Resolves a path the model gave against the session's directory.
     pub fn resolve(&self, path: &str) -> PathBuf {
         let p = PathBuf::from(path);

@@ -117,15 +117,6 @@ pub struct TurnOutcome {
     pub error: Option<TurnError>,
 }
 
-fn wire_usage(u: &Usage) -> TokenUsage {
-    TokenUsage {
-        input_tokens: u.input_tokens,
-        output_tokens: u.output_tokens,
-        cache_creation_input_tokens: u.cache_creation_input_tokens,
-        cache_read_input_tokens: u.cache_read_input_tokens,
-    }
-}
-
 struct Tally {
     usage: TokenUsage,
     cost: Option<f64>,
@@ -215,7 +206,7 @@ impl Turn {
     }
 
     fn count(&self, tally: &mut Tally, model_id: &str, usage: &Usage) {
-        tally.usage.add(&wire_usage(usage));
+        tally.usage.add(&TokenUsage::from(usage));
         tally.cost = match (tally.cost, self.catalog.cost_usd(model_id, usage)) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
@@ -454,7 +445,7 @@ impl Turn {
                 };
                 sink.send(event);
             }
-            let usage = wire_usage(&message.usage);
+            let usage = TokenUsage::from(&message.usage);
             self.count(tally, &model_id, &message.usage);
             let stop_reason = message
                 .stop_reason

@@ -160,6 +160,17 @@ impl Usage {
     }
 }
 
+impl From<&Usage> for tether_proto::TokenUsage {
+    fn from(u: &Usage) -> Self {
+        Self {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_creation_input_tokens: u.cache_creation_input_tokens,
+            cache_read_input_tokens: u.cache_read_input_tokens,
+        }
+    }
+}
+
 /// Resolves aliases and knows prices; built once from the environment.
 #[derive(Debug, Clone, Default)]
 pub struct ModelCatalog {

@@ -42,10 +42,7 @@ impl Tool for Glob {
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let pattern = input["pattern"].as_str().unwrap_or_default().to_owned();
-            let root = input["path"]
-                .as_str()
-                .map(|p| ctx.resolve(p))
-                .unwrap_or_else(|| ctx.workspace.cwd());
+            let root = ctx.dir_or_cwd(&input["path"]);
             let cancel = ctx.cancel.clone();
             match tokio::task::spawn_blocking(move || glob(&root, &pattern, &cancel)).await {
                 Ok(Ok(out)) => out,

@@ -55,10 +55,7 @@ impl Tool for Grep {
 
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
-            let root = input["path"]
-                .as_str()
-                .map(|p| ctx.resolve(p))
-                .unwrap_or_else(|| ctx.workspace.cwd());
+            let root = ctx.dir_or_cwd(&input["path"]);
             let cancel = ctx.cancel.clone();
             match tokio::task::spawn_blocking(move || grep(&root, &input, &cancel)).await {
                 Ok(Ok(text)) => ToolOutput::text(text),

@@ -70,15 +70,7 @@ impl Tool for WebFetch {
             match result {
                 Ok(m) => {
                     let cost = net.catalog.cost_usd(&net.fast_model, &m.usage);
-                    ctx.spend(
-                        tether_proto::TokenUsage {
-                            input_tokens: m.usage.input_tokens,
-                            output_tokens: m.usage.output_tokens,
-                            cache_creation_input_tokens: m.usage.cache_creation_input_tokens,
-                            cache_read_input_tokens: m.usage.cache_read_input_tokens,
-                        },
-                        cost,
-                    );
+                    ctx.spend(tether_proto::TokenUsage::from(&m.usage), cost);
                     let answer: String = m
                         .content()
                         .iter()
