@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 use tether_proto::{
     ClientKind, Event, EventKind, InputItem, PermissionDecision, PermissionMode, Role, SessionId,
-    SessionSummary, Since, TetherRpcClient,
+    SessionStatus, SessionSummary, Since, TetherRpcClient,
 };
 
 /// How to print.
@@ -27,14 +27,31 @@ fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 }
 
 /// `tether sessions`
-pub async fn sessions(socket: &Path, out: Output, here: bool) -> anyhow::Result<ExitCode> {
+pub async fn sessions(
+    socket: &Path,
+    out: Output,
+    here: bool,
+    status: Option<String>,
+    limit: Option<usize>,
+) -> anyhow::Result<ExitCode> {
+    let status = status
+        .map(|s| {
+            serde_json::from_value::<SessionStatus>(serde_json::Value::String(s.clone())).map_err(
+                |_| {
+                    anyhow::anyhow!(
+                        "unknown status {s:?}: use idle, running or awaiting_permission"
+                    )
+                },
+            )
+        })
+        .transpose()?;
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
     let cwd = if here {
         Some(std::env::current_dir()?.display().to_string())
     } else {
         None
     };
-    let list = conn.client.session_list(cwd).await?;
+    let list = conn.client.session_list(cwd, status, limit, None).await?;
     if out.json {
         print_json(&list)?;
     } else {
@@ -74,7 +91,7 @@ async fn resolve(conn: &Connection, id: &str) -> anyhow::Result<SessionSummary> 
     if let Ok(snapshot) = conn.client.session_get(SessionId(id.to_owned())).await {
         return Ok(snapshot.summary);
     }
-    let list = conn.client.session_list(None).await?;
+    let list = conn.client.session_list(None, None, None, None).await?;
     let matches: Vec<SessionSummary> = list
         .sessions
         .into_iter()
@@ -290,6 +307,20 @@ fn parse_mode(mode: Option<String>) -> anyhow::Result<Option<PermissionMode>> {
     .transpose()
 }
 
+/// The first line of a headless prompt, shortened to a title.
+fn headless_title(prompt: &str) -> String {
+    let line = prompt
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("headless");
+    if line.chars().count() <= 60 {
+        return line.to_owned();
+    }
+    let cut: String = line.chars().take(59).collect();
+    format!("{}…", cut.trim_end())
+}
+
 /// `tether -p PROMPT`: one headless turn in a new session; prints the answer (or events) and
 /// exits 0 when the model finished, 1 when the turn failed. Permission prompts are denied, since
 /// nobody is there to answer them.
@@ -304,7 +335,12 @@ pub async fn print(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         .display()
         .to_string();
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
-    let created = conn.client.session_new(cwd, None, h.model, mode).await?;
+    // Headless sessions are titled by their prompt: no extra model call for a script.
+    let title = headless_title(&h.prompt);
+    let created = conn
+        .client
+        .session_new(cwd, Some(title), h.model, mode)
+        .await?;
     let session = created.session_id;
     let mut params = ObjectParams::new();
     params.insert("sessionId", &session)?;

@@ -43,6 +43,12 @@ enum Cmd {
         /// Only sessions created in this directory.
         #[arg(long)]
         here: bool,
+        /// Only sessions in this state: idle, running or awaiting_permission.
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many (most recently active first).
+        #[arg(long, short = 'n')]
+        limit: Option<usize>,
     },
     /// Create a session in the current directory and print its id.
     New {
@@ -121,7 +127,11 @@ fn main() -> ExitCode {
                 let _ = Cli::command().print_help();
                 Ok(ExitCode::SUCCESS)
             }
-            Some(Cmd::Sessions { here }) => commands::sessions(&socket, out, here).await,
+            Some(Cmd::Sessions {
+                here,
+                status,
+                limit,
+            }) => commands::sessions(&socket, out, here, status, limit).await,
             Some(Cmd::New {
                 title,
                 model,

@@ -35,6 +35,9 @@ pub fn event_line(ev: &Event) -> String {
             format!("replay complete at #{head_seq}; live from here")
         }
         EventKind::Lagged { last_seq } => format!("fell behind after #{last_seq}; resuming"),
+        EventKind::Snapshot { at_seq, .. } => {
+            format!("streaming deltas up to #{at_seq} were pruned; completed blocks follow")
+        }
         EventKind::SessionDeleted { by: who } => format!("session deleted{}", by(who)),
         EventKind::DaemonShutdown {} => "tetherd is shutting down".into(),
         EventKind::SessionCreated {

@@ -14,6 +14,7 @@ mod input;
 mod jobs;
 mod sink;
 mod subagent;
+mod title;
 mod tool;
 mod turn;
 
@@ -24,6 +25,7 @@ pub use input::{MAX_IMAGE_BYTES, Processed, mentions, process as process_input};
 pub use jobs::{Job, JobEnd, Jobs};
 pub use sink::{PermissionAsk, SinkError, TurnSink, Verdict};
 pub use subagent::{Subagents, TASK_TOOL};
+pub use title::{TITLE_INSTRUCTION, generate as generate_title};
 pub use tool::{
     FileStamp, Net, Spent, Tool, ToolContext, ToolFuture, ToolOutput, Tools, Workspace, normalize,
 };

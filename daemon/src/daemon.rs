@@ -68,6 +68,13 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
         epoch,
         Arc::new(turn_env(&data_dir)?),
     ));
+    let recovered = sessions.recover_interrupted();
+    if recovered > 0 {
+        tracing::info!(
+            sessions = recovered,
+            "recovering sessions interrupted by the last stop"
+        );
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
 
@@ -131,6 +138,15 @@ fn turn_env(data_dir: &std::path::Path) -> Result<TurnEnv, DaemonError> {
             Some(0) => None,
             Some(ms) => Some(std::time::Duration::from_millis(ms)),
             None => Some(std::time::Duration::from_secs(15 * 60)),
+        },
+        delta_retention: match std::env::var("TETHER_DELTA_RETENTION") {
+            Ok(v) if matches!(v.trim(), "off" | "never" | "forever") => None,
+            Ok(v) => Some(humantime::parse_duration(v.trim()).map_err(|e| {
+                DaemonError::Io(format!(
+                    "TETHER_DELTA_RETENTION={v:?} is not a duration: {e}"
+                ))
+            })?),
+            Err(_) => Some(std::time::Duration::from_secs(7 * 24 * 3600)),
         },
         fast_model: std::env::var("ANTHROPIC_SMALL_FAST_MODEL")
             .ok()

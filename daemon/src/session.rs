@@ -6,13 +6,16 @@
 
 mod actor;
 mod export;
+mod retention;
 
 pub use actor::{Attachment, LiveEvent, SessionHandle, now_rfc3339};
 
 use crate::store::{SessionRecord, Store, StoreError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tether_proto::{ClientRef, PermissionMode, SessionId, SessionStatus, SessionSummary};
+use tether_proto::{
+    ClientRef, PermissionMode, SessionId, SessionList, SessionStatus, SessionSummary,
+};
 
 /// Errors of session operations.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +62,8 @@ pub struct TurnEnv {
     /// How long an idle session (no subscriber, turn, request or background job) stays in
     /// memory; `None` keeps sessions loaded.
     pub idle_unload: Option<std::time::Duration>,
+    /// How long the deltas of a finished turn are kept; `None` keeps them forever.
+    pub delta_retention: Option<std::time::Duration>,
 }
 
 /// What a new session starts with.
@@ -72,6 +77,19 @@ pub struct NewSession {
     pub model: Option<String>,
     /// Permission mode.
     pub permission_mode: Option<PermissionMode>,
+}
+
+/// Which sessions `session/list` returns.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only those created in this directory.
+    pub cwd: Option<String>,
+    /// Only those in this state.
+    pub status: Option<SessionStatus>,
+    /// At most this many.
+    pub limit: Option<usize>,
+    /// After this position (a previous page's `nextCursor`).
+    pub cursor: Option<String>,
 }
 
 /// A change of settings; `None` leaves a field as it is.
@@ -132,6 +150,7 @@ impl Sessions {
             status: SessionStatus::Idle,
             created_at: now.clone(),
             updated_at: now,
+            pruned_through: 0,
         };
         let log = self.store.log(&id)?;
         let loaded = actor::Loaded {
@@ -159,12 +178,22 @@ impl Sessions {
         if let Some(h) = live.get(id).filter(|h| !h.is_stopped()) {
             return Ok(h.clone());
         }
-        let record = self
+        let mut record = self
             .store
             .session(id)?
             .ok_or_else(|| SessionError::NotFound(id.clone()))?;
         let log = self.store.log(id)?;
+        if let Some(keep) = self.env.delta_retention
+            && retention::apply(&log, &mut record, log.head()?, keep)?
+        {
+            self.store.put_session(&record)?;
+        }
         let loaded = actor::replay(&log)?;
+        if loaded.open_turn.is_none() && record.status != SessionStatus::Idle {
+            // Stopped between a turn's end and the status change that follows it.
+            record.status = SessionStatus::Idle;
+            self.store.put_session(&record)?;
+        }
         let handle = actor::spawn(
             record,
             self.store.clone(),
@@ -177,19 +206,42 @@ impl Sessions {
         Ok(handle)
     }
 
-    /// Every session, most recently updated first; `cwd` keeps those created there.
-    pub async fn list(&self, cwd: Option<&str>) -> Result<Vec<SessionSummary>, SessionError> {
+    /// Loads every session that was busy when the daemon last stopped, so its open turn is
+    /// ended (and its interrupted tools answered) now rather than when someone next opens it.
+    /// Returns how many were loaded; one that cannot be loaded is logged and left alone.
+    pub fn recover_interrupted(&self) -> usize {
+        let records = match self.store.sessions() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("cannot scan sessions for recovery: {e}");
+                return 0;
+            }
+        };
+        let mut loaded = 0;
+        for record in records.iter().filter(|r| r.status != SessionStatus::Idle) {
+            match self.get(&record.id) {
+                Ok(_) => loaded += 1,
+                Err(e) => tracing::error!(session = %record.id, "cannot recover: {e}"),
+            }
+        }
+        loaded
+    }
+
+    /// The sessions that pass `filter`, most recently active first, one page at a time.
+    pub async fn list(&self, filter: &ListFilter) -> Result<SessionList, SessionError> {
         let records = self.store.sessions()?;
-        let live: Vec<SessionHandle> = self.live().values().cloned().collect();
+        let live: HashMap<SessionId, SessionHandle> = self
+            .live()
+            .iter()
+            .filter(|(_, h)| !h.is_stopped())
+            .map(|(id, h)| (id.clone(), h.clone()))
+            .collect();
         let mut out = Vec::with_capacity(records.len());
         for record in records {
-            if cwd.is_some_and(|c| c != record.cwd) {
+            if filter.cwd.as_ref().is_some_and(|c| *c != record.cwd) {
                 continue;
             }
-            let summary = match live
-                .iter()
-                .find(|h| h.id() == &record.id && !h.is_stopped())
-            {
+            let summary = match live.get(&record.id) {
                 Some(h) => match h.summary().await {
                     Ok(s) => s,
                     Err(_) => continue, // deleted meanwhile
@@ -199,10 +251,30 @@ impl Sessions {
                     actor::summary_of(&record, head, Vec::new())
                 }
             };
+            if filter.status.is_some_and(|s| s != summary.status) {
+                continue;
+            }
             out.push(summary);
         }
-        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
-        Ok(out)
+        out.sort_by(|a, b| (&b.updated_at, &b.session_id.0).cmp(&(&a.updated_at, &a.session_id.0)));
+        let total = out.len();
+        if let Some(cursor) = &filter.cursor {
+            // Keyset paging: everything strictly after the cursor's (updatedAt, id) position.
+            let (at, id) = cursor.split_once('|').unwrap_or((cursor.as_str(), ""));
+            out.retain(|s| (s.updated_at.as_str(), s.session_id.0.as_str()) < (at, id));
+        }
+        let mut next_cursor = None;
+        if let Some(limit) = filter.limit.filter(|l| *l < out.len()) {
+            out.truncate(limit);
+            next_cursor = out
+                .last()
+                .map(|s| format!("{}|{}", s.updated_at, s.session_id));
+        }
+        Ok(SessionList {
+            sessions: out,
+            total,
+            next_cursor,
+        })
     }
 
     /// Deletes a session; its subscribers get `session_deleted` and their subscriptions end.
@@ -221,7 +293,7 @@ impl Sessions {
         let summary = self.get(id)?.summary().await?;
         let log = self.store.log(id)?;
         let mut events = Vec::new();
-        for record in log.iter_upto(summary.head_seq) {
+        for record in log.iter_between(0, summary.head_seq) {
             let (_, bytes) = record?;
             if let Ok(e) = serde_json::from_slice::<tether_proto::Event>(&bytes) {
                 events.push(e);
@@ -346,6 +418,7 @@ mod tests {
             web: Arc::new(crate::llm::WebFetcher::new().expect("http client")),
             fast_model: "haiku".into(),
             idle_unload: None,
+            delta_retention: None,
         })
     }
 

@@ -69,6 +69,9 @@ pub struct SessionRecord {
     pub created_at: String,
     /// RFC 3339 time of the last change.
     pub updated_at: String,
+    /// Deltas at or below this seq may have been pruned (0: the log is complete).
+    #[serde(default)]
+    pub pruned_through: Seq,
 }
 
 /// The daemon's database.
@@ -243,12 +246,26 @@ impl EventLog {
         Ok(())
     }
 
-    /// Every encoded event with `seq <= upto`, in order, read lazily.
-    pub fn iter_upto(
+    /// Removes the events at `seqs` in one atomic batch (not flushed).
+    pub fn remove(&self, seqs: &[Seq]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for seq in seqs {
+            batch.remove(&seq.to_be_bytes());
+        }
+        self.tree.apply_batch(batch).map_err(|e| self.sled_err(e))
+    }
+
+    /// Every encoded event with `after < seq <= upto`, in order, read lazily.
+    pub fn iter_between(
         &self,
+        after: Seq,
         upto: Seq,
     ) -> impl Iterator<Item = Result<(Seq, Vec<u8>), StoreError>> + '_ {
-        self.tree.range(..=upto.to_be_bytes()).map(move |kv| {
+        let range = (after < upto).then(|| {
+            self.tree
+                .range((after + 1).to_be_bytes()..=upto.to_be_bytes())
+        });
+        range.into_iter().flatten().map(move |kv| {
             let (k, v) = kv.map_err(|e| self.sled_err(e))?;
             Ok((seq_of(&k), v.to_vec()))
         })
@@ -261,19 +278,7 @@ impl EventLog {
         upto: Seq,
         limit: usize,
     ) -> Result<Vec<(Seq, Vec<u8>)>, StoreError> {
-        if after >= upto {
-            return Ok(Vec::new());
-        }
-        let start = (after + 1).to_be_bytes();
-        let end = upto.to_be_bytes();
-        self.tree
-            .range(start..=end)
-            .take(limit)
-            .map(|kv| {
-                let (k, v) = kv.map_err(|e| self.sled_err(e))?;
-                Ok((seq_of(&k), v.to_vec()))
-            })
-            .collect()
+        self.iter_between(after, upto).take(limit).collect()
     }
 }
 

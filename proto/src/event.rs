@@ -54,6 +54,16 @@ pub enum EventKind {
         /// The last seq delivered to this subscriber.
         last_seq: Seq,
     },
+    /// The replay starts before `atSeq`, and the deltas of events up to `atSeq` were pruned: the
+    /// session as it is now, then the kept events after `since` (completed blocks, tool calls and
+    /// results, turn boundaries) with their original seqs, then everything after `atSeq` in full.
+    /// Stream control.
+    Snapshot {
+        /// Deltas at or below this seq are gone.
+        at_seq: Seq,
+        /// The session's metadata when the subscription started.
+        session: Box<crate::types::SessionSummary>,
+    },
     /// The session was deleted; the subscription ends. Stream control.
     SessionDeleted {
         /// Who deleted it.
@@ -337,6 +347,7 @@ impl EventKind {
         match self {
             Self::ReplayComplete { .. } => "replay_complete",
             Self::Lagged { .. } => "lagged",
+            Self::Snapshot { .. } => "snapshot",
             Self::SessionDeleted { .. } => "session_deleted",
             Self::DaemonShutdown {} => "daemon_shutdown",
             Self::SessionCreated { .. } => "session_created",

@@ -38,9 +38,16 @@ pub trait TetherRpc {
         #[argument(rename = "permissionMode")] permission_mode: Option<PermissionMode>,
     ) -> RpcResult<SessionNewResult>;
 
-    /// Lists sessions, most recently updated first; `cwd` keeps those created there.
+    /// Lists sessions, most recently active first: `cwd` and `status` filter, `limit` sizes a
+    /// page and `cursor` (a previous page's `nextCursor`) continues after it.
     #[method(name = "session/list", param_kind = map)]
-    async fn session_list(&self, cwd: Option<String>) -> RpcResult<SessionList>;
+    async fn session_list(
+        &self,
+        cwd: Option<String>,
+        status: Option<SessionStatus>,
+        limit: Option<usize>,
+        cursor: Option<String>,
+    ) -> RpcResult<SessionList>;
 
     /// A session's full snapshot.
     #[method(name = "session/get", param_kind = map)]

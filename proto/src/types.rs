@@ -269,6 +269,9 @@ pub struct SessionSummary {
     pub updated_at: String,
     /// Seq of its last event.
     pub head_seq: Seq,
+    /// The deltas of events at or below this seq may have been pruned (0: none were).
+    #[serde(default)]
+    pub pruned_through: Seq,
     /// Clients attached now.
     #[serde(default)]
     pub attached_clients: Vec<AttachedClient>,
@@ -280,6 +283,12 @@ pub struct SessionSummary {
 pub struct SessionList {
     /// Most recently updated first.
     pub sessions: Vec<SessionSummary>,
+    /// How many sessions match the filters, over all pages.
+    #[serde(default)]
+    pub total: usize,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// Result of `session/get`: the full snapshot of a session.

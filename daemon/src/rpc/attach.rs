@@ -1,4 +1,5 @@
-//! One subscriber's stream: replay `(since, watermark]` from the log, `replay_complete`, then
+//! One subscriber's stream: `snapshot` when `since` is older than the kept deltas, replay
+//! `(since, watermark]` from the log, `replay_complete`, then
 //! live events, until the client goes away, falls behind (`lagged`) or the stream is ended by the
 //! session (`session_deleted`, `daemon_shutdown`).
 
@@ -75,6 +76,19 @@ async fn stream(
         Since::Seq(n) => n.min(att.watermark),
         Since::Head => att.watermark,
     };
+    let pruned_through = att.summary.pruned_through;
+    if last < pruned_through {
+        let snapshot = control(
+            sub,
+            EventKind::Snapshot {
+                at_seq: pruned_through,
+                session: Box::new(att.summary.clone()),
+            },
+        );
+        if send(sink, snapshot).await.is_err() {
+            return "closed";
+        }
+    }
     while last < att.watermark {
         let chunk = match att.log.read(last, att.watermark, REPLAY_CHUNK) {
             Ok(c) if !c.is_empty() => c,

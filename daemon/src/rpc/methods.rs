@@ -5,7 +5,7 @@
 
 use super::attach::{self, Subscriber};
 use super::connections::Connections;
-use crate::session::{Configure, NewSession, SessionError, Sessions};
+use crate::session::{Configure, ListFilter, NewSession, SessionError, Sessions};
 use jsonrpsee::Extensions;
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::PendingSubscriptionSink;
@@ -156,13 +156,20 @@ impl TetherRpcServer for RpcApi {
         Ok(SessionNewResult { session_id })
     }
 
-    async fn session_list(&self, cwd: Option<String>) -> RpcResult<SessionList> {
-        let sessions = self
-            .sessions
-            .list(cwd.as_deref())
-            .await
-            .map_err(rpc_error)?;
-        Ok(SessionList { sessions })
+    async fn session_list(
+        &self,
+        cwd: Option<String>,
+        status: Option<SessionStatus>,
+        limit: Option<usize>,
+        cursor: Option<String>,
+    ) -> RpcResult<SessionList> {
+        let filter = ListFilter {
+            cwd,
+            status,
+            limit,
+            cursor,
+        };
+        self.sessions.list(&filter).await.map_err(rpc_error)
     }
 
     async fn session_get(&self, session_id: SessionId) -> RpcResult<SessionSnapshot> {

@@ -53,6 +53,9 @@ pub struct Attachment {
     pub watermark: Seq,
     /// The session's log, for replay.
     pub log: EventLog,
+    /// The session when it attached; its `pruned_through` decides whether a replay starts with
+    /// a `snapshot`.
+    pub summary: SessionSummary,
 }
 
 enum Command {
@@ -122,6 +125,10 @@ enum Command {
         request_id: String,
     },
     /// Ends a turn the log left open (the daemon stopped during it).
+    /// A generated title for a session that had none.
+    Titled {
+        title: String,
+    },
     RecoverOpenTurn {
         open: OpenTurn,
     },
@@ -296,6 +303,7 @@ pub fn summary_of(
         created_at: record.created_at.clone(),
         updated_at: record.updated_at.clone(),
         head_seq,
+        pruned_through: record.pruned_through,
         attached_clients: attached,
     }
 }
@@ -318,6 +326,10 @@ struct SessionActor {
     /// Answers to give once the batch is durable.
     deferred: Vec<Deferred>,
     record_dirty: bool,
+    /// A turn ended since deltas were last pruned.
+    prune_due: bool,
+    /// A title is being generated.
+    titling: bool,
     env: Arc<TurnEnv>,
     history: History,
     running: Option<Running>,
@@ -427,7 +439,7 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
     let mut history = History::default();
     let mut open_turn = None;
     let mut damaged = Vec::new();
-    for record in log.iter_upto(head) {
+    for record in log.iter_between(0, head) {
         let (seq, bytes) = record?;
         let Ok(event) = serde_json::from_slice::<Event>(&bytes) else {
             tracing::warn!(seq, "skipping an undecodable event while loading a session");
@@ -517,6 +529,8 @@ pub(super) fn spawn(
         unsent: Vec::new(),
         deferred: Vec::new(),
         record_dirty: false,
+        prune_due: false,
+        titling: false,
         env,
         history: loaded.history,
         running: None,
@@ -606,6 +620,7 @@ impl SessionActor {
                     events,
                     watermark: self.committed,
                     log: self.log.clone(),
+                    summary: self.summary(),
                 };
                 self.attached.push(AttachedClient {
                     client: client.clone(),
@@ -729,6 +744,19 @@ impl SessionActor {
                 ask,
                 reply,
             } => self.authorize(turn_id, ask, reply),
+            Command::Titled { title } => {
+                if self.record.title.is_none() {
+                    self.record.title = Some(title.clone());
+                    self.record_dirty = true;
+                    let _ = self.emit(EventKind::SessionConfigured {
+                        title: Some(title),
+                        model: None,
+                        permission_mode: None,
+                        on_no_controller: None,
+                        by: None,
+                    });
+                }
+            }
             Command::Note { message, reply } => match self.emit(EventKind::Notice {
                 level: "info".into(),
                 message,
@@ -1156,6 +1184,7 @@ impl SessionActor {
         if let Err(e) = self.emit_in(event, Some(turn_id)) {
             tracing::error!(session = %self.record.id, "could not log turn_ended: {e}");
         }
+        self.prune_due = true;
         if self.running.is_none() && self.queue.is_empty() {
             self.set_status(SessionStatus::Idle);
         }
@@ -1240,6 +1269,48 @@ impl SessionActor {
             },
             Some(turn_id.clone()),
         );
+    }
+
+    /// Names an untitled session after its first prompt, in the background.
+    fn name_session(&mut self, input: &[InputItem]) {
+        if self.record.title.is_some() || self.titling {
+            return;
+        }
+        let prompt: Vec<&str> = input
+            .iter()
+            .filter_map(|i| match i {
+                InputItem::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let prompt = prompt.join("\n");
+        if prompt.trim().is_empty() {
+            return;
+        }
+        self.titling = true;
+        let env = self.env.clone();
+        let tx = self.me.clone();
+        let session = self.record.id.clone();
+        tokio::spawn(async move {
+            let llm = env.llm.as_deref().map_err(String::as_str);
+            let title = match crate::agent::generate_title(
+                llm,
+                &env.catalog,
+                &env.fast_model,
+                &prompt,
+            )
+            .await
+            {
+                Ok(t) => t,
+                Err((fallback, why)) => {
+                    tracing::info!(%session, "titled from the prompt; the model was not asked or failed: {why}");
+                    fallback
+                }
+            };
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(Command::Titled { title });
+            }
+        });
     }
 
     async fn start_turn(&mut self, q: Queued) {
@@ -1349,7 +1420,7 @@ impl SessionActor {
         let mut tools = self.env.tools.clone();
         let mut compact_instructions = None;
         match command {
-            None => {}
+            None => self.name_session(&q.input),
             Some(SlashCommand::Clear) => {
                 let _ = self.emit_in(EventKind::HistoryCleared {}, Some(turn_id.clone()));
                 return self.finish_command(turn_id, None);
@@ -1620,6 +1691,24 @@ impl SessionActor {
         }
     }
 
+    /// Prunes the deltas of turns that ended long enough ago (only committed ones).
+    async fn prune(&mut self) {
+        let Some(keep) = self.env.delta_retention else {
+            return;
+        };
+        let result =
+            match super::retention::apply(&self.log, &mut self.record, self.committed, keep) {
+                Ok(true) => match self.store.put_session(&self.record) {
+                    Ok(()) => self.store.flush().await,
+                    Err(e) => Err(e),
+                },
+                other => other.map(|_| ()),
+            };
+        if let Err(e) = result {
+            tracing::warn!(session = %self.record.id, "could not prune deltas: {e}");
+        }
+    }
+
     /// Makes the batch durable, then broadcasts its events and answers its callers.
     async fn commit(&mut self) {
         if self.unsent.is_empty() && self.deferred.is_empty() && !self.record_dirty {
@@ -1646,6 +1735,9 @@ impl SessionActor {
                 }
                 for d in deferred {
                     d(None);
+                }
+                if std::mem::take(&mut self.prune_due) {
+                    self.prune().await;
                 }
             }
             Err(e) => {

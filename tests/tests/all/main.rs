@@ -2,6 +2,7 @@
 
 mod headless;
 mod permissions;
+mod sessions;
 mod spine;
 mod systemd;
 mod turns;

@@ -1,0 +1,232 @@
+//! Session management end to end: retention and snapshots, listing, titles, background shells
+//! across restarts, fork and export.
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tether_tests::fake_anthropic::{Rule, Script, Step};
+use tether_tests::{Daemon, Fake, Ndjson, seqs};
+
+fn env_with(fake: &Fake, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env = fake.env();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == ty).collect()
+}
+
+#[test]
+fn pruned_deltas_are_announced_by_a_snapshot_and_completed_blocks_stay() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("First answer, streamed in several deltas to prune."),
+        Step::text("Second answer."),
+    ]))?;
+    let mut daemon = Daemon::start_with(env_with(&fake, &[("TETHER_DELTA_RETENTION", "0s")]))?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    c.start_turn(&session, "first")?;
+    let live = c.events_until("turn_ended")?;
+    assert!(
+        !of_type(&live, "text_delta").is_empty(),
+        "live clients get deltas"
+    );
+    let ended_at = live.last().and_then(|e| e["seq"].as_u64()).context("seq")?;
+
+    // Pruning runs after the turn's end is durable; the record says how far it went.
+    let mut pruned = 0;
+    for _ in 0..100 {
+        pruned = c.call("session/get", json!({"sessionId": session}))?["prunedThrough"]
+            .as_u64()
+            .unwrap_or(0);
+        if pruned > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(pruned, ended_at, "pruned through the turn's end");
+
+    let mut late = daemon.ndjson()?;
+    late.subscribe(&session, json!(0))?;
+    let replay = late.events_until("replay_complete")?;
+    assert_eq!(replay[0]["type"], "snapshot", "{:?}", replay[0]);
+    assert_eq!(replay[0]["data"]["atSeq"], ended_at);
+    assert_eq!(replay[0]["data"]["session"]["sessionId"], session.as_str());
+    assert!(of_type(&replay, "text_delta").is_empty(), "deltas are gone");
+    let completed = of_type(&replay, "assistant_block_completed");
+    assert_eq!(
+        completed[0]["data"]["block"]["text"],
+        "First answer, streamed in several deltas to prune."
+    );
+    let replayed = seqs(&replay);
+    assert!(replayed.windows(2).all(|w| w[0] < w[1]), "in order");
+
+    // A `since` at or after the pruned point gets no snapshot.
+    let mut recent = daemon.ndjson()?;
+    recent.subscribe(&session, json!(ended_at))?;
+    let replay = recent.events_until("replay_complete")?;
+    assert!(of_type(&replay, "snapshot").is_empty(), "{replay:?}");
+
+    // Pruning survives a restart and the session goes on.
+    daemon.kill9()?;
+    daemon.spawn()?;
+    let mut c = daemon.ndjson()?;
+    c.subscribe(&session, json!(0))?;
+    let replay = c.events_until("replay_complete")?;
+    assert_eq!(replay[0]["type"], "snapshot");
+    c.start_turn(&session, "second")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().map(|e| e["data"]["stopReason"].clone()),
+        Some(json!("end_turn"))
+    );
+    let history = &fake.server.message_requests()[1].body["messages"];
+    assert_eq!(
+        history[1]["content"][0]["text"], "First answer, streamed in several deltas to prune.",
+        "the history is rebuilt from completed blocks"
+    );
+    Ok(())
+}
+
+/// Waits for the session's `session_configured` that sets a title and returns the title.
+fn title_event(c: &mut Ndjson) -> anyhow::Result<String> {
+    loop {
+        let e = c.next_event()?;
+        if e["type"] == "session_configured"
+            && let Some(t) = e["data"]["title"].as_str()
+        {
+            return Ok(t.to_owned());
+        }
+    }
+}
+
+fn title_rule(times: usize, step: Step) -> Rule {
+    Rule {
+        last_user_matches: Some("^Write a title for the coding session".into()),
+        has_tool_result: None,
+        times: Some(times),
+        step,
+    }
+}
+
+#[test]
+fn untitled_sessions_are_named_by_the_fast_model_or_after_their_prompt() -> anyhow::Result<()> {
+    let mut script = Script::of([Step::text("On it."), Step::text("Also on it.")]);
+    script.rules = vec![
+        title_rule(1, Step::text("\"Fix the flaky login test.\"")),
+        title_rule(
+            1,
+            Step::error(400, "invalid_request_error", "no titles today"),
+        ),
+    ];
+    let fake = Fake::start(script)?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let cwd = daemon.workdir();
+    let first = c.call("session/new", json!({"cwd": cwd}))?["sessionId"]
+        .as_str()
+        .context("id")?
+        .to_owned();
+    c.watch(&first)?;
+    c.start_turn(&first, "the login test fails one run in ten, find out why")?;
+    assert_eq!(title_event(&mut c)?, "Fix the flaky login test");
+    c.events_until("turn_ended")?;
+    let title_request = fake
+        .server
+        .message_requests()
+        .into_iter()
+        .find(|r| r.body["max_tokens"] == 64)
+        .context("a title request")?;
+    assert!(
+        title_request.body["model"]
+            .as_str()
+            .is_some_and(|m| m.contains("haiku")),
+        "the fast model names sessions: {}",
+        title_request.body["model"]
+    );
+
+    let second = c.call("session/new", json!({"cwd": cwd}))?["sessionId"]
+        .as_str()
+        .context("id")?
+        .to_owned();
+    c.watch(&second)?;
+    c.start_turn(
+        &second,
+        "\n  rename every handler in the rpc module so that the names say which method each one serves",
+    )?;
+    let fallback = title_event(&mut c)?;
+    assert_eq!(
+        fallback, "rename every handler in the rpc module so that the names…",
+        "a failed title request keeps the prompt, shortened"
+    );
+    c.events_until("turn_ended")?;
+
+    // A given title is never replaced.
+    let titled = c.new_session_in(&cwd)?;
+    c.watch(&titled)?;
+    c.start_turn(&titled, "hello")?;
+    c.events_until("turn_ended")?;
+    let got = c.call("session/get", json!({"sessionId": titled}))?;
+    assert_eq!(got["title"], "test");
+    Ok(())
+}
+
+#[test]
+fn session_list_filters_by_cwd_and_status_and_pages_by_cursor() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("ok").stall_after(3)]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let here = daemon.workdir();
+    let elsewhere = tempfile::tempdir()?;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let cwd = if i % 2 == 0 {
+            here.as_path()
+        } else {
+            elsewhere.path()
+        };
+        ids.push(c.new_session_in(cwd)?);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // The oldest becomes the most recently active by running a turn (that stalls: running).
+    c.watch(&ids[0])?;
+    c.start_turn(&ids[0], "keep running")?;
+    c.events_until("text_delta")?;
+
+    let list = c.call("session/list", json!({}))?;
+    let order: Vec<&str> = list["sessions"]
+        .as_array()
+        .context("sessions")?
+        .iter()
+        .filter_map(|s| s["sessionId"].as_str())
+        .collect();
+    assert_eq!(order, [&ids[0], &ids[4], &ids[3], &ids[2], &ids[1]]);
+    assert_eq!(list["total"], 5);
+    assert!(list.get("nextCursor").is_none());
+
+    let mine = c.call("session/list", json!({"cwd": here}))?;
+    assert_eq!(mine["total"], 3);
+    let running = c.call("session/list", json!({"status": "running"}))?;
+    assert_eq!(running["sessions"][0]["sessionId"], ids[0].as_str());
+    assert_eq!(running["total"], 1);
+
+    let mut paged = Vec::new();
+    let mut cursor = Value::Null;
+    loop {
+        let page = c.call("session/list", json!({"limit": 2, "cursor": cursor}))?;
+        assert_eq!(page["total"], 5);
+        for s in page["sessions"].as_array().context("page")? {
+            paged.push(s["sessionId"].as_str().context("id")?.to_owned());
+        }
+        match page.get("nextCursor") {
+            Some(next) => cursor = next.clone(),
+            None => break,
+        }
+    }
+    assert_eq!(paged, order);
+
+    let bad = c.request("session/list", json!({"status": "sleeping"}))?;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    Ok(())
+}
