@@ -152,6 +152,7 @@ pub fn event_line(ev: &Event) -> String {
         }
         EventKind::ToolCall { name, input, .. } => format!("▶ {name} {input}"),
         EventKind::ToolProgress { chunk, .. } => chunk.trim_end().to_owned(),
+        EventKind::BackgroundShellEnded { message, .. } => format!("◆ {message}"),
         EventKind::ToolResult {
             content, is_error, ..
         } => {

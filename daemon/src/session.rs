@@ -158,6 +158,7 @@ impl Sessions {
             history: Default::default(),
             open_turn: None,
             damaged: Vec::new(),
+            shells: Vec::new(),
         };
         let handle = actor::spawn(
             record,

@@ -14,6 +14,8 @@ mod walk;
 mod web_fetch;
 mod write;
 
+pub use bash::reap_orphan;
+
 use crate::agent::{Tool, Tools};
 use std::sync::Arc;
 

@@ -227,6 +227,22 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
     },
+    /// A background shell (Bash `run_in_background`) ended: it exited, was killed, or was lost
+    /// because the daemon stopped while it ran (then it is killed at the next start if it still
+    /// runs).
+    BackgroundShellEnded {
+        /// Its id (`bash_1`).
+        shell_id: String,
+        /// The command it ran.
+        command: String,
+        /// `exited`, `killed` or `lost`.
+        state: String,
+        /// Its exit code, when it exited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        /// What happened, in words.
+        message: String,
+    },
     /// A tool call waits for a controller's decision.
     PermissionRequested {
         /// The request's id (answer it with `permission/respond`).
@@ -367,6 +383,7 @@ impl EventKind {
             Self::ToolCall { .. } => "tool_call",
             Self::ToolProgress { .. } => "tool_progress",
             Self::ToolResult { .. } => "tool_result",
+            Self::BackgroundShellEnded { .. } => "background_shell_ended",
             Self::PlanUpdated { .. } => "plan_updated",
             Self::TurnRecovered { .. } => "turn_recovered",
             Self::PermissionRequested { .. } => "permission_requested",

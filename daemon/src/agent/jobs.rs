@@ -13,11 +13,31 @@ pub enum JobEnd {
     Exited(Option<i32>),
     /// It was killed (KillShell, or the daemon stopping).
     Killed,
+    /// The daemon stopped while it ran; it was killed at the next start if it still ran, and
+    /// its later output is gone.
+    Lost,
 }
+
+impl JobEnd {
+    /// How it ended, in words (`exited with code 0`).
+    pub fn describe(self) -> String {
+        match self {
+            Self::Exited(Some(c)) => format!("exited with code {c}"),
+            Self::Exited(None) => "ended by a signal".into(),
+            Self::Killed => "killed".into(),
+            Self::Lost => "lost: tetherd stopped while it ran".into(),
+        }
+    }
+}
+
+/// Called once when a job ends: its id, command and how it ended.
+pub type OnJobEnd = Box<dyn Fn(&str, &str, JobEnd) + Send + Sync>;
 
 /// One background job.
 #[derive(Debug)]
 pub struct Job {
+    /// Its id (`bash_1`).
+    pub id: String,
     /// The command it runs.
     pub command: String,
     output: Mutex<Vec<u8>>,
@@ -25,6 +45,7 @@ pub struct Job {
     end: Mutex<Option<JobEnd>>,
     /// Fires to kill it.
     pub stop: CancellationToken,
+    on_end: std::sync::Weak<OnJobEnd>,
 }
 
 impl Job {
@@ -36,11 +57,17 @@ impl Job {
             .extend_from_slice(bytes);
     }
 
-    /// Records how it ended.
+    /// Records how it ended (the first end counts) and tells the job's owner.
     pub fn finish(&self, end: JobEnd) {
-        let mut e = self.end.lock().unwrap_or_else(|p| p.into_inner());
-        if e.is_none() {
+        {
+            let mut e = self.end.lock().unwrap_or_else(|p| p.into_inner());
+            if e.is_some() {
+                return;
+            }
             *e = Some(end);
+        }
+        if let Some(on_end) = self.on_end.upgrade() {
+            on_end(&self.id, &self.command, end);
         }
     }
 
@@ -60,25 +87,62 @@ impl Job {
 }
 
 /// A session's background jobs.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Jobs {
     jobs: Mutex<BTreeMap<String, Arc<Job>>>,
     next: Mutex<u64>,
+    on_end: Mutex<Option<Arc<OnJobEnd>>>,
+}
+
+impl std::fmt::Debug for Jobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jobs").field("jobs", &self.ids()).finish()
+    }
 }
 
 impl Jobs {
+    /// Sets what is called when a job ends (the session logs it).
+    pub fn on_end(&self, f: OnJobEnd) {
+        *self.on_end.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
+    }
+
     /// Registers a job for `command`; returns its id (`bash_1`, `bash_2`, …).
     pub fn start(&self, command: &str) -> (String, Arc<Job>) {
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
         *next += 1;
         let id = format!("bash_{}", *next);
+        drop(next);
+        self.insert(&id, command, None)
+    }
+
+    /// Registers a job of an earlier daemon that did not survive its stop, so its id keeps
+    /// answering (`lost`) and is never reused.
+    pub fn adopt_lost(&self, id: &str, command: &str) {
+        if let Some(n) = id.strip_prefix("bash_").and_then(|n| n.parse::<u64>().ok()) {
+            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+            *next = (*next).max(n);
+        }
+        self.insert(id, command, Some(JobEnd::Lost));
+    }
+
+    fn insert(&self, id: &str, command: &str, end: Option<JobEnd>) -> (String, Arc<Job>) {
+        let on_end = self
+            .on_end
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Arc::downgrade)
+            .unwrap_or_default();
         let job = Arc::new(Job {
+            id: id.to_owned(),
             command: command.to_owned(),
             output: Mutex::default(),
             read: Mutex::default(),
-            end: Mutex::default(),
+            end: Mutex::new(end),
             stop: CancellationToken::new(),
+            on_end,
         });
+        let id = id.to_owned();
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())

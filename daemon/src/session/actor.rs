@@ -125,6 +125,16 @@ enum Command {
         request_id: String,
     },
     /// Ends a turn the log left open (the daemon stopped during it).
+    /// A background shell ended.
+    ShellEnded {
+        id: String,
+        command: String,
+        end: crate::agent::JobEnd,
+    },
+    /// Background shells an earlier daemon left running.
+    RecoverShells {
+        shells: Vec<OrphanShell>,
+    },
     /// A generated title for a session that had none.
     Titled {
         title: String,
@@ -421,6 +431,17 @@ pub(super) struct Loaded {
     pub open_turn: Option<OpenTurn>,
     /// Seqs of records that could not be decoded (skipped).
     pub damaged: Vec<Seq>,
+    /// Background shells started and never seen to end.
+    pub shells: Vec<OrphanShell>,
+}
+
+/// A background shell the log shows started and never ended.
+#[derive(Debug)]
+pub(super) struct OrphanShell {
+    pub id: String,
+    pub command: String,
+    pub pid: Option<i32>,
+    pub start_ticks: Option<u64>,
 }
 
 /// What the log says about a turn that has no `turn_ended`.
@@ -439,6 +460,7 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
     let mut history = History::default();
     let mut open_turn = None;
     let mut damaged = Vec::new();
+    let mut shells = Vec::new();
     for record in log.iter_between(0, head) {
         let (seq, bytes) = record?;
         let Ok(event) = serde_json::from_slice::<Event>(&bytes) else {
@@ -455,6 +477,25 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
                 })
             }
             (EventKind::TurnEnded { .. }, _) => open_turn = None,
+            (
+                EventKind::ToolResult {
+                    details: Some(d), ..
+                },
+                _,
+            ) if d.get("backgroundShell").is_some() => {
+                let b = &d["backgroundShell"];
+                if let (Some(id), Some(command)) = (b["id"].as_str(), b["command"].as_str()) {
+                    shells.push(OrphanShell {
+                        id: id.to_owned(),
+                        command: command.to_owned(),
+                        pid: b["pid"].as_i64().and_then(|p| i32::try_from(p).ok()),
+                        start_ticks: b["startTicks"].as_u64(),
+                    });
+                }
+            }
+            (EventKind::BackgroundShellEnded { shell_id, .. }, _) => {
+                shells.retain(|s| &s.id != shell_id)
+            }
             (EventKind::ToolCall { tool_call_id, .. }, Some(t)) => {
                 t.unanswered.push(tool_call_id.clone())
             }
@@ -479,6 +520,7 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
         history,
         open_turn,
         damaged,
+        shells,
     })
 }
 
@@ -507,12 +549,27 @@ pub(super) fn spawn(
     if let Some(open) = loaded.open_turn {
         let _ = tx.send(Command::RecoverOpenTurn { open });
     }
+    if !loaded.shells.is_empty() {
+        let _ = tx.send(Command::RecoverShells {
+            shells: loaded.shells,
+        });
+    }
     let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
     let workspace = Arc::new(Workspace::new(
         std::path::PathBuf::from(&record.cwd),
         Vec::new(),
         env.data_dir.join("scratch").join(&record.id.0),
     ));
+    let me = tx.downgrade();
+    workspace.jobs.on_end(Box::new(move |id, command, end| {
+        if let Some(tx) = me.upgrade() {
+            let _ = tx.send(Command::ShellEnded {
+                id: id.to_owned(),
+                command: command.to_owned(),
+                end,
+            });
+        }
+    }));
     let handle = SessionHandle {
         id: record.id.clone(),
         tx: tx.clone(),
@@ -744,6 +801,43 @@ impl SessionActor {
                 ask,
                 reply,
             } => self.authorize(turn_id, ask, reply),
+            Command::ShellEnded { id, command, end } => {
+                let (state, exit_code) = match end {
+                    crate::agent::JobEnd::Exited(code) => ("exited", code),
+                    crate::agent::JobEnd::Killed => ("killed", None),
+                    crate::agent::JobEnd::Lost => ("lost", None),
+                };
+                let _ = self.emit(EventKind::BackgroundShellEnded {
+                    message: format!("background shell {id} ({command}) {}", end.describe()),
+                    shell_id: id,
+                    command,
+                    state: state.into(),
+                    exit_code,
+                });
+            }
+            Command::RecoverShells { shells } => {
+                for shell in shells {
+                    let killed = shell
+                        .pid
+                        .is_some_and(|pid| crate::tools::reap_orphan(pid, shell.start_ticks));
+                    self.workspace.jobs.adopt_lost(&shell.id, &shell.command);
+                    let what = if killed {
+                        "was still running after tetherd stopped and has been killed"
+                    } else {
+                        "ended while tetherd was stopped"
+                    };
+                    let _ = self.emit(EventKind::BackgroundShellEnded {
+                        message: format!(
+                            "background shell {} ({}) {what}; its later output is lost",
+                            shell.id, shell.command
+                        ),
+                        shell_id: shell.id,
+                        command: shell.command,
+                        state: "lost".into(),
+                        exit_code: None,
+                    });
+                }
+            }
             Command::Titled { title } => {
                 if self.record.title.is_none() {
                     self.record.title = Some(title.clone());

@@ -63,9 +63,19 @@ impl Tool for Bash {
             let command = input["command"].as_str().unwrap_or_default().to_owned();
             if input["run_in_background"].as_bool().unwrap_or(false) {
                 return match start_background(&command, ctx) {
-                    Ok(id) => ToolOutput::text(format!(
-                        "Started background shell {id}. Read its output with BashOutput {{\"bash_id\": \"{id}\"}}; stop it with KillShell."
-                    )),
+                    Ok((id, pid)) => {
+                        let mut out = ToolOutput::text(format!(
+                            "Started background shell {id}. Read its output with BashOutput {{\"bash_id\": \"{id}\"}}; stop it with KillShell."
+                        ));
+                        // What a later daemon needs to stop it if this one dies first.
+                        out.details = Some(json!({"backgroundShell": {
+                            "id": id,
+                            "command": command,
+                            "pid": pid,
+                            "startTicks": pid.and_then(start_ticks),
+                        }}));
+                        out
+                    }
                     Err(e) => ToolOutput::error(format!("could not start the command: {e}")),
                 };
             }
@@ -119,8 +129,29 @@ fn kill_group(pgid: Option<Pid>) {
     }
 }
 
-/// Starts `command` as a background job of the session; returns its id.
-fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<String> {
+/// When a process started, in clock ticks since boot (`/proc/<pid>/stat` field 22): with the
+/// pid, it names one process even after the pid is reused.
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after it are plain.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Kills the process group of a background shell an earlier daemon started, if its leader is
+/// still that very process. Returns whether it was running.
+pub fn reap_orphan(pid: i32, ticks: Option<u64>) -> bool {
+    match (start_ticks(pid), ticks) {
+        (Some(now), Some(then)) if now == then => {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Starts `command` as a background job of the session; returns its id and pid.
+fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<(String, Option<i32>)> {
     let Spawned {
         mut child,
         pgid,
@@ -153,7 +184,7 @@ fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<String>
         };
         job.finish(JobEnd::Exited(code));
     });
-    Ok(id)
+    Ok((id, pgid.map(Pid::as_raw)))
 }
 
 async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Result<ToolOutput> {
@@ -319,9 +350,7 @@ impl Tool for BashOutput {
             }
             let state = match job.end() {
                 None => "still running".to_owned(),
-                Some(JobEnd::Exited(Some(c))) => format!("exited with code {c}"),
-                Some(JobEnd::Exited(None)) => "ended by a signal".to_owned(),
-                Some(JobEnd::Killed) => "killed".to_owned(),
+                Some(end) => end.describe(),
             };
             if text.is_empty() {
                 text = "(no new output)\n".into();
@@ -363,7 +392,7 @@ impl Tool for KillShell {
                 return ToolOutput::error(unknown_shell(id, ctx));
             };
             if let Some(end) = job.end() {
-                return ToolOutput::text(format!("{id} had already ended ({end:?})"));
+                return ToolOutput::text(format!("{id} had already ended ({})", end.describe()));
             }
             job.stop.cancel();
             ToolOutput::text(format!("Killed {id} ({})", job.command))

@@ -230,3 +230,93 @@ fn session_list_filters_by_cwd_and_status_and_pages_by_cursor() -> anyhow::Resul
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
     Ok(())
 }
+
+#[test]
+fn background_shells_cut_by_a_daemon_stop_are_killed_and_reported_lost() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use(
+            "Bash",
+            json!({"command": "echo up; sleep 300", "run_in_background": true}),
+        ),
+        Step::text("Started."),
+        Step::default().tool_use("BashOutput", json!({"bash_id": "bash_1"})),
+        Step::text("It was lost."),
+        Step::default().tool_use(
+            "Bash",
+            json!({"command": "echo done; exit 3", "run_in_background": true}),
+        ),
+        Step::text("Started another."),
+    ]))?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    c.start_turn(&session, "start the server")?;
+    let events = c.events_until("turn_ended")?;
+    let started = of_type(&events, "tool_result")[0]["data"]["details"]["backgroundShell"].clone();
+    let pid = started["pid"].as_i64().context("pid")?;
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    assert!(proc_dir.exists(), "the shell runs");
+
+    daemon.kill9()?;
+    assert!(proc_dir.exists(), "a killed daemon leaves its shell behind");
+    daemon.spawn()?;
+    let mut c = daemon.ndjson()?;
+    let seen = c.replay_until(&session, |s| {
+        s.iter().any(|e| e["type"] == "background_shell_ended")
+    })?;
+    let lost = of_type(&seen, "background_shell_ended")[0];
+    assert_eq!(lost["data"]["shellId"], "bash_1");
+    assert_eq!(lost["data"]["state"], "lost");
+    assert!(
+        lost["data"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("has been killed")),
+        "{lost}"
+    );
+    // Killed at start-up; the orphan is reaped by whoever adopted it.
+    for _ in 0..100 {
+        let zombie_or_gone = std::fs::read_to_string(proc_dir.join("stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if zombie_or_gone {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let alive = std::fs::read_to_string(proc_dir.join("stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false);
+    assert!(!alive, "the orphaned shell was killed");
+
+    c.start_turn(&session, "how is the server?")?;
+    let events = c.events_until("turn_ended")?;
+    let output = of_type(&events, "tool_result")[0]["data"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(output.contains("[bash_1: lost"), "{output}");
+
+    c.start_turn(&session, "start another")?;
+    let mut events = c.events_until("turn_ended")?;
+    let result = of_type(&events, "tool_result")[0]["data"]["content"].clone();
+    assert!(
+        result.as_str().is_some_and(|r| r.contains("bash_2")),
+        "ids are not reused: {result}"
+    );
+    while of_type(&events, "background_shell_ended").is_empty() {
+        events.push(c.next_event()?);
+    }
+    let ended = of_type(&events, "background_shell_ended")[0];
+    assert_eq!(ended["data"]["state"], "exited");
+    assert_eq!(ended["data"]["exitCode"], 3);
+    Ok(())
+}
