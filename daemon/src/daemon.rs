@@ -61,6 +61,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
             data_dir.display()
         ))
     })?;
+    survive_file_size_limit();
     let store = Store::open(&data_dir)?;
     let epoch = store.next_epoch()?;
     let sessions = Arc::new(Sessions::new(
@@ -153,6 +154,24 @@ fn turn_env(data_dir: &std::path::Path) -> Result<TurnEnv, DaemonError> {
             .filter(|m| !m.trim().is_empty())
             .unwrap_or_else(|| "haiku".into()),
     })
+}
+
+/// A write past `RLIMIT_FSIZE` raises SIGXFSZ, whose default action kills the process. Handle
+/// it instead, so the write fails with `EFBIG` and the daemon reports it like a full disk.
+fn survive_file_size_limit() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::from_raw(
+        nix::sys::signal::Signal::SIGXFSZ as i32,
+    )) {
+        Ok(mut xfsz) => {
+            tokio::spawn(async move {
+                while xfsz.recv().await.is_some() {
+                    tracing::error!("a write went past the file size limit (RLIMIT_FSIZE)");
+                }
+            });
+        }
+        Err(e) => tracing::warn!("cannot handle SIGXFSZ: {e}"),
+    }
 }
 
 async fn watch_signals(shutdown: CancellationToken) {

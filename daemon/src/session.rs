@@ -29,6 +29,12 @@ pub enum SessionError {
     /// The store failed while committing (the message of the underlying error).
     #[error("could not persist session events: {0}")]
     Commit(String),
+    /// An earlier write failed (e.g. the disk is full): the session is read-only until the
+    /// daemon restarts.
+    #[error(
+        "this session is read-only: saving its events failed ({0}); free disk space and restart tetherd"
+    )]
+    StorageFailed(String),
     /// The session's actor has stopped (the daemon is shutting down).
     #[error("session {0} is shutting down")]
     Stopped(SessionId),

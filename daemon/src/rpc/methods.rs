@@ -40,7 +40,9 @@ fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
 fn rpc_error(e: SessionError) -> ErrorObjectOwned {
     let code = match &e {
         SessionError::NotFound(_) => ErrorCode::SessionNotFound,
-        SessionError::Store(_) | SessionError::Commit(_) => ErrorCode::Storage,
+        SessionError::Store(_) | SessionError::Commit(_) | SessionError::StorageFailed(_) => {
+            ErrorCode::Storage
+        }
         SessionError::Stopped(_) => ErrorCode::DaemonShuttingDown,
         SessionError::Busy => ErrorCode::SessionBusy,
         SessionError::NotController => ErrorCode::NotController,

@@ -340,6 +340,9 @@ struct SessionActor {
     prune_due: bool,
     /// A title is being generated.
     titling: bool,
+    /// Why the store refused a write: from then on nothing is appended (the session is
+    /// read-only) until the daemon restarts.
+    broken: Option<String>,
     env: Arc<TurnEnv>,
     history: History,
     running: Option<Running>,
@@ -588,6 +591,7 @@ pub(super) fn spawn(
         record_dirty: false,
         prune_due: false,
         titling: false,
+        broken: None,
         env,
         history: loaded.history,
         running: None,
@@ -683,6 +687,11 @@ impl SessionActor {
                     client: client.clone(),
                     role,
                 });
+                if self.broken.is_some() {
+                    // Read-only: the replay works, presence cannot be logged.
+                    let _ = reply.send(Ok(attachment));
+                    return Flow::Continue;
+                }
                 match self.emit(EventKind::ClientAttached { client, role }) {
                     Ok(()) => self.defer(reply, move |_| Ok(attachment)),
                     Err(e) => drop(reply.send(Err(e))),
@@ -1131,6 +1140,9 @@ impl SessionActor {
         if self.observer_only(&by) {
             return Err(SessionError::NotController);
         }
+        if let Some(why) = &self.broken {
+            return Err(SessionError::StorageFailed(why.clone()));
+        }
         let Some(waiting) = self.waiting.remove(&request_id) else {
             return match self.history.resolved_permissions.get(&request_id) {
                 Some((decision, resolved_by)) => Ok(PermissionResponse {
@@ -1311,6 +1323,9 @@ impl SessionActor {
         }
         if self.observer_only(&by) {
             return Err(SessionError::NotController);
+        }
+        if let Some(why) = &self.broken {
+            return Err(SessionError::StorageFailed(why.clone()));
         }
         let turn_id = TurnId(uuid::Uuid::new_v4().to_string());
         let queued = Queued {
@@ -1752,12 +1767,19 @@ impl SessionActor {
 
     /// Appends an event of a turn to the log and applies it to the history.
     fn emit_in(&mut self, kind: EventKind, turn_id: Option<TurnId>) -> Result<(), SessionError> {
+        if let Some(why) = &self.broken {
+            return Err(SessionError::StorageFailed(why.clone()));
+        }
         let seq = self.head + 1;
         let mut event = self.envelope(Some(seq), kind);
         event.turn_id = turn_id;
         let json =
             serde_json::to_string(&event).map_err(|e| SessionError::Commit(e.to_string()))?;
-        self.log.append(seq, json.as_bytes())?;
+        if let Err(e) = self.log.append(seq, json.as_bytes()) {
+            let e = SessionError::from(e);
+            self.storage_failed(&e);
+            return Err(e);
+        }
         self.head = seq;
         self.history.apply(&event.kind, event.turn_id.as_ref());
         self.record.updated_at = event.ts;
@@ -1783,6 +1805,32 @@ impl SessionActor {
             }
             Err(e) => tracing::error!("could not encode a stream-control event: {e}"),
         }
+    }
+
+    /// A write failed: stop the turn, drop the queue, tell every subscriber (an `error` without
+    /// a seq, since it cannot be logged), and refuse writes from now on. Reads keep working.
+    fn storage_failed(&mut self, e: &SessionError) {
+        if self.broken.is_some() {
+            return;
+        }
+        let why = e.to_string();
+        self.broken = Some(why.clone());
+        if let Some(r) = &self.running {
+            r.cancel.cancel();
+        }
+        let dropped = self.queue.len();
+        self.queue.clear();
+        let mut message = format!(
+            "could not save this session's events: {why}. The running turn was stopped and the session is read-only (events up to #{} are saved); free disk space and restart tetherd to go on.",
+            self.committed
+        );
+        if dropped > 0 {
+            message.push_str(&format!(" {dropped} queued turn(s) were dropped."));
+        }
+        self.broadcast_control(EventKind::Error {
+            code: "storage_failed".into(),
+            message,
+        });
     }
 
     /// Prunes the deltas of turns that ended long enough ago (only committed ones).
@@ -1835,11 +1883,12 @@ impl SessionActor {
                 }
             }
             Err(e) => {
-                // Keep the events unsent: the next successful commit delivers them in order.
+                // The batch is not durable, so no client sees it; the session stops writing.
                 tracing::error!(session = %self.record.id, "commit failed: {e}");
                 for d in deferred {
                     d(Some(&e));
                 }
+                self.storage_failed(&e);
             }
         }
     }

@@ -320,3 +320,91 @@ fn background_shells_cut_by_a_daemon_stop_are_killed_and_reported_lost() -> anyh
     assert_eq!(ended["data"]["exitCode"], 3);
     Ok(())
 }
+
+/// Sets the daemon's soft file size limit (`None`: unlimited), as a full disk would stop writes.
+fn limit_file_size(daemon: &Daemon, bytes: Option<u64>) -> anyhow::Result<()> {
+    let pid = daemon.child.as_ref().context("daemon runs")?.id();
+    let limit = bytes.map_or("unlimited".to_owned(), |b| b.to_string());
+    let status = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--fsize={limit}:"))
+        .status()?;
+    anyhow::ensure!(status.success(), "prlimit failed");
+    Ok(())
+}
+
+#[test]
+fn a_failed_write_stops_the_turn_with_an_error_and_the_session_stays_readable() -> anyhow::Result<()>
+{
+    let long: String = (0..4000)
+        .map(|i| format!("line {i} of a long answer that will not fit on the disk\n"))
+        .collect();
+    let fake = Fake::start(Script::of([
+        Step::text("A short first answer."),
+        Step::text(long),
+        Step::text("Back after the restart."),
+    ]))?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    c.start_turn(&session, "first")?;
+    c.events_until("turn_ended")?;
+    let saved_head = c.call("session/get", json!({"sessionId": session}))?["headSeq"]
+        .as_u64()
+        .context("head")?;
+
+    // The database may not grow any more: like a full disk, without filling one.
+    let db = daemon.data_dir().join("db").join("db");
+    limit_file_size(&daemon, Some(std::fs::metadata(&db)?.len()))?;
+    c.start_turn(&session, "write a lot")?;
+    let events = c.events_until("error")?;
+    let error = events.last().context("error")?;
+    assert_eq!(error["data"]["code"], "storage_failed", "{error}");
+    assert!(error.get("seq").is_none(), "it cannot be logged");
+    let message = error["data"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("read-only"), "{message}");
+
+    // The daemon keeps serving: the session reads, new writes are refused clearly.
+    let status = c.call("daemon/status", json!({}))?;
+    assert!(status["pid"].is_u64() || status.is_object());
+    let refused = c.request(
+        "turn/start",
+        json!({"sessionId": session, "input": [{"type": "text", "text": "again"}]}),
+    )?;
+    assert_eq!(refused["error"]["code"], -32007, "{refused}");
+    let mut reader = daemon.ndjson()?;
+    reader.subscribe(&session, json!(0))?;
+    let replay = reader.events_until("replay_complete")?;
+    let last_replayed = seqs(&replay).last().copied().unwrap_or(0);
+    assert!(last_replayed >= saved_head, "what was saved is readable");
+    let export = c.call("session/export", json!({"sessionId": session}))?;
+    assert!(
+        export["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("A short first answer."))
+    );
+
+    // With room again, a restart finds every event any client was shown, and goes on.
+    let shown = seqs(&events);
+    limit_file_size(&daemon, None)?;
+    daemon.kill9()?;
+    daemon.spawn()?;
+    let mut c = daemon.ndjson()?;
+    c.subscribe(&session, json!(0))?;
+    let replay = c.events_until("replay_complete")?;
+    let kept = seqs(&replay);
+    for seq in shown {
+        assert!(
+            kept.contains(&seq),
+            "event #{seq} was shown and must survive"
+        );
+    }
+    c.start_turn(&session, "and now?")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().map(|e| e["data"]["stopReason"].clone()),
+        Some(json!("end_turn"))
+    );
+    Ok(())
+}
