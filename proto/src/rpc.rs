@@ -79,7 +79,7 @@ pub trait TetherRpc {
     async fn session_fork(
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
-        seq: Option<u64>,
+        #[argument(rename = "atSeq")] at_seq: Option<u64>,
     ) -> RpcResult<SessionNewResult>;
 
     /// Compacts a session's history now (runs as a turn, queued behind a running one).

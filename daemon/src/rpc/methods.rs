@@ -219,12 +219,12 @@ impl TetherRpcServer for RpcApi {
         &self,
         ext: &Extensions,
         session_id: SessionId,
-        seq: Option<u64>,
+        at_seq: Option<u64>,
     ) -> RpcResult<SessionNewResult> {
         self.check_running()?;
         let session_id = self
             .sessions
-            .fork(&session_id, seq, self.by(ext))
+            .fork(&session_id, at_seq, self.by(ext))
             .await
             .map_err(rpc_error)?;
         Ok(SessionNewResult { session_id })

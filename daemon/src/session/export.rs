@@ -16,8 +16,10 @@ pub fn jsonl(events: &[Event]) -> String {
         .collect()
 }
 
+/// A code fence longer than any backtick run inside `text`.
 fn fence(text: &str) -> String {
-    let ticks = if text.contains("```") { "````" } else { "```" };
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let ticks = "`".repeat(longest.max(2) + 1);
     format!("{ticks}\n{}\n{ticks}\n", text.trim_end())
 }
 
@@ -101,7 +103,7 @@ pub fn markdown(title: &str, cwd: &str, events: &[Event]) -> String {
                 out.push_str(&format!(
                     "\n<details><summary>{}{name} <code>{}</code></summary>\n\nInput:\n\n{}\nResult:\n\n{}</details>\n",
                     if *is_error { "✗ " } else { "" },
-                    key.replace('<', "&lt;"),
+                    key.replace('&', "&amp;").replace('<', "&lt;"),
                     fence(&serde_json::to_string_pretty(&input).unwrap_or_default()),
                     fence(&shown)
                 ));
@@ -125,8 +127,110 @@ pub fn markdown(title: &str, cwd: &str, events: &[Event]) -> String {
                 ));
             }
             EventKind::HistoryCleared {} => out.push_str("\n---\n*Conversation cleared*\n"),
+            EventKind::BackgroundShellEnded { message, .. } => {
+                out.push_str(&format!("\n*{message}*\n"))
+            }
             _ => {}
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tether_proto::{TokenUsage, TurnError};
+
+    fn at(kind: EventKind) -> Event {
+        Event {
+            session_id: "s".into(),
+            seq: None,
+            epoch: 1,
+            ts: "2026-12-01T10:00:00.000Z".into(),
+            turn_id: None,
+            kind,
+        }
+    }
+
+    fn block(block: Value) -> EventKind {
+        EventKind::AssistantBlockCompleted { index: 0, block }
+    }
+
+    fn ended(stop_reason: &str, error: Option<TurnError>) -> EventKind {
+        EventKind::TurnEnded {
+            stop_reason: stop_reason.into(),
+            usage: TokenUsage::default(),
+            cost_usd: Some(0.0123),
+            error,
+        }
+    }
+
+    #[test]
+    fn markdown_transcript() {
+        let long: String = (1..=45).map(|i| format!("line {i}\n")).collect();
+        let events = [
+            EventKind::TurnStarted {
+                input: vec![],
+                content: vec![json!({"type": "text", "text": "Why does `make` fail?"})],
+                by: None,
+                client_turn_id: None,
+            },
+            block(json!({"type": "thinking", "thinking": "Check the Makefile first.", "signature": "sig"})),
+            block(json!({"type": "text", "text": "Let me look at the build."})),
+            EventKind::ToolCall {
+                tool_call_id: "t1".into(),
+                name: "Bash".into(),
+                input: json!({"command": "make 2>&1 | head -n 45 < /dev/null"}),
+            },
+            EventKind::ToolResult {
+                tool_call_id: "t1".into(),
+                content: json!(long),
+                is_error: false,
+                details: None,
+            },
+            EventKind::ToolCall {
+                tool_call_id: "t2".into(),
+                name: "Read".into(),
+                input: json!({"file_path": "/p/README.md"}),
+            },
+            EventKind::ToolResult {
+                tool_call_id: "t2".into(),
+                content: json!("file does not exist: /p/README.md\n```\nfenced\n```"),
+                is_error: true,
+                details: None,
+            },
+            block(json!({"type": "text", "text": "The `all` target is missing.\n\n- add it\n- rerun"})),
+            ended("end_turn", None),
+            EventKind::BackgroundShellEnded {
+                shell_id: "bash_1".into(),
+                command: "npm run dev".into(),
+                state: "exited".into(),
+                exit_code: Some(0),
+                message: "background shell bash_1 (npm run dev) exited with code 0".into(),
+            },
+            EventKind::CompactionCompleted {
+                tokens_before: 180_000,
+                tokens_after: 2_000,
+                summary: "The user fixed the build.".into(),
+            },
+            EventKind::TurnStarted {
+                input: vec![],
+                content: vec![json!({"type": "text", "text": "and now?"})],
+                by: None,
+                client_turn_id: None,
+            },
+            ended(
+                "error",
+                Some(TurnError {
+                    code: "overloaded".into(),
+                    message: "the API stayed overloaded".into(),
+                    retryable: true,
+                }),
+            ),
+            EventKind::HistoryCleared {},
+        ]
+        .map(at);
+        insta::assert_snapshot!(markdown("Fix the build", "/p", &events));
+    }
 }

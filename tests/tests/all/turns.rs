@@ -475,6 +475,58 @@ fn auto_compaction_near_the_context_limit_continues_from_the_summary() -> anyhow
 }
 
 #[test]
+fn kill_9_during_compaction_keeps_the_full_history_and_the_next_turn_compacts_again()
+-> anyhow::Result<()> {
+    let mut big = Step::text("Long answer.");
+    big.usage = Some(json!({"input_tokens": 185_000}));
+    let fake = Fake::start(Script::of([
+        big,
+        Step::text("SUMMARY: never finished").stall_after(3),
+        Step::text("SUMMARY: the user asked for a long answer and got it."),
+        Step::text("Short answer."),
+    ]))?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    run_turn(&mut c, &session, "first question")?;
+    c.start_turn(&session, "second question")?;
+    c.events_until("compaction_started")?;
+    // The summary request is streaming (and stalls): the daemon dies mid-compaction.
+    while fake.server.message_requests().len() < 2 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    daemon.kill9()?;
+    daemon.spawn()?;
+
+    let mut c = daemon.ndjson()?;
+    let seen = c.replay_until(&session, |s| {
+        s.iter().any(|e| e["type"] == "replay_complete")
+    })?;
+    let ended = seen
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "turn_ended")
+        .context("turn_ended")?;
+    assert_eq!(ended["data"]["stopReason"], "interrupted_by_restart");
+    assert!(of_type(&seen, "compaction_completed").is_empty());
+
+    // Nothing was summarized away: the next turn still sees the whole history, compacts it,
+    // and answers.
+    let events = run_turn(&mut c, &session, "third question")?;
+    assert_eq!(stop_reason(&events), "end_turn", "{events:?}");
+    assert!(!of_type(&events, "compaction_completed").is_empty());
+    let reqs = fake.server.message_requests();
+    let summarize = reqs[2].body["messages"].to_string();
+    assert!(
+        summarize.contains("first question") && summarize.contains("Long answer."),
+        "the second summary covers the whole history: {summarize}"
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
 fn prompt_too_long_is_compacted_and_retried_once() -> anyhow::Result<()> {
     let (fake, _daemon, mut c, session) = setup(Script::of([
         Step::error(
@@ -874,6 +926,8 @@ fn export_and_fork_carry_the_conversation() -> anyhow::Result<()> {
         Step::default().tool_use("Bash", json!({"command": "echo exported"})),
         Step::text("The command printed exported."),
         Step::text("Continuing in the fork."),
+        Step::text("Continuing in the original."),
+        Step::text("A fresh start."),
     ]))?;
     c.start_turn(&session, "run echo")?;
     c.events_until("turn_ended")?;
@@ -937,6 +991,44 @@ fn export_and_fork_carry_the_conversation() -> anyhow::Result<()> {
         "the fork continues the conversation"
     );
     assert_eq!(msgs.len(), 5);
+
+    // The two diverge: the original goes on without the fork's turn.
+    c.start_turn(&session, "meanwhile in the original")?;
+    c.events_until("turn_ended")?;
+    let reqs = fake.server.message_requests();
+    let original = reqs[3].body["messages"].to_string();
+    assert!(original.contains("meanwhile in the original"));
+    assert!(
+        !original.contains("and then?") && !original.contains("Continuing in the fork."),
+        "{original}"
+    );
+
+    // A fork at an earlier point keeps only what came before it.
+    let mut o = tether_tests::Ndjson::connect(&_daemon.socket())?;
+    o.subscribe(&session, json!(0))?;
+    let first_turn = o
+        .events_until("replay_complete")?
+        .iter()
+        .find(|e| e["type"] == "turn_started")
+        .and_then(|e| e["seq"].as_u64())
+        .context("turn_started")?;
+    let early = c.call(
+        "session/fork",
+        json!({"sessionId": session, "atSeq": first_turn - 1}),
+    )?["sessionId"]
+        .as_str()
+        .context("id")?
+        .to_owned();
+    f.watch(&early)?;
+    f.start_turn(&early, "start over")?;
+    f.events_until("turn_ended")?;
+    let reqs = fake.server.message_requests();
+    let msgs = reqs[4].body["messages"].as_array().context("messages")?;
+    assert_eq!(
+        msgs.len(),
+        1,
+        "nothing from before the fork point: {msgs:?}"
+    );
     no_rejections(&fake);
     Ok(())
 }
