@@ -25,6 +25,8 @@ pub struct Call {
     pub name: String,
     /// Its input.
     pub input: Value,
+    /// Whether its `tool_call` is in the log already (a call resumed after a restart).
+    pub logged: bool,
 }
 
 fn with_note(mut out: ToolOutput, note: Option<String>) -> ToolOutput {
@@ -123,15 +125,17 @@ impl Dispatch<'_> {
         let mut unanswered: Vec<String> = Vec::new();
         for call in batch {
             // Write-ahead: the call is durable before it runs.
-            self.record(
-                history,
-                EventKind::ToolCall {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    input: call.input.clone(),
-                },
-            )
-            .await?;
+            if !call.logged {
+                self.record(
+                    history,
+                    EventKind::ToolCall {
+                        tool_call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        input: call.input.clone(),
+                    },
+                )
+                .await?;
+            }
             let Some(tool) = self.tools.find(&call.name) else {
                 let msg = format!(
                     "there is no tool named {:?}; the available tools are: {}",

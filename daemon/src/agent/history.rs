@@ -54,6 +54,31 @@ fn is_empty_text(block: &Value) -> bool {
 }
 
 impl History {
+    /// The `tool_use` blocks of the last reply that have no `tool_result` yet (a turn cut while
+    /// its tools ran or waited for permission).
+    pub fn unanswered_tool_uses(&self) -> Vec<Value> {
+        let Some(at) = self
+            .messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)
+        else {
+            return Vec::new();
+        };
+        let answered: std::collections::HashSet<&str> = self.messages[at + 1..]
+            .iter()
+            .flat_map(|m| m.content.iter())
+            .filter(|b| b["type"] == "tool_result")
+            .filter_map(|b| b["tool_use_id"].as_str())
+            .collect();
+        self.messages[at]
+            .content
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .filter(|b| !b["id"].as_str().is_some_and(|id| answered.contains(id)))
+            .cloned()
+            .collect()
+    }
+
     /// Applies one event of the session's log.
     pub fn apply(&mut self, event: &EventKind, turn_id: Option<&TurnId>) {
         match event {

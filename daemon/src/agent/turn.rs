@@ -261,6 +261,79 @@ impl Turn {
         }
     }
 
+    /// Goes on with a turn an earlier daemon left waiting for permission: runs `calls` (the
+    /// reply's tool calls that have no result), then continues like any turn.
+    pub async fn resume(
+        &self,
+        mut history: History,
+        calls: Vec<Call>,
+        sink: Arc<dyn TurnSink>,
+    ) -> TurnOutcome {
+        let mut tally = Tally {
+            usage: TokenUsage::default(),
+            cost: Some(0.0),
+        };
+        let result = async {
+            if self
+                .run_calls(calls, &mut history, &sink, &mut tally)
+                .await?
+            {
+                return Ok(tally.outcome("cancelled", None));
+            }
+            self.run_loop(&mut history, sink.clone(), &mut tally).await
+        }
+        .await;
+        result.unwrap_or_else(|e: SinkError| {
+            tally.outcome(
+                "error",
+                Some(TurnError {
+                    code: "storage".into(),
+                    message: e.to_string(),
+                    retryable: true,
+                }),
+            )
+        })
+    }
+
+    /// Runs one reply's tool calls, adding what tools spent to the tally. Returns whether the
+    /// turn was cancelled.
+    async fn run_calls(
+        &self,
+        calls: Vec<Call>,
+        history: &mut History,
+        sink: &Arc<dyn TurnSink>,
+        tally: &mut Tally,
+    ) -> Result<bool, SinkError> {
+        let spent = Arc::new(std::sync::Mutex::new(super::tool::Spent::default()));
+        let dispatch = Dispatch {
+            tools: &self.tools,
+            workspace: self.workspace.clone(),
+            cancel: &self.cancel,
+            timeout: self.limits.tool_timeout,
+            sink: sink.clone(),
+            subagents: self.subagents.clone(),
+            hooks: self.hooks.clone(),
+            session_id: self.session_id.clone(),
+            net: Some(Arc::new(super::tool::Net {
+                llm: self.llm.clone(),
+                catalog: self.catalog.clone(),
+                web: self.web.clone(),
+                fast_model: self.fast_model.clone(),
+            })),
+            spent: spent.clone(),
+        };
+        let cancelled = dispatch.run(calls, history).await?;
+        let spent = spent.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if spent.any {
+            tally.usage.add(&spent.usage);
+            tally.cost = match (tally.cost, spent.cost_usd) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+        Ok(cancelled)
+    }
+
     async fn run_loop(
         &self,
         history: &mut History,
@@ -489,6 +562,7 @@ impl Turn {
                 .enumerate()
                 .filter(|(i, b)| b["type"] == "tool_use" && !truncated.contains(i))
                 .map(|(_, b)| Call {
+                    logged: false,
                     id: b["id"].as_str().unwrap_or_default().to_owned(),
                     name: b["name"].as_str().unwrap_or_default().to_owned(),
                     input: b
@@ -497,37 +571,8 @@ impl Turn {
                         .unwrap_or(Value::Object(Default::default())),
                 })
                 .collect();
-            if !calls.is_empty() {
-                let spent = Arc::new(std::sync::Mutex::new(super::tool::Spent::default()));
-                let dispatch = Dispatch {
-                    tools: &self.tools,
-                    workspace: self.workspace.clone(),
-                    cancel: &self.cancel,
-                    timeout: self.limits.tool_timeout,
-                    sink: sink.clone(),
-                    subagents: self.subagents.clone(),
-                    hooks: self.hooks.clone(),
-                    session_id: self.session_id.clone(),
-                    net: Some(Arc::new(super::tool::Net {
-                        llm: self.llm.clone(),
-                        catalog: self.catalog.clone(),
-                        web: self.web.clone(),
-                        fast_model: self.fast_model.clone(),
-                    })),
-                    spent: spent.clone(),
-                };
-                let cancelled = dispatch.run(calls, history).await?;
-                let spent = spent.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                if spent.any {
-                    tally.usage.add(&spent.usage);
-                    tally.cost = match (tally.cost, spent.cost_usd) {
-                        (Some(a), Some(b)) => Some(a + b),
-                        _ => None,
-                    };
-                }
-                if cancelled {
-                    return Ok(tally.outcome("cancelled", None));
-                }
+            if !calls.is_empty() && self.run_calls(calls, history, &sink, tally).await? {
+                return Ok(tally.outcome("cancelled", None));
             }
             match stop_reason.as_str() {
                 "max_tokens" if continuations < self.limits.max_continuations => {

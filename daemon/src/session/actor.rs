@@ -374,6 +374,16 @@ struct Queued {
     by: ClientRef,
 }
 
+/// What a launched turn does.
+enum TurnJob {
+    /// A model turn.
+    Run,
+    /// `/compact [instructions]`.
+    Compact(Option<String>),
+    /// Goes on with these tool calls of a turn an earlier daemon left waiting for permission.
+    Resume(Vec<crate::agent::Call>),
+}
+
 /// The turn's outlet into its session actor.
 struct ActorSink {
     tx: mpsc::UnboundedSender<Command>,
@@ -927,59 +937,7 @@ impl SessionActor {
                     self.start_next().await;
                 }
             }
-            Command::RecoverOpenTurn { open } => {
-                let turn_id = open.turn_id.clone();
-                // Text clients saw stays visible as a completed (truncated) block; it does not
-                // join the history, because the reply never completed.
-                for (index, text) in &open.partial {
-                    let _ = self.emit_in(
-                        EventKind::AssistantBlockCompleted {
-                            index: *index,
-                            block: serde_json::json!({"type": "text", "text": format!("{text} [cut off: the daemon stopped]")}),
-                        },
-                        Some(turn_id.clone()),
-                    );
-                }
-                for id in &open.unanswered {
-                    let _ = self.emit_in(
-                        EventKind::ToolResult {
-                            tool_call_id: id.clone(),
-                            content: serde_json::json!("interrupted: the daemon stopped while this tool was running; it was not run again"),
-                            is_error: true,
-                            details: None,
-                        },
-                        Some(turn_id.clone()),
-                    );
-                }
-                let _ = self.emit_in(
-                    EventKind::TurnRecovered {
-                        action: "ended".into(),
-                        interrupted_tools: open.unanswered.clone(),
-                    },
-                    Some(turn_id.clone()),
-                );
-                let pending: Vec<String> =
-                    self.history.pending_permissions.keys().cloned().collect();
-                for request_id in pending {
-                    let _ = self.emit_in(
-                        EventKind::PermissionResolved {
-                            request_id,
-                            decision: PermissionDecision::Cancelled,
-                            resolved_by: None,
-                            message: Some(
-                                "the daemon stopped while this request was pending".into(),
-                            ),
-                            rule: None,
-                        },
-                        Some(turn_id.clone()),
-                    );
-                }
-                self.end_turn(turn_id, interrupted_outcome());
-                let _ = self.emit(EventKind::Notice {
-                    level: "warning".into(),
-                    message: "the daemon stopped during the last turn; it was ended and the session is ready".into(),
-                });
-            }
+            Command::RecoverOpenTurn { open } => self.recover(open).await,
             Command::Delete { by, reply } => {
                 self.workspace.jobs.stop_all();
                 if let Some(running) = self.running.take() {
@@ -1051,6 +1009,31 @@ impl SessionActor {
         reply: oneshot::Sender<Result<Verdict, SinkError>>,
     ) {
         use crate::permissions::{Call, Decision, decide, suggest_rule};
+        let logged = self
+            .history
+            .pending_permissions
+            .iter()
+            .find(|(_, p)| p["toolCallId"].as_str() == Some(ask.tool_call_id.as_str()))
+            .map(|(id, p)| {
+                (
+                    id.clone(),
+                    p["rule"].as_str().unwrap_or_default().to_owned(),
+                )
+            });
+        if let Some((request_id, rule)) = logged {
+            // A request an earlier daemon logged (the turn was resumed) stays open as it was.
+            self.waiting.insert(
+                request_id,
+                Waiting {
+                    turn_id,
+                    rule,
+                    reply,
+                },
+            );
+            self.set_status(SessionStatus::AwaitingPermission);
+            self.apply_no_controller_policy();
+            return;
+        }
         let rules = self.rules();
         let root = std::path::PathBuf::from(&self.record.cwd);
         let roots = [root];
@@ -1380,6 +1363,110 @@ impl SessionActor {
         );
     }
 
+    /// Ends or resumes a turn an earlier daemon left open. Text clients saw stays as a cut-off
+    /// block; tools that were running get an interrupted result (never run again). A turn that
+    /// was waiting for permission keeps its requests open and goes on once they are answered;
+    /// any other open turn ends `interrupted_by_restart`.
+    async fn recover(&mut self, open: OpenTurn) {
+        let turn_id = open.turn_id.clone();
+        // Text clients saw stays visible as a completed (truncated) block; it does not join the
+        // history, because the reply never completed.
+        for (index, text) in &open.partial {
+            let _ = self.emit_in(
+                EventKind::AssistantBlockCompleted {
+                    index: *index,
+                    block: serde_json::json!({"type": "text", "text": format!("{text} [cut off: the daemon stopped]")}),
+                },
+                Some(turn_id.clone()),
+            );
+        }
+        let awaiting: std::collections::HashSet<String> = self
+            .history
+            .pending_permissions
+            .values()
+            .filter_map(|p| p["toolCallId"].as_str().map(str::to_owned))
+            .filter(|id| open.unanswered.contains(id))
+            .collect();
+        let interrupted: Vec<String> = open
+            .unanswered
+            .iter()
+            .filter(|id| !awaiting.contains(*id))
+            .cloned()
+            .collect();
+        for id in &interrupted {
+            let _ = self.emit_in(
+                EventKind::ToolResult {
+                    tool_call_id: id.clone(),
+                    content: serde_json::json!("interrupted: the daemon stopped while this tool was running; it was not run again"),
+                    is_error: true,
+                    details: None,
+                },
+                Some(turn_id.clone()),
+            );
+        }
+        if !awaiting.is_empty() && self.env.llm.is_ok() {
+            let _ = self.emit_in(
+                EventKind::TurnRecovered {
+                    action: "awaiting_permission".into(),
+                    interrupted_tools: interrupted,
+                },
+                Some(turn_id.clone()),
+            );
+            let calls: Vec<crate::agent::Call> = self
+                .history
+                .unanswered_tool_uses()
+                .into_iter()
+                .map(|b| {
+                    let id = b["id"].as_str().unwrap_or_default().to_owned();
+                    crate::agent::Call {
+                        logged: open.unanswered.contains(&id),
+                        id,
+                        name: b["name"].as_str().unwrap_or_default().to_owned(),
+                        input: b.get("input").cloned().unwrap_or_default(),
+                    }
+                })
+                .collect();
+            self.notice(
+                &turn_id,
+                "the daemon stopped while this turn waited for permission; the request is still open, and the turn goes on once it is answered".into(),
+            );
+            let cwd = std::path::PathBuf::from(&self.record.cwd);
+            let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+            let hooks = Arc::new(crate::hooks::Hooks::load(&cwd, home.as_deref()));
+            let (model, tools) = (self.record.model.clone(), self.env.tools.clone());
+            self.launch(turn_id, model, tools, hooks, TurnJob::Resume(calls))
+                .await;
+            return;
+        }
+        let _ = self.emit_in(
+            EventKind::TurnRecovered {
+                action: "ended".into(),
+                interrupted_tools: open.unanswered.clone(),
+            },
+            Some(turn_id.clone()),
+        );
+        let pending: Vec<String> = self.history.pending_permissions.keys().cloned().collect();
+        for request_id in pending {
+            let _ = self.emit_in(
+                EventKind::PermissionResolved {
+                    request_id,
+                    decision: PermissionDecision::Cancelled,
+                    resolved_by: None,
+                    message: Some("the daemon stopped while this request was pending".into()),
+                    rule: None,
+                },
+                Some(turn_id.clone()),
+            );
+        }
+        self.end_turn(turn_id, interrupted_outcome());
+        let _ = self.emit(EventKind::Notice {
+            level: "warning".into(),
+            message:
+                "the daemon stopped during the last turn; it was ended and the session is ready"
+                    .into(),
+        });
+    }
+
     /// Names an untitled session after its first prompt, in the background.
     fn name_session(&mut self, input: &[InputItem]) {
         if self.record.title.is_some() || self.titling {
@@ -1631,6 +1718,23 @@ impl SessionActor {
             }
         }
 
+        let job = match compact_instructions {
+            Some(instructions) => TurnJob::Compact(instructions),
+            None => TurnJob::Run,
+        };
+        self.launch(turn_id, model, tools, hooks, job).await;
+    }
+
+    /// Runs a turn's work in its own task; its events come back through an [`ActorSink`].
+    async fn launch(
+        &mut self,
+        turn_id: TurnId,
+        model: String,
+        tools: crate::agent::Tools,
+        hooks: Arc<crate::hooks::Hooks>,
+        job: TurnJob,
+    ) {
+        let cwd = std::path::PathBuf::from(&self.record.cwd);
         let cancel = CancellationToken::new();
         self.running = Some(Running {
             turn_id: turn_id.clone(),
@@ -1700,9 +1804,12 @@ impl SessionActor {
         });
         tokio::spawn(async move {
             let job = async {
-                match compact_instructions {
-                    Some(instructions) => turn.compact_only(history, sink, instructions).await,
-                    None => turn.run(history, sink).await,
+                match job {
+                    TurnJob::Run => turn.run(history, sink).await,
+                    TurnJob::Compact(instructions) => {
+                        turn.compact_only(history, sink, instructions).await
+                    }
+                    TurnJob::Resume(calls) => turn.resume(history, calls, sink).await,
                 }
             };
             let outcome = match AssertUnwindSafe(job).catch_unwind().await {

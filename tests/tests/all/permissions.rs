@@ -128,11 +128,14 @@ fn a_request_outlives_its_clients_and_a_later_client_answers() -> anyhow::Result
 }
 
 #[test]
-fn a_pending_request_across_kill_9_is_cancelled_and_the_next_turn_works() -> anyhow::Result<()> {
-    let mut steps = echo_turn();
-    steps.truncate(1);
-    steps.push(Step::text("after the restart"));
-    let fake = Fake::start(Script::of(steps))?;
+fn a_pending_request_survives_kill_9_and_answering_it_resumes_the_turn() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default()
+            .tool_use("Bash", json!({"command": "echo from-the-tool"}))
+            .tool_use("Bash", json!({"command": "echo second-tool"})),
+        Step::text("both ran"),
+        Step::text("after the restart"),
+    ]))?;
     let mut daemon = Daemon::start_with(fake.env())?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
@@ -145,24 +148,58 @@ fn a_pending_request_across_kill_9_is_cancelled_and_the_next_turn_works() -> any
         .clone();
     daemon.kill9()?;
     daemon.spawn()?;
+
     let mut c = daemon.ndjson()?;
-    let seen = c.replay_until(&session, |s| s.iter().any(|e| e["type"] == "turn_ended"))?;
-    let resolved = seen
+    let seen = c.replay_until(&session, |s| {
+        s.iter().any(|e| e["type"] == "turn_recovered")
+    })?;
+    let recovered = seen
         .iter()
-        .find(|e| e["type"] == "permission_resolved")
-        .context("resolved")?;
-    assert_eq!(
-        (
-            resolved["data"]["requestId"].clone(),
-            resolved["data"]["decision"].clone()
-        ),
-        (request.clone(), json!("cancelled"))
+        .find(|e| e["type"] == "turn_recovered")
+        .context("recovered")?;
+    assert_eq!(recovered["data"]["action"], "awaiting_permission");
+    assert!(
+        seen.iter().all(|e| e["type"] != "turn_ended"),
+        "the turn stays open"
     );
-    let late = c.call(
+    assert!(seen.iter().all(|e| e["type"] != "permission_resolved"));
+    let pending = c.call("permission/list", json!({"sessionId": session}))?;
+    assert_eq!(pending[0]["requestId"], request, "{pending}");
+    let status = c.call("session/get", json!({"sessionId": session}))?["status"].clone();
+    assert_eq!(status, "awaiting_permission");
+
+    // Answering the old request resumes the turn: the tool runs once, the next call asks.
+    let answer = c.call(
         "permission/respond",
         json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
     )?;
-    assert_eq!(late["status"], "already_resolved");
+    assert_eq!(answer["status"], "accepted");
+    let next = c.events_until("permission_requested")?;
+    let first = next
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("first result")?;
+    assert!(
+        first["data"]["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("from-the-tool"))
+    );
+    let second = next.last().context("second request")?["data"]["requestId"].clone();
+    c.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": second, "decision": "allow_once"}),
+    )?;
+    let end = c.events_until("turn_ended")?;
+    assert_eq!(end.last().context("end")?["data"]["stopReason"], "end_turn");
+    let calls_logged = c.replay_until(&session, |_| true)?;
+    let first_calls = calls_logged
+        .iter()
+        .filter(|e| {
+            e["type"] == "tool_call" && e["data"]["input"]["command"] == "echo from-the-tool"
+        })
+        .count();
+    assert_eq!(first_calls, 1, "the call is logged once and run once");
+
     c.start_turn(&session, "again")?;
     let end = c.events_until("turn_ended")?;
     assert_eq!(end.last().context("end")?["data"]["stopReason"], "end_turn");
