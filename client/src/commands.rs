@@ -494,3 +494,132 @@ pub fn daemon_install(enable: bool) -> anyhow::Result<ExitCode> {
     println!("tetherd.socket is enabled; `loginctl enable-linger` keeps it running after logout");
     Ok(ExitCode::SUCCESS)
 }
+
+/// Runs the local `tetherd` with `args` (no daemon needed) and returns its stdout, for what a
+/// daemon started now would see.
+fn local_tetherd(args: &[&str]) -> anyhow::Result<(String, bool)> {
+    let binary = connection::daemon_binary();
+    let out = std::process::Command::new(&binary)
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {}", binary.display()))?;
+    if !out.status.success() && out.stdout.is_empty() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.success(),
+    ))
+}
+
+/// `tether config show`
+pub async fn config_show(socket: &Path, out: Output) -> anyhow::Result<ExitCode> {
+    let report = match connection::connect(socket, false, ClientKind::Script).await {
+        Ok(conn) => conn.client.daemon_config().await?,
+        Err(ConnectError::NotRunning(_)) => {
+            let (text, _) = local_tetherd(&["config", "--json"])?;
+            serde_json::from_str(&text).context("tetherd config gave no JSON")?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if out.json {
+        print_json(&report)?;
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tether doctor`: the client's view (socket, daemon), then the daemon's own checks — from the
+/// running daemon, else from a local `tetherd doctor`.
+pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<ExitCode> {
+    use std::os::unix::fs::PermissionsExt;
+    let check = |name: &str, status: &str, detail: String| tether_proto::Check {
+        name: name.into(),
+        status: status.into(),
+        detail,
+    };
+    let mut checks = Vec::new();
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .ok()
+    };
+    let dir = socket.parent().unwrap_or(Path::new("/"));
+    checks.push(match (mode(socket), mode(dir)) {
+        (Some(0o600), Some(0o700)) => check(
+            "socket",
+            "ok",
+            format!("{} (0600, directory 0700)", socket.display()),
+        ),
+        (Some(m), Some(d)) => check(
+            "socket",
+            "warn",
+            format!(
+                "{} has mode {m:o} (directory {d:o}); expected 0600 and 0700",
+                socket.display()
+            ),
+        ),
+        _ => check(
+            "socket",
+            "ok",
+            format!(
+                "{} (absent; created when the daemon starts)",
+                socket.display()
+            ),
+        ),
+    });
+    let daemon_checks: Vec<tether_proto::Check> =
+        match connection::connect(socket, false, ClientKind::Script).await {
+            Ok(conn) => {
+                let status = conn.client.daemon_status().await?;
+                checks.push(check(
+                    "daemon",
+                    "ok",
+                    format!(
+                        "tetherd {} (pid {}) up {}s, {} session(s)",
+                        status.daemon.version,
+                        status.daemon.pid,
+                        status.uptime_ms / 1000,
+                        status.sessions
+                    ),
+                ));
+                conn.client.daemon_doctor(Some(online)).await?
+            }
+            Err(ConnectError::NotRunning(_)) => {
+                checks.push(check(
+                    "daemon",
+                    "ok",
+                    "not running; it starts when a command needs it".into(),
+                ));
+                let mut args = vec!["doctor", "--json"];
+                if online {
+                    args.push("--online");
+                }
+                let (text, _) = local_tetherd(&args)?;
+                serde_json::from_str(&text).context("tetherd doctor gave no JSON")?
+            }
+            Err(e) => {
+                checks.push(check("daemon", "fail", e.to_string()));
+                Vec::new()
+            }
+        };
+    checks.extend(daemon_checks);
+    if out.json {
+        print_json(&checks)?;
+    } else {
+        for c in &checks {
+            let mark = match c.status.as_str() {
+                "ok" => "✓",
+                "warn" => "!",
+                _ => "✗",
+            };
+            println!("{mark} {:<15} {}", c.name, c.detail);
+        }
+    }
+    Ok(if checks.iter().any(|c| c.status == "fail") {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -120,7 +120,7 @@ fn is_absent(e: &std::io::Error) -> bool {
 }
 
 /// The `tetherd` next to this executable, else the one on `PATH`.
-fn daemon_binary() -> PathBuf {
+pub fn daemon_binary() -> PathBuf {
     std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(|d| d.join("tetherd")))

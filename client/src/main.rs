@@ -78,6 +78,24 @@ enum Cmd {
         #[command(subcommand)]
         action: DaemonCmd,
     },
+    /// The daemon's configuration.
+    Config {
+        #[command(subcommand)]
+        action: ConfigCmd,
+    },
+    /// Check the socket, the daemon, its data directory, credentials, git and configuration.
+    Doctor {
+        /// Also check that the API answers (a free request, no tokens).
+        #[arg(long)]
+        online: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Print the effective configuration and where each value came from (the running daemon's,
+    /// else what a daemon started now would use).
+    Show,
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,6 +161,10 @@ fn main() -> ExitCode {
             Some(Cmd::Daemon {
                 action: DaemonCmd::Status,
             }) => commands::daemon_status(&socket, out).await,
+            Some(Cmd::Config {
+                action: ConfigCmd::Show,
+            }) => commands::config_show(&socket, out).await,
+            Some(Cmd::Doctor { online }) => commands::doctor(&socket, out, online).await,
             Some(Cmd::Daemon {
                 action: DaemonCmd::Stop,
             }) => commands::daemon_stop(&socket, out).await,

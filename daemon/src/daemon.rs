@@ -2,6 +2,7 @@
 //! and on SIGTERM/SIGINT or `daemon/shutdown` end every subscription, flush and remove the socket.
 
 use crate::agent::TurnLimits;
+use crate::config::Config;
 use crate::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog, WebFetcher};
 use crate::rpc::{self, Connections, Listener, RpcApi};
 use crate::session::{Sessions, TurnEnv};
@@ -13,7 +14,7 @@ use tether_proto::paths::PathEnv;
 use tokio_util::sync::CancellationToken;
 
 /// What `tetherd` was asked to do.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Socket path; defaults to the protocol's discovery rules.
     pub socket: Option<PathBuf>,
@@ -21,6 +22,8 @@ pub struct Options {
     pub data_dir: Option<PathBuf>,
     /// Print `ready <socket>` on stdout once serving (for a parent that waits on it).
     pub print_ready: bool,
+    /// The effective configuration.
+    pub config: Arc<Config>,
 }
 
 /// Why the daemon could not run.
@@ -67,7 +70,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     let sessions = Arc::new(Sessions::new(
         store.clone(),
         epoch,
-        Arc::new(turn_env(&data_dir)?),
+        Arc::new(turn_env(&options.config, &data_dir)?),
     ));
     let recovered = sessions.recover_interrupted();
     if recovered > 0 {
@@ -96,6 +99,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
         socket: socket.clone(),
         data_dir,
         shutdown,
+        config: options.config.clone(),
     };
     let sessions_for_drain = sessions.clone();
     rpc::serve(&listener, api, async move {
@@ -110,13 +114,13 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// The model client and tools, configured from the environment.
-fn turn_env(data_dir: &std::path::Path) -> Result<TurnEnv, DaemonError> {
+/// The model client and tools, as configured.
+pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, DaemonError> {
     let web = WebFetcher::new().map_err(|e| DaemonError::Io(format!("cannot set up HTTP: {e}")))?;
-    let llm = LlmConfig::from_env()
-        .and_then(|config| {
+    let llm = llm_config(config)
+        .and_then(|c| {
             AnthropicClient::new(
-                config,
+                c,
                 Auth::from_env(std::env::var("TETHER_API_KEY_HELPER").ok()),
             )
         })
@@ -125,35 +129,55 @@ fn turn_env(data_dir: &std::path::Path) -> Result<TurnEnv, DaemonError> {
     if let Err(e) = &llm {
         tracing::error!("the model client is not usable: {e}");
     }
+    let mut limits = TurnLimits {
+        auto_compact_percent: config.number("auto_compact_percent"),
+        fallback_model: config.string("fallback_model"),
+        ..TurnLimits::default()
+    };
+    if let Some(n) = config.number("max_output_tokens") {
+        limits.max_tokens = n as u32;
+    }
+    if let Some(t) = config.duration("tool_timeout") {
+        limits.tool_timeout = t;
+    }
     Ok(TurnEnv {
         llm,
-        catalog: ModelCatalog::from_env(),
+        catalog: ModelCatalog::from_env(config.string("model")),
         tools: crate::tools::builtin(),
-        limits: TurnLimits::from_env(),
+        limits,
         data_dir: data_dir.to_owned(),
         web: Arc::new(web),
-        idle_unload: match std::env::var("TETHER_IDLE_UNLOAD_MS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            Some(0) => None,
-            Some(ms) => Some(std::time::Duration::from_millis(ms)),
-            None => Some(std::time::Duration::from_secs(15 * 60)),
-        },
-        delta_retention: match std::env::var("TETHER_DELTA_RETENTION") {
-            Ok(v) if matches!(v.trim(), "off" | "never" | "forever") => None,
-            Ok(v) => Some(humantime::parse_duration(v.trim()).map_err(|e| {
-                DaemonError::Io(format!(
-                    "TETHER_DELTA_RETENTION={v:?} is not a duration: {e}"
-                ))
-            })?),
-            Err(_) => Some(std::time::Duration::from_secs(7 * 24 * 3600)),
-        },
-        fast_model: std::env::var("ANTHROPIC_SMALL_FAST_MODEL")
-            .ok()
-            .filter(|m| !m.trim().is_empty())
+        idle_unload: config.duration("idle_unload"),
+        delta_retention: config.duration("delta_retention"),
+        fast_model: config
+            .string("fast_model")
             .unwrap_or_else(|| "haiku".into()),
+        permission_mode: config.permission_mode(),
     })
+}
+
+/// The API client's settings.
+fn llm_config(config: &Config) -> Result<LlmConfig, crate::llm::LlmError> {
+    let mut c = LlmConfig::default();
+    if let Some(base) = config.string("api.base_url") {
+        c.base_url = base;
+    }
+    if let Some(n) = config.number("api.max_retries") {
+        c.retry.max_retries = n as u32;
+    }
+    if let Some(t) = config.duration("api.connect_timeout") {
+        c.connect_timeout = t;
+    }
+    if let Some(t) = config.duration("api.stream_idle_timeout") {
+        c.idle_timeout = t;
+    }
+    if let Some(t) = config.duration("api.request_timeout") {
+        c.overall_timeout = t;
+    }
+    if let Ok(spec) = std::env::var("ANTHROPIC_CUSTOM_HEADERS") {
+        c.custom_headers = crate::llm::custom_headers(&spec)?;
+    }
+    Ok(c)
 }
 
 /// A write past `RLIMIT_FSIZE` raises SIGXFSZ, whose default action kills the process. Handle

@@ -83,6 +83,23 @@ impl Hooks {
         }
         files.push(root.join(".claude/settings.json"));
         files.push(root.join(".claude/settings.local.json"));
+        if let Some(config) = crate::config::default_path()
+            && let Ok(text) = std::fs::read_to_string(&config)
+        {
+            // tether's own config.toml: `[hooks]` in the same shape as the settings files.
+            match toml::from_str::<toml::Table>(&text).map(|t| t.get("hooks").cloned()) {
+                Ok(Some(table)) => match serde_json::to_value(table) {
+                    Ok(v) => hooks.add(&v, &config.display().to_string()),
+                    Err(e) => hooks
+                        .problems
+                        .push(format!("{}: [hooks]: {e}", config.display())),
+                },
+                Ok(None) => {}
+                Err(e) => hooks
+                    .problems
+                    .push(format!("{}: not valid TOML: {e}", config.display())),
+            }
+        }
         for file in files {
             let Ok(text) = std::fs::read_to_string(&file) else {
                 continue;

@@ -2,8 +2,10 @@
 //! its parts; `main.rs` is the thin binary over [`run`].
 
 pub mod agent;
+pub mod config;
 pub mod context;
 pub mod daemon;
+pub mod doctor;
 pub mod hooks;
 pub mod llm;
 pub mod permissions;

@@ -1,8 +1,14 @@
-//! The `tetherd` binary: parses arguments, sets up logging, runs the daemon.
+//! The `tetherd` binary: reads the configuration, sets up logging, runs the daemon (or prints
+//! its configuration, or checks its health).
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use tether_daemon::config::{self, Config};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The tether daemon: holds sessions and serves them over a Unix socket.
 #[derive(Debug, Parser)]
@@ -10,42 +16,81 @@ use std::process::ExitCode;
 struct Args {
     /// Socket to listen on (default: $TETHER_SOCKET, $XDG_RUNTIME_DIR/tether/tetherd.sock, or
     /// /tmp/tether-$UID/tetherd.sock).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", global = true)]
     socket: Option<PathBuf>,
     /// Data directory (default: $TETHER_HOME, or $XDG_DATA_HOME/tether).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
+    /// Configuration file (default: $TETHER_CONFIG, or ~/.config/tether/config.toml).
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
+    /// Override a configuration key, e.g. `--set idle_unload=1h` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
+    set: Vec<String>,
     /// Start a new session (setsid) so the daemon outlives the terminal that started it.
     #[arg(long)]
     detach: bool,
     /// Print `ready <socket>` on stdout once the socket accepts connections.
     #[arg(long)]
     print_ready: bool,
-    /// Log format on stderr: text (default) or json.
-    #[arg(long, value_name = "FORMAT", default_value = "text")]
-    log_format: String,
+    /// Log format on stderr: text or json (the `log.format` key).
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Print the effective configuration and where each value comes from.
+    Config {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check what the daemon needs: configuration, data directory, credentials, git, the API.
+    Doctor {
+        /// Also contact the API (a free `GET /v1/models`).
+        #[arg(long)]
+        online: bool,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let mut flags = args.set.clone();
+    if let Some(f) = &args.log_format {
+        flags.push(format!("log.format={f}"));
+    }
+    let file = args.config.clone().or_else(config::default_path);
+    let config = match Config::load(file.as_deref(), &config::process_env, &flags) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            eprintln!("tetherd: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let paths = tether_proto::paths::PathEnv::from_process(nix::unistd::getuid().as_raw());
+    let data_dir = args.data_dir.clone().unwrap_or_else(|| paths.data_dir());
+    match args.command {
+        Some(Sub::Config { json }) => return print_config(&config, json),
+        Some(Sub::Doctor { online, json }) => return doctor(&config, &data_dir, online, json),
+        None => {}
+    }
     if args.detach {
         // Fails only if we already lead a process group, in which case we are detached enough.
         let _ = nix::unistd::setsid();
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let log = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format.as_str() {
-        "json" => log.json().init(),
-        "text" => log.init(),
-        other => {
-            eprintln!("tetherd: unknown --log-format {other:?} (use text or json)");
+    let _log_guard = match init_logging(&config, &data_dir, args.detach) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("tetherd: {e}");
             return ExitCode::FAILURE;
         }
-    }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -55,8 +100,9 @@ fn main() -> ExitCode {
     };
     let options = tether_daemon::Options {
         socket: args.socket,
-        data_dir: args.data_dir,
+        data_dir: Some(data_dir),
         print_ready: args.print_ready,
+        config,
     };
     match runtime.block_on(tether_daemon::run(options)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -64,5 +110,123 @@ fn main() -> ExitCode {
             eprintln!("tetherd: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+type BoxedLayer = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
+
+/// stderr (text or JSON; journald reads it under systemd) and, when not under systemd, a
+/// daily-rotated file in `<data dir>/logs`. Returns the guard that flushes the file on exit.
+fn init_logging(
+    config: &Config,
+    data_dir: &std::path::Path,
+    detached: bool,
+) -> anyhow::Result<Option<tracing_appender::non_blocking::WorkerGuard>> {
+    let level = config.string("log.level").unwrap_or_else(|| "info".into());
+    let filter = || tracing_subscriber::EnvFilter::new(&level);
+    let json = config.string("log.format").as_deref() == Some("json");
+    let under_systemd =
+        std::env::var_os("INVOCATION_ID").is_some() || std::env::var_os("JOURNAL_STREAM").is_some();
+    let to_file = match config.string("log.file").as_deref() {
+        Some("on") => true,
+        Some("off") => false,
+        _ => !under_systemd,
+    };
+    let mut layers: Vec<BoxedLayer> = Vec::new();
+    let mut guard = None;
+    if to_file {
+        let keep = config.number("log.keep_days").unwrap_or(7.0).max(1.0) as usize;
+        let appender = tracing_appender::rolling::Builder::new()
+            .rotation(tracing_appender::rolling::Rotation::DAILY)
+            .filename_prefix("tetherd")
+            .filename_suffix("log")
+            .max_log_files(keep)
+            .build(data_dir.join("logs"))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot open the log in {}: {e}",
+                    data_dir.join("logs").display()
+                )
+            })?;
+        let (writer, g) = tracing_appender::non_blocking(appender);
+        guard = Some(g);
+        let layer = tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .with_ansi(false);
+        layers.push(if json {
+            layer.json().with_filter(filter()).boxed()
+        } else {
+            layer.with_filter(filter()).boxed()
+        });
+    }
+    // A detached daemon's stderr is a file the client opened; the rotating log has it all.
+    if !(detached && to_file) {
+        let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+        layers.push(if json {
+            layer.json().with_filter(filter()).boxed()
+        } else {
+            layer.with_filter(filter()).boxed()
+        });
+    }
+    tracing_subscriber::registry().with(layers).init();
+    Ok(guard)
+}
+
+fn print_config(config: &Config, json: bool) -> ExitCode {
+    let report = tether_proto::ConfigReport {
+        file: config.file.as_ref().map(|f| f.display().to_string()),
+        entries: config.entries(),
+    };
+    if !json {
+        print!("{}", report.render());
+        return ExitCode::SUCCESS;
+    }
+    match serde_json::to_string_pretty(&report) {
+        Ok(s) => {
+            println!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tetherd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn doctor(config: &Config, data_dir: &std::path::Path, online: bool, json: bool) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tetherd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checks = runtime.block_on(async {
+        let env = tether_daemon::daemon::turn_env(config, data_dir);
+        match &env {
+            Ok(env) => {
+                let llm = env.llm.as_deref().map_err(String::as_str);
+                tether_daemon::doctor::checks(config, data_dir, llm, online).await
+            }
+            Err(e) => {
+                let why = e.to_string();
+                tether_daemon::doctor::checks(config, data_dir, Err(why.as_str()), online).await
+            }
+        }
+    });
+    if json {
+        match serde_json::to_string(&checks) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("tetherd: {e}"),
+        }
+    } else {
+        for c in &checks {
+            println!("{:<5} {:<15} {}", c.status, c.name, c.detail);
+        }
+    }
+    if checks.iter().any(|c| c.status == "fail") {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -70,6 +70,8 @@ pub struct TurnEnv {
     pub idle_unload: Option<std::time::Duration>,
     /// How long the deltas of a finished turn are kept; `None` keeps them forever.
     pub delta_retention: Option<std::time::Duration>,
+    /// The permission mode of new sessions.
+    pub permission_mode: PermissionMode,
 }
 
 /// What a new session starts with.
@@ -151,7 +153,7 @@ impl Sessions {
             model: new
                 .model
                 .unwrap_or_else(|| self.env.catalog.default_model().to_owned()),
-            permission_mode: new.permission_mode.unwrap_or_default(),
+            permission_mode: new.permission_mode.unwrap_or(self.env.permission_mode),
             on_no_controller: Default::default(),
             status: SessionStatus::Idle,
             created_at: now.clone(),
@@ -397,6 +399,11 @@ impl Sessions {
         }
     }
 
+    /// What turns run with.
+    pub fn env(&self) -> &TurnEnv {
+        &self.env
+    }
+
     /// The daemon's epoch.
     pub fn epoch(&self) -> u64 {
         self.epoch
@@ -426,6 +433,7 @@ mod tests {
             fast_model: "haiku".into(),
             idle_unload: None,
             delta_retention: None,
+            permission_mode: Default::default(),
         })
     }
 

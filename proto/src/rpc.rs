@@ -24,6 +24,14 @@ pub trait TetherRpc {
     #[method(name = "daemon/status", param_kind = map)]
     async fn daemon_status(&self) -> RpcResult<DaemonStatus>;
 
+    /// The daemon's effective configuration and where each value came from.
+    #[method(name = "daemon/config", param_kind = map)]
+    async fn daemon_config(&self) -> RpcResult<ConfigReport>;
+
+    /// Health checks (data directory, credentials, config, git; the API with `online`).
+    #[method(name = "daemon/doctor", param_kind = map)]
+    async fn daemon_doctor(&self, online: Option<bool>) -> RpcResult<Vec<Check>>;
+
     /// Drains and stops the daemon after answering.
     #[method(name = "daemon/shutdown", param_kind = map)]
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownResult>;

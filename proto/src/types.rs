@@ -57,6 +57,80 @@ impl PermissionMode {
             Self::DontAsk => "dontAsk",
         }
     }
+
+    /// The mode with this wire name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            Self::Default,
+            Self::AcceptEdits,
+            Self::Plan,
+            Self::BypassPermissions,
+            Self::DontAsk,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == name)
+    }
+}
+
+/// One configuration key as `daemon/config` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigEntry {
+    /// Dotted key, as in config.toml (`api.max_retries`).
+    pub key: String,
+    /// Its effective value, as TOML.
+    pub value: String,
+    /// Where it came from: `default`, `file:line`, `env VAR` or `command line`.
+    pub source: String,
+    /// The environment variable that sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// What it does.
+    pub doc: String,
+}
+
+/// One line of `daemon/doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// `ok`, `warn` or `fail`.
+    pub status: String,
+    /// What was found.
+    pub detail: String,
+}
+
+/// Result of `daemon/config`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigReport {
+    /// The configuration file read, if any.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// Every key.
+    pub entries: Vec<ConfigEntry>,
+}
+
+impl ConfigReport {
+    /// As aligned text: one `key = value   # source` line per key.
+    pub fn render(&self) -> String {
+        let mut out = match &self.file {
+            Some(f) => format!("# from {f}, the environment and the command line\n"),
+            None => "# no config file; defaults, the environment and the command line\n".into(),
+        };
+        let width = self
+            .entries
+            .iter()
+            .map(|e| e.key.len() + e.value.len() + 3)
+            .max()
+            .unwrap_or(0);
+        for e in &self.entries {
+            let line = format!("{} = {}", e.key, e.value);
+            out.push_str(&format!("{line:<width$}  # {}\n", e.source));
+        }
+        out
+    }
 }
 
 /// What a session is doing.

@@ -80,6 +80,7 @@ impl FakeAnthropic {
         let app = Router::new()
             .route("/v1/messages", post(messages))
             .route("/v1/messages/count_tokens", post(count_tokens))
+            .route("/v1/models", axum::routing::get(models))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
@@ -172,6 +173,27 @@ async fn count_tokens(State(state): State<Shared>, headers: HeaderMap, body: Byt
     });
     let estimate = value.to_string().len() / 4;
     json_response(200, &json!({"input_tokens": estimate}), &BTreeMap::new())
+}
+
+/// `GET /v1/models`: one page with one model; 401 without a credential, like the API.
+async fn models(headers: HeaderMap) -> Response {
+    let hmap = header_map(&headers);
+    let has_key = ["x-api-key", "authorization"]
+        .iter()
+        .any(|h| hmap.get(*h).is_some_and(|v| !v.is_empty()));
+    if !has_key {
+        return json_response(
+            401,
+            &error_body("authentication_error", "x-api-key header is required"),
+            &BTreeMap::new(),
+        );
+    }
+    json_response(
+        200,
+        &json!({"data": [{"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet 4.5", "created_at": "2025-09-29T00:00:00Z"}],
+            "has_more": false, "first_id": "claude-sonnet-4-5", "last_id": "claude-sonnet-4-5"}),
+        &BTreeMap::new(),
+    )
 }
 
 async fn messages(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {

@@ -107,6 +107,21 @@ impl Daemon {
         self.dir.path().join("work")
     }
 
+    /// The configuration file the daemon (and a client's local `tetherd`) reads.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("home/.config/tether/config.toml")
+    }
+
+    /// Writes the configuration file (read at the next start).
+    pub fn write_config(&self, toml: &str) -> anyhow::Result<()> {
+        let path = self.config_path();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, toml)?;
+        Ok(())
+    }
+
     /// The socket path.
     pub fn socket(&self) -> PathBuf {
         self.dir.path().join("run/tetherd.sock")
@@ -136,6 +151,7 @@ impl Daemon {
             .arg(self.data_dir())
             .env("TETHER_LOG", "warn")
             .env("HOME", self.dir.path().join("home"))
+            .env("TETHER_CONFIG", self.config_path())
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_AUTH_TOKEN")
             .env_remove("ANTHROPIC_BASE_URL")
@@ -212,6 +228,7 @@ impl Daemon {
         let mut cmd = Command::new(bin("tether"));
         cmd.env("TETHER_SOCKET", self.socket())
             .env("TETHER_HOME", self.data_dir())
+            .env("TETHER_CONFIG", self.config_path())
             .env("NO_COLOR", "1");
         cmd
     }

@@ -55,25 +55,6 @@ impl Default for TurnLimits {
     }
 }
 
-impl TurnLimits {
-    /// Defaults with `DISABLE_AUTO_COMPACT`, `TETHER_AUTO_COMPACT_PERCENT` and
-    /// `TETHER_FALLBACK_MODEL` applied.
-    pub fn from_env() -> Self {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let mut limits = Self::default();
-        if let Some(p) =
-            var("TETHER_AUTO_COMPACT_PERCENT").and_then(|p| p.trim().parse::<f64>().ok())
-        {
-            limits.auto_compact_percent = Some(p.clamp(1.0, 100.0));
-        }
-        if var("DISABLE_AUTO_COMPACT").is_some_and(|v| v != "0" && v != "false") {
-            limits.auto_compact_percent = None;
-        }
-        limits.fallback_model = var("TETHER_FALLBACK_MODEL");
-        limits
-    }
-}
-
 /// Everything a turn runs with.
 pub struct Turn {
     /// Model alias or id.

@@ -72,6 +72,16 @@ impl Auth {
         Self::new(Some(Credential::ApiKey(Secret(key.into()))), None)
     }
 
+    /// Which kind of credential is configured, never its value.
+    pub fn describe(&self) -> Option<&'static str> {
+        match (&self.fixed, &self.helper) {
+            (Some(Credential::Bearer(_)), _) => Some("ANTHROPIC_AUTH_TOKEN (bearer token)"),
+            (Some(Credential::ApiKey(_)), _) => Some("ANTHROPIC_API_KEY"),
+            (None, Some(_)) => Some("TETHER_API_KEY_HELPER (key command)"),
+            (None, None) => None,
+        }
+    }
+
     /// Whether a 401 may be cured by asking the helper again.
     pub fn has_helper(&self) -> bool {
         self.fixed.is_none() && self.helper.is_some()

@@ -2,7 +2,7 @@
 //! response through the accumulator.
 
 use super::accumulate::{Accumulator, AssembledMessage, StreamUpdate, decode_stream};
-use super::auth::{Auth, Credential, custom_headers};
+use super::auth::{Auth, Credential};
 use super::error::LlmError;
 use super::request::MessagesRequest;
 use super::retry::RetryPolicy;
@@ -38,23 +38,6 @@ impl Default for LlmConfig {
             overall_timeout: Duration::from_secs(600),
             custom_headers: Vec::new(),
         }
-    }
-}
-
-impl LlmConfig {
-    /// Defaults with `ANTHROPIC_BASE_URL` and `ANTHROPIC_CUSTOM_HEADERS` applied.
-    pub fn from_env() -> Result<Self, LlmError> {
-        let mut config = Self::default();
-        if let Some(base) = std::env::var("ANTHROPIC_BASE_URL")
-            .ok()
-            .filter(|b| !b.trim().is_empty())
-        {
-            config.base_url = base.trim().to_owned();
-        }
-        if let Ok(spec) = std::env::var("ANTHROPIC_CUSTOM_HEADERS") {
-            config.custom_headers = custom_headers(&spec)?;
-        }
-        Ok(config)
     }
 }
 
@@ -152,6 +135,33 @@ impl AnthropicClient {
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled),
             }
         }
+    }
+
+    /// Which credential the client sends (never its value).
+    pub fn credential_kind(&self) -> Option<&'static str> {
+        self.auth.describe()
+    }
+
+    /// Checks that the API answers with these credentials: `GET /v1/models` (free, no tokens).
+    /// Returns the HTTP status line.
+    pub async fn ping(&self) -> Result<String, LlmError> {
+        let url = self.endpoint.replace("/v1/messages", "/v1/models?limit=1");
+        let mut req = self.http.get(url).headers(self.headers.clone());
+        req = match self.auth.credential().await? {
+            Credential::ApiKey(k) => req.header("x-api-key", k.expose()),
+            Credential::Bearer(t) => req.header("authorization", format!("Bearer {}", t.expose())),
+        };
+        let response = tokio::time::timeout(self.config.connect_timeout * 3, req.send())
+            .await
+            .map_err(|_| LlmError::Timeout("no answer from the API".into()))?
+            .map_err(transport_error)?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(status.to_string());
+        }
+        let headers = response.headers().clone();
+        let body = response.bytes().await.map_err(transport_error)?;
+        Err(LlmError::from_response(status.as_u16(), &headers, &body))
     }
 
     async fn attempt(

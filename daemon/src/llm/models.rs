@@ -179,19 +179,20 @@ pub struct ModelCatalog {
 }
 
 impl ModelCatalog {
-    /// Reads `ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL` and `ANTHROPIC_MODEL`.
-    pub fn from_env() -> Self {
+    /// Reads `ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL`; `default_model` is the configured
+    /// model of new sessions.
+    pub fn from_env(default_model: Option<String>) -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         Self {
             overrides: ALIASES
                 .iter()
                 .filter_map(|(alias, env, _)| var(env).map(|v| ((*alias).to_owned(), v)))
                 .collect(),
-            default_model: var("ANTHROPIC_MODEL"),
+            default_model,
         }
     }
 
-    /// The model a session uses when none was chosen: `$ANTHROPIC_MODEL`, else `sonnet`.
+    /// The model a session uses when none was chosen: the configured one, else `sonnet`.
     pub fn default_model(&self) -> &str {
         self.default_model.as_deref().unwrap_or("sonnet")
     }

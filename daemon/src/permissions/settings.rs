@@ -147,9 +147,7 @@ impl RuleSet {
 /// `config_file`.
 pub fn load(root: &Path, home: Option<&Path>) -> RuleSet {
     let mut set = RuleSet::default();
-    if let Some(config) =
-        tether_proto::paths::PathEnv::from_process(nix::unistd::getuid().as_raw()).config_file()
-    {
+    if let Some(config) = crate::config::default_path() {
         set.add_config(&config, root, home);
     }
     if let Some(h) = home {

@@ -31,6 +31,8 @@ pub struct RpcApi {
     pub data_dir: PathBuf,
     /// Cancelled when the daemon starts draining.
     pub shutdown: CancellationToken,
+    /// The effective configuration.
+    pub config: Arc<crate::config::Config>,
 }
 
 fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
@@ -118,6 +120,19 @@ impl TetherRpcServer for RpcApi {
             subscriptions: self.connections.subscription_count(),
             shutting_down: self.shutdown.is_cancelled(),
         })
+    }
+
+    async fn daemon_config(&self) -> RpcResult<ConfigReport> {
+        Ok(ConfigReport {
+            file: self.config.file.as_ref().map(|f| f.display().to_string()),
+            entries: self.config.entries(),
+        })
+    }
+
+    async fn daemon_doctor(&self, online: Option<bool>) -> RpcResult<Vec<Check>> {
+        let env = self.sessions.env();
+        let llm = env.llm.as_deref().map_err(String::as_str);
+        Ok(crate::doctor::checks(&self.config, &self.data_dir, llm, online.unwrap_or(false)).await)
     }
 
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownResult> {

@@ -2,6 +2,7 @@
 
 mod chaos;
 mod headless;
+mod operations;
 mod permissions;
 mod sessions;
 mod spine;

@@ -1067,6 +1067,18 @@ fn secrets_never_reach_the_daemon_log() -> anyhow::Result<()> {
         !log.contains("this-must-never-be-logged"),
         "the API key leaked into the log"
     );
+    let files: String = std::fs::read_dir(daemon.data_dir().join("logs"))?
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(
+        files.contains("model request failed"),
+        "the log file has the turn: {files}"
+    );
+    assert!(
+        !files.contains("this-must-never-be-logged"),
+        "the API key leaked into the log file"
+    );
     let all: String = events.iter().map(|e| e.to_string()).collect();
     assert!(
         !all.contains("this-must-never-be-logged"),

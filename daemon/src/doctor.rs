@@ -1,0 +1,124 @@
+//! `daemon/doctor` and `tetherd doctor`: one line per check of what the daemon needs — its
+//! configuration, data directory, credentials (their kind, never their value), git, and, when
+//! asked to go online, the API itself.
+
+use crate::config::Config;
+use crate::llm::AnthropicClient;
+use std::path::Path;
+use tether_proto::Check;
+
+fn check(name: &str, status: &str, detail: impl Into<String>) -> Check {
+    Check {
+        name: name.to_owned(),
+        status: status.to_owned(),
+        detail: detail.into(),
+    }
+}
+
+/// Free space under `dir`, in bytes.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let s = nix::sys::statvfs::statvfs(dir).ok()?;
+    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
+}
+
+fn data_dir_check(dir: &Path) -> Check {
+    let probe = dir.join(format!(".doctor-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&probe, b"ok")) {
+        return check(
+            "data directory",
+            "fail",
+            format!("{} is not writable: {e}", dir.display()),
+        );
+    }
+    let _ = std::fs::remove_file(&probe);
+    match free_bytes(dir) {
+        Some(free) if free < 512 << 20 => check(
+            "data directory",
+            "warn",
+            format!(
+                "{}: only {} MiB free; sessions stop saving when the disk is full",
+                dir.display(),
+                free >> 20
+            ),
+        ),
+        Some(free) => check(
+            "data directory",
+            "ok",
+            format!("{} (writable, {} GiB free)", dir.display(), free >> 30),
+        ),
+        None => check(
+            "data directory",
+            "ok",
+            format!("{} (writable)", dir.display()),
+        ),
+    }
+}
+
+fn git_check() -> Check {
+    let (major, minor, patch) = git2::Version::get().libgit2_version();
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("git").is_file()))
+        .unwrap_or(false);
+    if on_path {
+        check(
+            "git",
+            "ok",
+            format!("libgit2 {major}.{minor}.{patch}; git on PATH"),
+        )
+    } else {
+        check(
+            "git",
+            "warn",
+            format!(
+                "libgit2 {major}.{minor}.{patch}; no git on PATH (the model's git commands will fail)"
+            ),
+        )
+    }
+}
+
+/// Runs every check; the API is contacted only when `online`.
+pub async fn checks(
+    config: &Config,
+    data_dir: &Path,
+    llm: Result<&AnthropicClient, &str>,
+    online: bool,
+) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.push(match &config.file {
+        Some(f) => check("config", "ok", format!("{} is valid", f.display())),
+        None => check(
+            "config",
+            "ok",
+            match crate::config::default_path() {
+                Some(p) => format!(
+                    "no file at {}; defaults and environment in use",
+                    p.display()
+                ),
+                None => "no config file; defaults and environment in use".into(),
+            },
+        ),
+    });
+    out.push(data_dir_check(data_dir));
+    out.push(match llm {
+        Ok(client) => match client.credential_kind() {
+            Some(kind) => check("credentials", "ok", format!("from {kind}")),
+            None => check(
+                "credentials",
+                "fail",
+                "none: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, or TETHER_API_KEY_HELPER)",
+            ),
+        },
+        Err(why) => check("credentials", "fail", why.to_owned()),
+    });
+    out.push(git_check());
+    let base = config.string("api.base_url").unwrap_or_default();
+    out.push(match (online, llm) {
+        (false, _) => check("api", "ok", format!("{base} (not contacted; use --online)")),
+        (true, Err(why)) => check("api", "fail", why.to_owned()),
+        (true, Ok(client)) => match client.ping().await {
+            Ok(status) => check("api", "ok", format!("{base} answered {status}")),
+            Err(e) => check("api", "fail", format!("{base}: {e}")),
+        },
+    });
+    out
+}
