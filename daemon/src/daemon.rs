@@ -153,6 +153,7 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
             .string("fast_model")
             .unwrap_or_else(|| "haiku".into()),
         permission_mode: config.permission_mode(),
+        log_user_prompts: config.flag("telemetry.log_user_prompts"),
     })
 }
 

@@ -12,6 +12,7 @@ pub mod permissions;
 pub mod rpc;
 pub mod session;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 
 pub use daemon::{Options, run};

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tether_daemon::config::{self, Config};
+use tether_daemon::telemetry::Telemetry;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -84,13 +85,6 @@ fn main() -> ExitCode {
         // Fails only if we already lead a process group, in which case we are detached enough.
         let _ = nix::unistd::setsid();
     }
-    let _log_guard = match init_logging(&config, &data_dir, args.detach) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("tetherd: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -98,13 +92,42 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The gRPC exporter needs the runtime while it is built.
+    let telemetry = {
+        let _in_runtime = runtime.enter();
+        match Telemetry::init(&config) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("tetherd: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let (telemetry, tracer) = match telemetry {
+        Some((t, tracer)) => (Some(t), Some(tracer)),
+        None => (None, None),
+    };
+    let _log_guard = match init_logging(&config, &data_dir, args.detach, tracer) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("tetherd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if telemetry.is_some() {
+        tracing::info!("exporting traces and metrics over OTLP");
+    }
     let options = tether_daemon::Options {
         socket: args.socket,
         data_dir: Some(data_dir),
         print_ready: args.print_ready,
         config,
     };
-    match runtime.block_on(tether_daemon::run(options)) {
+    let result = runtime.block_on(tether_daemon::run(options));
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tetherd: {e:#}");
@@ -121,6 +144,7 @@ fn init_logging(
     config: &Config,
     data_dir: &std::path::Path,
     detached: bool,
+    tracer: Option<opentelemetry_sdk::trace::Tracer>,
 ) -> anyhow::Result<Option<tracing_appender::non_blocking::WorkerGuard>> {
     let level = config.string("log.level").unwrap_or_else(|| "info".into());
     let filter = || tracing_subscriber::EnvFilter::new(&level);
@@ -167,6 +191,16 @@ fn init_logging(
         } else {
             layer.with_filter(filter()).boxed()
         });
+    }
+    if let Some(tracer) = tracer {
+        // Spans are exported whatever the log level: the daemon's info-level spans.
+        let spans = tracing_subscriber::EnvFilter::new("tether_daemon=info,tetherd=info");
+        layers.push(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(spans)
+                .boxed(),
+        );
     }
     tracing_subscriber::registry().with(layers).init();
     Ok(guard)

@@ -72,6 +72,8 @@ pub struct TurnEnv {
     pub delta_retention: Option<std::time::Duration>,
     /// The permission mode of new sessions.
     pub permission_mode: PermissionMode,
+    /// Whether turn spans carry the prompt text (`OTEL_LOG_USER_PROMPTS`).
+    pub log_user_prompts: bool,
 }
 
 /// What a new session starts with.
@@ -178,6 +180,7 @@ impl Sessions {
         );
         self.live().insert(id.clone(), handle.clone());
         handle.announce_creation(by).await?;
+        crate::telemetry::session_created();
         Ok(id)
     }
 
@@ -434,6 +437,7 @@ mod tests {
             idle_unload: None,
             delta_retention: None,
             permission_mode: Default::default(),
+            log_user_prompts: false,
         })
     }
 

@@ -217,7 +217,15 @@ impl Dispatch<'_> {
                 .iter()
                 .find_map(|k| call.input[*k].as_str().map(str::to_owned))
                 .unwrap_or_default();
-            running.spawn(async move {
+            let span = tracing::info_span!(
+                "tool",
+                tool.name = %name,
+                tool.call_id = %id,
+                outcome = tracing::field::Empty,
+                duration_ms = tracing::field::Empty,
+            );
+            let task = async move {
+                let started = std::time::Instant::now();
                 let note = ctx.relative_note(&given);
                 let out = tokio::select! {
                     out = tool.run(call.input, &ctx) => out,
@@ -233,7 +241,10 @@ impl Dispatch<'_> {
                     let cwd = ctx.workspace.cwd();
                     let outcome = hooks.run("PostToolUse", Some(&name), input, &cwd).await;
                     for n in outcome.notices {
-                        hook_sink.send(EventKind::Notice { level: "warning".into(), message: n });
+                        hook_sink.send(EventKind::Notice {
+                            level: "warning".into(),
+                            message: n,
+                        });
                     }
                     let extra: Vec<String> = outcome
                         .block
@@ -241,12 +252,21 @@ impl Dispatch<'_> {
                         .into_iter()
                         .chain(outcome.context)
                         .collect();
-                    if let (false, serde_json::Value::String(text)) = (extra.is_empty(), &mut out.content) {
+                    if let (false, serde_json::Value::String(text)) =
+                        (extra.is_empty(), &mut out.content)
+                    {
                         text.push_str(&format!("\n\n{}", extra.join("\n")));
                     }
                 }
+                let outcome = if out.is_error { "error" } else { "ok" };
+                let took = started.elapsed();
+                let span = tracing::Span::current();
+                span.record("outcome", outcome);
+                span.record("duration_ms", took.as_millis() as u64);
+                crate::telemetry::tool_finished(&name, took, outcome);
                 (id, out)
-            });
+            };
+            running.spawn(tracing::Instrument::instrument(task, span));
         }
         let mut cancelled = false;
         while !running.is_empty() {

@@ -96,14 +96,42 @@ impl AnthropicClient {
         let mut reauthenticated = false;
         loop {
             let mut streamed = false;
-            let attempt = self.attempt(&body, &betas, on_update, &mut streamed);
+            // Model, attempt, status and tokens; never the prompt or a credential.
+            let span = tracing::info_span!(
+                "api.request",
+                model = %request.model,
+                attempt = retry + 1,
+                http.status = tracing::field::Empty,
+                tokens.input = tracing::field::Empty,
+                tokens.output = tracing::field::Empty,
+                stop_reason = tracing::field::Empty,
+                error.code = tracing::field::Empty,
+            );
+            let attempt = tracing::Instrument::instrument(
+                self.attempt(&body, &betas, on_update, &mut streamed),
+                span.clone(),
+            );
             let result = tokio::select! {
                 r = attempt => r,
                 _ = cancel.cancelled() => return Err(LlmError::Cancelled),
             };
             let error = match result {
-                Ok(message) => return Ok(message),
-                Err(e) => e,
+                Ok(message) => {
+                    span.record("http.status", 200);
+                    span.record("tokens.input", message.usage.input_tokens);
+                    span.record("tokens.output", message.usage.output_tokens);
+                    if let Some(r) = message.stop_reason.as_deref() {
+                        span.record("stop_reason", r);
+                    }
+                    return Ok(message);
+                }
+                Err(e) => {
+                    if let Some(api) = e.api() {
+                        span.record("http.status", api.status);
+                    }
+                    span.record("error.code", e.code());
+                    e
+                }
             };
             if error.api().is_some_and(|e| e.status == 401)
                 && self.auth.has_helper()
@@ -119,6 +147,7 @@ impl AnthropicClient {
             }
             let delay = self.config.retry.delay(retry, &error);
             retry += 1;
+            crate::telemetry::api_retry(&request.model);
             tracing::warn!(
                 attempt = retry,
                 delay_ms = delay.as_millis() as u64,

@@ -83,6 +83,7 @@ impl RpcApi {
 
 #[jsonrpsee::core::async_trait]
 impl TetherRpcServer for RpcApi {
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "initialize"))]
     async fn initialize(
         &self,
         ext: &Extensions,
@@ -106,6 +107,7 @@ impl TetherRpcServer for RpcApi {
         })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "daemon/status"))]
     async fn daemon_status(&self) -> RpcResult<DaemonStatus> {
         let (sessions, loaded) = self.sessions.counts();
         Ok(DaemonStatus {
@@ -122,6 +124,7 @@ impl TetherRpcServer for RpcApi {
         })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "daemon/config"))]
     async fn daemon_config(&self) -> RpcResult<ConfigReport> {
         Ok(ConfigReport {
             file: self.config.file.as_ref().map(|f| f.display().to_string()),
@@ -129,18 +132,21 @@ impl TetherRpcServer for RpcApi {
         })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "daemon/doctor"))]
     async fn daemon_doctor(&self, online: Option<bool>) -> RpcResult<Vec<Check>> {
         let env = self.sessions.env();
         let llm = env.llm.as_deref().map_err(String::as_str);
         Ok(crate::doctor::checks(&self.config, &self.data_dir, llm, online.unwrap_or(false)).await)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "daemon/shutdown"))]
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownResult> {
         tracing::info!("shutdown requested over RPC");
         self.shutdown.cancel();
         Ok(ShutdownResult { stopping: true })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/new"))]
     async fn session_new(
         &self,
         ext: &Extensions,
@@ -173,6 +179,7 @@ impl TetherRpcServer for RpcApi {
         Ok(SessionNewResult { session_id })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/list"))]
     async fn session_list(
         &self,
         cwd: Option<String>,
@@ -189,11 +196,13 @@ impl TetherRpcServer for RpcApi {
         self.sessions.list(&filter).await.map_err(rpc_error)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/get"))]
     async fn session_get(&self, session_id: SessionId) -> RpcResult<SessionSnapshot> {
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         handle.snapshot().await.map_err(rpc_error)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/configure"))]
     async fn session_configure(
         &self,
         ext: &Extensions,
@@ -217,6 +226,7 @@ impl TetherRpcServer for RpcApi {
             .map_err(rpc_error)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/delete"))]
     async fn session_delete(
         &self,
         ext: &Extensions,
@@ -230,6 +240,7 @@ impl TetherRpcServer for RpcApi {
         Ok(SessionDeleted { session_id })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/fork"))]
     async fn session_fork(
         &self,
         ext: &Extensions,
@@ -245,6 +256,7 @@ impl TetherRpcServer for RpcApi {
         Ok(SessionNewResult { session_id })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/compact"))]
     async fn session_compact(
         &self,
         ext: &Extensions,
@@ -264,6 +276,7 @@ impl TetherRpcServer for RpcApi {
             .map_err(rpc_error)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/export"))]
     async fn session_export(
         &self,
         session_id: SessionId,
@@ -283,6 +296,7 @@ impl TetherRpcServer for RpcApi {
         Ok(SessionExport { format, content })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "turn/start"))]
     async fn turn_start(
         &self,
         ext: &Extensions,
@@ -303,6 +317,7 @@ impl TetherRpcServer for RpcApi {
             .map_err(rpc_error)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "turn/cancel"))]
     async fn turn_cancel(
         &self,
         _ext: &Extensions,
@@ -313,6 +328,7 @@ impl TetherRpcServer for RpcApi {
         Ok(TurnCancelled { cancelled })
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/respond"))]
     async fn permission_respond(
         &self,
         ext: &Extensions,
@@ -334,6 +350,7 @@ impl TetherRpcServer for RpcApi {
             .map_err(rpc_error)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/list"))]
     async fn permission_list(&self, session_id: SessionId) -> RpcResult<Vec<serde_json::Value>> {
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         Ok(handle
@@ -343,6 +360,7 @@ impl TetherRpcServer for RpcApi {
             .pending_permissions)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/subscribe"))]
     async fn session_subscribe(
         &self,
         pending: PendingSubscriptionSink,

@@ -1058,6 +1058,23 @@ impl SessionActor {
             (Decision::Allow, Some(HookPermission::Ask)) => Decision::Ask,
             (d, _) => d,
         };
+        let source = match &ask.hook {
+            Some(HookPermission::Allow | HookPermission::Deny(_)) => "hook",
+            _ if std::mem::discriminant(&decide(
+                self.record.permission_mode,
+                &Default::default(),
+                &call,
+            )) == std::mem::discriminant(&decision) =>
+            {
+                "mode"
+            }
+            _ => "rule",
+        };
+        match &decision {
+            Decision::Allow => crate::telemetry::permission_decision("allow", source),
+            Decision::Deny(_) => crate::telemetry::permission_decision("deny", source),
+            Decision::Ask => {}
+        }
         match decision {
             Decision::Allow => drop(reply.send(Ok(Verdict::Allow))),
             Decision::Deny(why) => drop(reply.send(Ok(Verdict::Deny(why)))),
@@ -1175,6 +1192,12 @@ impl SessionActor {
             decision,
             PermissionDecision::AllowSession | PermissionDecision::AllowAlways
         );
+        let wire = serde_json::to_value(decision)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let source = if by.is_some() { "user" } else { "policy" };
+        crate::telemetry::permission_decision(&wire, source);
         let event = EventKind::PermissionResolved {
             request_id,
             decision,
@@ -1264,6 +1287,11 @@ impl SessionActor {
     }
 
     fn end_turn(&mut self, turn_id: TurnId, outcome: TurnOutcome) {
+        crate::telemetry::turn_ended(
+            &self.env.catalog.resolve(&self.record.model),
+            &outcome.usage,
+            outcome.cost_usd,
+        );
         let event = EventKind::TurnEnded {
             stop_reason: outcome.stop_reason,
             usage: outcome.usage,
@@ -1434,7 +1462,7 @@ impl SessionActor {
             let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
             let hooks = Arc::new(crate::hooks::Hooks::load(&cwd, home.as_deref()));
             let (model, tools) = (self.record.model.clone(), self.env.tools.clone());
-            self.launch(turn_id, model, tools, hooks, TurnJob::Resume(calls))
+            self.launch(turn_id, model, tools, hooks, TurnJob::Resume(calls), None)
                 .await;
             return;
         }
@@ -1722,7 +1750,16 @@ impl SessionActor {
             Some(instructions) => TurnJob::Compact(instructions),
             None => TurnJob::Run,
         };
-        self.launch(turn_id, model, tools, hooks, job).await;
+        let prompt: Vec<&str> = q
+            .input
+            .iter()
+            .filter_map(|i| match i {
+                InputItem::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let prompt = Some(prompt.join("\n"));
+        self.launch(turn_id, model, tools, hooks, job, prompt).await;
     }
 
     /// Runs a turn's work in its own task; its events come back through an [`ActorSink`].
@@ -1733,6 +1770,7 @@ impl SessionActor {
         tools: crate::agent::Tools,
         hooks: Arc<crate::hooks::Hooks>,
         job: TurnJob,
+        prompt: Option<String>,
     ) {
         let cwd = std::path::PathBuf::from(&self.record.cwd);
         let cancel = CancellationToken::new();
@@ -1802,7 +1840,26 @@ impl SessionActor {
             tx: tx.clone(),
             turn_id: turn_id.clone(),
         });
-        tokio::spawn(async move {
+        let span = tracing::info_span!(
+            "turn",
+            session.id = %self.record.id,
+            turn.id = %turn_id,
+            model = %self.env.catalog.resolve(&turn.model),
+            job = match &job {
+                TurnJob::Run => "run",
+                TurnJob::Compact(_) => "compact",
+                TurnJob::Resume(_) => "resume",
+            },
+            prompt = tracing::field::Empty,
+            stop_reason = tracing::field::Empty,
+            tokens.input = tracing::field::Empty,
+            tokens.output = tracing::field::Empty,
+            cost_usd = tracing::field::Empty,
+        );
+        if let Some(p) = prompt.filter(|_| self.env.log_user_prompts) {
+            span.record("prompt", p);
+        }
+        let task = async move {
             let job = async {
                 match job {
                     TurnJob::Run => turn.run(history, sink).await,
@@ -1833,8 +1890,16 @@ impl SessionActor {
                     }
                 }
             };
+            let span = tracing::Span::current();
+            span.record("stop_reason", outcome.stop_reason.as_str());
+            span.record("tokens.input", outcome.usage.input_tokens);
+            span.record("tokens.output", outcome.usage.output_tokens);
+            if let Some(c) = outcome.cost_usd {
+                span.record("cost_usd", c);
+            }
             let _ = tx.send(Command::TurnFinished { turn_id, outcome });
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
     fn summary(&self) -> SessionSummary {

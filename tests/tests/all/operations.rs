@@ -208,3 +208,258 @@ fn a_daemon_not_under_systemd_writes_a_rotating_log_in_its_data_dir() -> anyhow:
     );
     Ok(())
 }
+
+/// A span or data point attribute as a string.
+fn attr(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str) -> String {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    attrs
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref()?.value.as_ref())
+        .map(|v| match v {
+            V::StringValue(s) => s.clone(),
+            V::IntValue(i) => i.to_string(),
+            V::DoubleValue(d) => d.to_string(),
+            V::BoolValue(b) => b.to_string(),
+            other => format!("{other:?}"),
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_turn_exports_its_spans_and_metrics_over_otlp() -> anyhow::Result<()> {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let receiver = tether_tests::otlp::OtlpReceiver::start()?;
+    let fake = Fake::start(Script::of([
+        Step::text("Let me run it.").tool_use("Bash", json!({"command": "echo traced"})),
+        Step::text("It printed traced."),
+    ]))?;
+    let mut env = fake.env();
+    for (k, v) in [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
+        ("OTEL_SERVICE_NAME", "tetherd-under-test".into()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "200".into()),
+    ] {
+        env.push((k.into(), v));
+    }
+    let mut daemon = Daemon::start_with(env)?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    c.start_turn(&session, "run the secret-prompt-words echo")?;
+    c.events_until("turn_ended")?;
+    daemon.terminate()?; // flushes what is queued
+
+    let spans: Vec<_> = receiver.with(|r| {
+        r.traces
+            .iter()
+            .flat_map(|t| &t.resource_spans)
+            .flat_map(|rs| {
+                let service = rs
+                    .resource
+                    .as_ref()
+                    .map(|res| attr(&res.attributes, "service.name"))
+                    .unwrap_or_default();
+                rs.scope_spans
+                    .iter()
+                    .flat_map(|s| s.spans.clone())
+                    .map(move |s| (service.clone(), s))
+            })
+            .collect()
+    });
+    let named = |n: &str| {
+        spans
+            .iter()
+            .filter(|(_, s)| s.name == n)
+            .collect::<Vec<_>>()
+    };
+    let turn = &named("turn").first().context("a turn span")?.1;
+    assert!(
+        named("turn")
+            .iter()
+            .all(|(svc, _)| svc == "tetherd-under-test")
+    );
+    assert_eq!(attr(&turn.attributes, "stop_reason"), "end_turn");
+    let requests = named("api.request");
+    assert_eq!(requests.len(), 2, "two model requests");
+    for (_, r) in &requests {
+        assert_eq!(
+            r.parent_span_id, turn.span_id,
+            "requests are children of the turn"
+        );
+        assert_eq!(r.trace_id, turn.trace_id);
+        assert_eq!(attr(&r.attributes, "http.status"), "200");
+        assert_eq!(attr(&r.attributes, "tokens.input"), "25");
+        assert!(attr(&r.attributes, "model").starts_with("claude-"));
+    }
+    let tool = &named("tool").first().context("a tool span")?.1;
+    assert_eq!(
+        tool.parent_span_id, turn.span_id,
+        "the tool call is a child of the turn"
+    );
+    assert_eq!(attr(&tool.attributes, "tool.name"), "Bash");
+    assert_eq!(attr(&tool.attributes, "outcome"), "ok");
+    assert!(
+        named("rpc")
+            .iter()
+            .any(|(_, s)| attr(&s.attributes, "rpc.method") == "turn/start"),
+        "RPC calls are spans"
+    );
+    let everything = format!("{spans:?}");
+    assert!(
+        !everything.contains("secret-prompt-words"),
+        "no prompt text without OTEL_LOG_USER_PROMPTS"
+    );
+    assert!(!everything.contains("sk-ant-test"), "no credentials");
+
+    // Metrics are cumulative: the last export of each has the totals.
+    let metrics = receiver.with(|r| {
+        let mut last = std::collections::BTreeMap::new();
+        for m in r
+            .metrics
+            .iter()
+            .flat_map(|e| &e.resource_metrics)
+            .flat_map(|rm| &rm.scope_metrics)
+            .flat_map(|sm| &sm.metrics)
+        {
+            last.insert(m.name.clone(), m.clone());
+        }
+        last
+    });
+    let sum_points = |name: &str| match metrics.get(name).and_then(|m| m.data.clone()) {
+        Some(Data::Sum(s)) => s.data_points,
+        _ => Vec::new(),
+    };
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as N;
+    let number = |p: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p.value {
+        Some(N::AsInt(i)) => i as f64,
+        Some(N::AsDouble(d)) => d,
+        None => 0.0,
+    };
+    let tokens = sum_points("tether.token.usage");
+    let input = tokens
+        .iter()
+        .find(|p| attr(&p.attributes, "type") == "input")
+        .context("input tokens")?;
+    assert_eq!(number(input), 50.0, "25 input tokens per request");
+    assert!(attr(&input.attributes, "model").starts_with("claude-"));
+    let cost = sum_points("tether.cost.usage");
+    assert!(cost.first().is_some_and(|p| number(p) > 0.0), "{cost:?}");
+    assert_eq!(
+        sum_points("tether.turn.count").first().map(number),
+        Some(1.0)
+    );
+    assert_eq!(
+        sum_points("tether.session.count").first().map(number),
+        Some(1.0)
+    );
+    let decisions = sum_points("tether.permission.decision");
+    assert!(
+        decisions
+            .iter()
+            .any(|p| attr(&p.attributes, "decision") == "allow"
+                && attr(&p.attributes, "source") == "mode"),
+        "{decisions:?}"
+    );
+    let tool_duration = match metrics
+        .get("tether.tool.duration")
+        .and_then(|m| m.data.clone())
+    {
+        Some(Data::Histogram(h)) => h.data_points,
+        _ => Vec::new(),
+    };
+    let bash = tool_duration
+        .iter()
+        .find(|p| attr(&p.attributes, "tool") == "Bash")
+        .context("Bash duration")?;
+    assert_eq!(
+        (bash.count, attr(&bash.attributes, "outcome").as_str()),
+        (1, "ok")
+    );
+
+    println!("OTLP receiver got spans:");
+    for (_, s) in &spans {
+        let parent = spans
+            .iter()
+            .find(|(_, p)| p.span_id == s.parent_span_id)
+            .map(|(_, p)| p.name.as_str())
+            .unwrap_or("-");
+        println!(
+            "  {:<12} parent {:<6} {} attributes",
+            s.name,
+            parent,
+            s.attributes.len()
+        );
+    }
+    println!("and metric points:");
+    for (name, m) in &metrics {
+        match &m.data {
+            Some(Data::Sum(s)) => {
+                for p in &s.data_points {
+                    let attrs: Vec<String> = p
+                        .attributes
+                        .iter()
+                        .map(|a| format!("{}={}", a.key, attr(std::slice::from_ref(a), &a.key)))
+                        .collect();
+                    println!("  {name} {} {{{}}}", number(p), attrs.join(", "));
+                }
+            }
+            Some(Data::Histogram(h)) => {
+                for p in &h.data_points {
+                    let attrs: Vec<String> = p
+                        .attributes
+                        .iter()
+                        .map(|a| format!("{}={}", a.key, attr(std::slice::from_ref(a), &a.key)))
+                        .collect();
+                    println!(
+                        "  {name} count={} sum={:.1}ms {{{}}}",
+                        p.count,
+                        p.sum.unwrap_or(0.0),
+                        attrs.join(", ")
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn an_unreachable_collector_does_not_slow_turns() -> anyhow::Result<()> {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let fake = Fake::start(Script::of(
+        (0..5).map(|i| Step::text(format!("answer {i}"))),
+    ))?;
+    let mut env = fake.env();
+    env.push((
+        "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+        format!("http://127.0.0.1:{closed}"),
+    ));
+    env.push(("OTEL_BSP_SCHEDULE_DELAY".into(), "10".into()));
+    let mut daemon = Daemon::start_with(env)?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    let started = std::time::Instant::now();
+    for i in 0..5 {
+        c.start_turn(&session, &format!("question {i}"))?;
+        c.events_until("turn_ended")?;
+    }
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "5 turns took {took:?}"
+    );
+    let stop = std::time::Instant::now();
+    daemon.terminate()?;
+    assert!(
+        stop.elapsed() < std::time::Duration::from_secs(8),
+        "shutdown waits a bounded time for the collector"
+    );
+    Ok(())
+}
