@@ -87,7 +87,7 @@ pub async fn new(
 }
 
 /// Finds the session whose id is `id` or starts with it.
-async fn resolve(conn: &Connection, id: &str) -> anyhow::Result<SessionSummary> {
+pub async fn resolve(conn: &Connection, id: &str) -> anyhow::Result<SessionSummary> {
     if let Ok(snapshot) = conn.client.session_get(SessionId(id.to_owned())).await {
         return Ok(snapshot.summary);
     }
@@ -296,6 +296,8 @@ pub struct Headless {
     pub permission_mode: Option<String>,
     /// Model.
     pub model: Option<String>,
+    /// Continue this session instead of creating one.
+    pub session: Option<SessionId>,
 }
 
 fn parse_mode(mode: Option<String>) -> anyhow::Result<Option<PermissionMode>> {
@@ -335,13 +337,17 @@ pub async fn print(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         .display()
         .to_string();
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
-    // Headless sessions are titled by their prompt: no extra model call for a script.
-    let title = headless_title(&h.prompt);
-    let created = conn
-        .client
-        .session_new(cwd, Some(title), h.model, mode)
-        .await?;
-    let session = created.session_id;
+    let session = match h.session {
+        Some(id) => id,
+        None => {
+            // Headless sessions are titled by their prompt: no extra model call for a script.
+            let title = headless_title(&h.prompt);
+            conn.client
+                .session_new(cwd, Some(title), h.model, mode)
+                .await?
+                .session_id
+        }
+    };
     let mut params = ObjectParams::new();
     params.insert("sessionId", &session)?;
     params.insert("role", Role::Controller)?;
@@ -622,4 +628,38 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A session by id or prefix; an empty `id` lists this directory's sessions and asks which.
+pub async fn pick_session(socket: &Path, id: &str) -> anyhow::Result<SessionId> {
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    if !id.is_empty() {
+        return Ok(resolve(&conn, id).await?.session_id);
+    }
+    let cwd = std::env::current_dir()?.display().to_string();
+    let list = conn
+        .client
+        .session_list(Some(cwd), None, Some(20), None)
+        .await?;
+    if list.sessions.is_empty() {
+        bail!("no session in this directory yet; run tether");
+    }
+    for (i, s) in list.sessions.iter().enumerate() {
+        println!(
+            "{:>3}. {}  {}  {}",
+            i + 1,
+            &s.session_id.0[..8.min(s.session_id.0.len())],
+            render::ago(&s.updated_at, SystemTime::now()),
+            s.title.as_deref().unwrap_or("(untitled)")
+        );
+    }
+    print!("resume which? [1] ");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let n: usize = line.trim().parse().unwrap_or(1);
+    list.sessions
+        .get(n.saturating_sub(1))
+        .map(|s| s.session_id.clone())
+        .context("no such session in the list")
 }

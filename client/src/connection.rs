@@ -63,6 +63,16 @@ pub async fn connect(
     autostart: bool,
     kind: ClientKind,
 ) -> Result<Connection, ConnectError> {
+    connect_as(socket, autostart, kind, "tether".into()).await
+}
+
+/// [`connect`] with the name other clients see (`tether on host pts/3`).
+pub async fn connect_as(
+    socket: &Path,
+    autostart: bool,
+    kind: ClientKind,
+    name: String,
+) -> Result<Connection, ConnectError> {
     let stream = match UnixStream::connect(socket).await {
         Ok(s) => s,
         Err(e) if is_absent(&e) && autostart => {
@@ -98,7 +108,7 @@ pub async fn connect(
         .request_timeout(Duration::from_secs(120))
         .build_with_tokio(tx, rx);
     let info = ClientInfo {
-        name: "tether".into(),
+        name,
         version: env!("CARGO_PKG_VERSION").into(),
         kind,
     };

@@ -2,7 +2,11 @@
 
 mod commands;
 mod connection;
+mod markdown;
 mod render;
+mod repl;
+mod style;
+mod view;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -10,7 +14,7 @@ use std::process::ExitCode;
 
 /// tether: a coding agent that lives in a daemon.
 #[derive(Debug, Parser)]
-#[command(name = "tether", version)]
+#[command(name = "tether", version, args_conflicts_with_subcommands = true)]
 struct Cli {
     /// Print machine-readable JSON instead of human output.
     #[arg(long, global = true)]
@@ -32,6 +36,15 @@ struct Cli {
     /// With -p: model alias or id.
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
+    /// Continue the most recent session in this directory (interactive, or with -p).
+    #[arg(short = 'c', long = "continue")]
+    continue_last: bool,
+    /// Resume a session by id or prefix; without one, pick from this directory's sessions.
+    #[arg(short = 'r', long = "resume", value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+    resume: Option<String>,
+    /// A first prompt for a new interactive session.
+    #[arg(value_name = "PROMPT")]
+    prompt: Option<String>,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -131,19 +144,36 @@ fn main() -> ExitCode {
     let out = commands::Output { json: cli.json };
     let result = runtime.block_on(async {
         if let Some(prompt) = cli.print.clone() {
+            let session = if cli.continue_last {
+                repl::most_recent_here(&socket).await?
+            } else {
+                None
+            };
             let headless = commands::Headless {
                 prompt,
                 format: cli.output_format.clone(),
                 permission_mode: cli.permission_mode.clone(),
                 model: cli.model.clone(),
+                session,
             };
             return commands::print(&socket, headless).await;
         }
         match cli.command {
             None => {
-                use clap::CommandFactory;
-                let _ = Cli::command().print_help();
-                Ok(ExitCode::SUCCESS)
+                let session = match (&cli.resume, cli.continue_last) {
+                    (Some(id), _) => Some(commands::pick_session(&socket, id).await?),
+                    (None, true) => match repl::most_recent_here(&socket).await? {
+                        Some(id) => Some(id),
+                        None => anyhow::bail!("no session in this directory yet; run tether"),
+                    },
+                    (None, false) => None,
+                };
+                let start = repl::Start {
+                    session,
+                    prompt: cli.prompt.clone(),
+                    observe: false,
+                };
+                repl::run(&socket, start).await
             }
             Some(Cmd::Sessions {
                 here,
@@ -156,6 +186,15 @@ fn main() -> ExitCode {
                 permission_mode,
             }) => commands::new(&socket, out, title, model, permission_mode).await,
             Some(Cmd::Attach { id, observe, since }) => {
+                if repl::wants_interactive(out) && since == "0" {
+                    let session = commands::pick_session(&socket, &id).await?;
+                    let start = repl::Start {
+                        session: Some(session),
+                        prompt: None,
+                        observe,
+                    };
+                    return repl::run(&socket, start).await;
+                }
                 commands::attach(&socket, out, &id, observe, &since).await
             }
             Some(Cmd::Daemon {

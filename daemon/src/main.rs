@@ -159,6 +159,9 @@ fn init_logging(
     let mut layers: Vec<BoxedLayer> = Vec::new();
     let mut guard = None;
     if to_file {
+        let dir = data_dir.join("logs");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
         let keep = config.number("log.keep_days").unwrap_or(7.0).max(1.0) as usize;
         let appender = tracing_appender::rolling::Builder::new()
             .rotation(tracing_appender::rolling::Rotation::DAILY)

@@ -25,6 +25,18 @@ impl Script {
             rules: Vec::new(),
         }
     }
+
+    /// Answers the daemon's session-title requests (sessions created without a title) with
+    /// `title`, so they do not take scripted responses.
+    pub fn titling(mut self, title: &str) -> Self {
+        self.rules.push(Rule {
+            last_user_matches: Some("^Write a title for the coding session".into()),
+            has_tool_result: None,
+            times: None,
+            step: Step::text(title),
+        });
+        self
+    }
 }
 
 /// A response for requests that match.

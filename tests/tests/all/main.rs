@@ -7,4 +7,5 @@ mod permissions;
 mod sessions;
 mod spine;
 mod systemd;
+mod terminal;
 mod turns;

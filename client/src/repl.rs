@@ -1,0 +1,822 @@
+//! The interactive client: a line editor (reedline: history per project, multi-line input,
+//! `/` and `@` completion) over one session's event stream, rendered by [`View`]. While a turn
+//! runs, Ctrl+C cancels it and permission requests become a prompt; between turns, events from
+//! other clients print above the input line. Ctrl+D (or Ctrl+C twice at an empty prompt)
+//! detaches: the session stays in the daemon.
+
+mod editor;
+mod prompt;
+
+use crate::commands::Output;
+use crate::connection::{self, Connection};
+use crate::style::Style;
+use crate::view::View;
+use anyhow::Context;
+use jsonrpsee::core::client::{Subscription, SubscriptionClientT};
+use jsonrpsee::core::params::ObjectParams;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tether_proto::{
+    ClientKind, Event, EventKind, InputItem, PermissionDecision, PermissionMode, Role, Seq,
+    SessionId, Since, TetherRpcClient,
+};
+use tokio::sync::mpsc;
+
+/// How the interactive client starts.
+#[derive(Debug, Default)]
+pub struct Start {
+    /// An existing session (else a new one here).
+    pub session: Option<SessionId>,
+    /// A first prompt to send.
+    pub prompt: Option<String>,
+    /// Watch only.
+    pub observe: bool,
+}
+
+/// What the editor thread hands back.
+pub enum Input {
+    /// A submitted line.
+    Line(String),
+    /// Shift+Tab: the next permission mode.
+    NextMode,
+    /// Ctrl+C at the prompt.
+    Interrupt,
+    /// Ctrl+D, or the editor is gone.
+    Detach,
+    /// The terminal could not be read.
+    Failed(String),
+}
+
+/// The permission modes Shift+Tab cycles through.
+const MODES: [PermissionMode; 4] = [
+    PermissionMode::Default,
+    PermissionMode::AcceptEdits,
+    PermissionMode::Plan,
+    PermissionMode::BypassPermissions,
+];
+
+/// Client-side slash commands (the rest go to the daemon as turns).
+pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
+    ("/help", "this list"),
+    ("/sessions", "sessions in this directory"),
+    ("/new", "a new session here (this one stays)"),
+    ("/resume", "/resume <id>: switch to another session"),
+    ("/mode", "/mode [mode]: show or set the permission mode"),
+    ("/status", "model, mode, context, cost, who is attached"),
+    ("/permissions", "pending permission requests"),
+    (
+        "/allow",
+        "/allow [session|always]: answer the pending request",
+    ),
+    (
+        "/deny",
+        "/deny [message]: refuse it (the message goes to the model)",
+    ),
+    ("/thinking", "show or fold thinking"),
+    ("/export", "/export [file]: Markdown transcript"),
+    ("/fork", "a copy of this session to try something else"),
+    ("/quit", "detach (the session stays in the daemon)"),
+];
+
+/// Daemon slash commands, for `/help` and completion.
+pub const DAEMON_COMMANDS: &[(&str, &str)] = &[
+    ("/clear", "start the conversation over"),
+    (
+        "/compact",
+        "/compact [instructions]: summarize to free context",
+    ),
+    ("/model", "/model [name]: show or set the model"),
+    ("/cost", "tokens and cost of this session"),
+    ("/memory", "the memory files in use"),
+    ("/init", "write a CLAUDE.md for this project"),
+];
+
+struct Session {
+    id: SessionId,
+    sub: Subscription<serde_json::Value>,
+    last_seq: Seq,
+}
+
+/// A permission prompt on screen.
+struct Asking {
+    request_id: String,
+    cancel: Arc<AtomicBool>,
+}
+
+struct Repl {
+    socket: PathBuf,
+    conn: Connection,
+    style: Style,
+    view: View,
+    session: Session,
+    role: Role,
+    /// Lines typed at the prompt go here to be turns or commands.
+    to_editor: std::sync::mpsc::Sender<editor::Command>,
+    /// Printing above the prompt while the editor is active.
+    printer: reedline::ExternalPrinter<String>,
+    editing: bool,
+    /// The turn this client is waiting for.
+    waiting_turn: Option<String>,
+    /// Pending requests seen: id → (tool, preview).
+    pending: Vec<(String, String, String)>,
+    asking: Option<Asking>,
+    interrupts: u8,
+    status: Arc<std::sync::Mutex<prompt::Status>>,
+}
+
+fn client_name() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into());
+    let tty = nix::unistd::ttyname(std::io::stdin()).ok().map(|p| {
+        p.display()
+            .to_string()
+            .trim_start_matches("/dev/")
+            .to_owned()
+    });
+    match tty {
+        Some(t) => format!("tether on {host} {t}"),
+        None => format!("tether on {host}"),
+    }
+}
+
+async fn subscribe(
+    conn: &Connection,
+    id: &SessionId,
+    role: Role,
+    since: Since,
+) -> anyhow::Result<Subscription<serde_json::Value>> {
+    let mut params = ObjectParams::new();
+    params.insert("sessionId", id)?;
+    params.insert("role", role)?;
+    params.insert("since", since)?;
+    conn.client
+        .subscribe("session/subscribe", params, "session/unsubscribe")
+        .await
+        .context("cannot subscribe to the session")
+}
+
+/// Runs the interactive client until the user detaches.
+pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
+    {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            anyhow::bail!(
+                "the interactive client needs a terminal; for scripts use tether -p \"prompt\""
+            );
+        }
+    }
+    let conn = connection::connect_as(socket, true, ClientKind::Tui, client_name()).await?;
+    let style = Style::detect();
+    let cwd = std::env::current_dir()
+        .context("cannot read the current directory")?
+        .display()
+        .to_string();
+    let id = match start.session {
+        Some(id) => id,
+        None => {
+            conn.client
+                .session_new(cwd.clone(), None, None, None)
+                .await?
+                .session_id
+        }
+    };
+    let role = if start.observe {
+        Role::Observer
+    } else {
+        Role::Controller
+    };
+    let sub = subscribe(&conn, &id, role, Since::Seq(0)).await?;
+    let printer = reedline::ExternalPrinter::new(1024);
+    let status = Arc::new(std::sync::Mutex::new(prompt::Status::default()));
+    let (input_tx, mut input_rx) = mpsc::unbounded_channel();
+    let data_dir = connection::path_env().data_dir();
+    let to_editor = editor::spawn(editor::Setup {
+        printer: printer.clone(),
+        status: status.clone(),
+        history: editor::history_file(&data_dir, &cwd),
+        cwd: PathBuf::from(&cwd),
+        color: style.color,
+        input: input_tx,
+    })?;
+    let me = conn.hello.connection_id;
+    let mut repl = Repl {
+        socket: socket.to_owned(),
+        conn,
+        style,
+        view: View::new(style, Some(me)),
+        session: Session {
+            id,
+            sub,
+            last_seq: 0,
+        },
+        role,
+        to_editor,
+        printer,
+        editing: false,
+        waiting_turn: None,
+        pending: Vec::new(),
+        asking: None,
+        interrupts: 0,
+        status,
+    };
+    repl.refresh_status().await;
+    let mut first_prompt = start.prompt;
+    let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<(String, Option<Answer>)>();
+    let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            item = repl.session.sub.next() => {
+                let raw = match item {
+                    Some(Ok(raw)) => raw,
+                    Some(Err(e)) => {
+                        repl.say(&repl.style.error(&format!("bad event from tetherd: {e}")));
+                        continue;
+                    }
+                    None => {
+                        repl.reconnect().await?;
+                        continue;
+                    }
+                };
+                let Ok(event) = serde_json::from_value::<Event>(raw) else { continue };
+                if let EventKind::ReplayComplete { .. } = event.kind {
+                    match first_prompt.take() {
+                        Some(p) => {
+                            repl.say(&format!("{} {p}", repl.style.bold("›")));
+                            repl.submit(p).await;
+                        }
+                        None if repl.waiting_turn.is_none() => repl.edit(),
+                        None => {}
+                    }
+                }
+                if repl.handle_event(&event, &answers_tx).await {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            input = input_rx.recv() => {
+                repl.editing = false;
+                match input.unwrap_or(Input::Detach) {
+                    Input::Line(line) => {
+                        repl.interrupts = 0;
+                        if repl.line(line).await? {
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                    }
+                    Input::NextMode => {
+                        repl.next_mode().await;
+                        repl.edit();
+                    }
+                    Input::Interrupt => {
+                        repl.interrupts += 1;
+                        if repl.interrupts >= 2 {
+                            repl.say(&repl.style.dim("detached; the session stays in tetherd"));
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                        repl.say(&repl.style.dim("(Ctrl+C again or Ctrl+D to detach)"));
+                        repl.edit();
+                    }
+                    Input::Failed(why) => {
+                        repl.say(&repl.style.error(&format!("the terminal cannot be read ({why}); detaching")));
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    Input::Detach => {
+                        repl.say(&repl.style.dim(&format!(
+                            "detached; the session stays in tetherd (tether attach {})",
+                            repl.session.id
+                        )));
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                }
+            }
+            _ = ctrl_c.recv() => {
+                // Only reaches us while a turn runs (the editor takes Ctrl+C itself).
+                if repl.waiting_turn.is_some() {
+                    let _ = repl.conn.client.turn_cancel(repl.session.id.clone()).await;
+                    repl.say(&repl.style.warn("cancelling…"));
+                }
+            }
+            Some((request_id, answer)) = answers_rx.recv() => {
+                repl.asking = None;
+                match answer {
+                    Some(a) => repl.respond(&request_id, a.decision, a.message).await,
+                    None if repl.waiting_turn.is_none() => repl.edit(),
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+/// An answer from the permission prompt.
+pub struct Answer {
+    decision: PermissionDecision,
+    message: Option<String>,
+}
+
+impl Repl {
+    /// Prints a line: above the input line while editing, else straight to stdout.
+    fn say(&self, text: &str) {
+        self.print(&format!("{text}\n"));
+    }
+
+    fn print(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if self.editing {
+            let _ = self.printer.print(text.trim_end_matches('\n').to_owned());
+        } else {
+            // A permission prompt holds the terminal in raw mode: lines need their `\r`.
+            let text = if self.asking.is_some() {
+                text.replace('\n', "\r\n")
+            } else {
+                text.to_owned()
+            };
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }
+
+    /// Hands the terminal to the line editor.
+    fn edit(&mut self) {
+        if !self.editing && self.asking.is_none() {
+            self.editing = true;
+            let _ = self.to_editor.send(editor::Command::ReadLine);
+        }
+    }
+
+    async fn refresh_status(&self) {
+        let Ok(snapshot) = self.conn.client.session_get(self.session.id.clone()).await else {
+            return;
+        };
+        let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.model = snapshot.summary.model.clone();
+        s.mode = snapshot.summary.permission_mode.as_str().to_owned();
+        s.cost = snapshot.cost_usd;
+        s.others = snapshot
+            .summary
+            .attached_clients
+            .iter()
+            .filter(|a| a.client.client_id != self.conn.hello.connection_id)
+            .count();
+        s.observer = self.role == Role::Observer;
+    }
+
+    /// Handles one event; returns whether the client should exit.
+    async fn handle_event(
+        &mut self,
+        event: &Event,
+        answers: &mpsc::UnboundedSender<(String, Option<Answer>)>,
+    ) -> bool {
+        if let Some(seq) = event.seq {
+            if seq <= self.session.last_seq {
+                return false; // already shown (a re-subscription's overlap)
+            }
+            self.session.last_seq = seq;
+        }
+        let text = self.view.feed(event);
+        let will_ask = matches!(event.kind, EventKind::PermissionRequested { .. })
+            && self.role == Role::Controller
+            && !self.editing
+            && self.asking.is_none();
+        if !will_ask {
+            // (A prompt shows the request itself.)
+            self.print(&text);
+        }
+        match &event.kind {
+            EventKind::UsageUpdated {
+                context_percent,
+                session_cost_usd,
+                ..
+            } => {
+                let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                s.context_percent = *context_percent;
+                s.cost = *session_cost_usd;
+            }
+            EventKind::PermissionRequested {
+                request_id,
+                tool,
+                preview,
+                rule,
+                ..
+            } => {
+                self.pending
+                    .push((request_id.clone(), tool.clone(), preview.clone()));
+                if self.role == Role::Controller && !self.editing && self.asking.is_none() {
+                    self.ask(request_id, tool, preview, rule, answers);
+                } else if self.editing && self.role == Role::Controller {
+                    self.say(&self.style.dim("  answer with /allow or /deny"));
+                }
+            }
+            EventKind::PermissionResolved { request_id, .. } => {
+                self.pending.retain(|(id, _, _)| id != request_id);
+                if let Some(a) = self.asking.as_ref().filter(|a| &a.request_id == request_id) {
+                    // Answered elsewhere (or here): the prompt goes away; the terminal is
+                    // handed back once its thread has restored it.
+                    a.cancel.store(true, Ordering::SeqCst);
+                }
+            }
+            EventKind::TurnEnded { .. }
+                if event.turn_id.as_ref().map(|t| t.0.as_str()) == self.waiting_turn.as_deref() =>
+            {
+                self.waiting_turn = None;
+                self.refresh_status().await;
+                self.edit();
+            }
+            EventKind::SessionConfigured { .. }
+            | EventKind::ClientAttached { .. }
+            | EventKind::ClientDetached { .. } => self.refresh_status().await,
+            EventKind::SessionDeleted { .. } => return true,
+            _ => {}
+        }
+        false
+    }
+
+    fn ask(
+        &mut self,
+        request_id: &str,
+        tool: &str,
+        preview: &str,
+        rule: &str,
+        answers: &mpsc::UnboundedSender<(String, Option<Answer>)>,
+    ) {
+        let cancel = Arc::new(AtomicBool::new(false));
+        self.asking = Some(Asking {
+            request_id: request_id.to_owned(),
+            cancel: cancel.clone(),
+        });
+        let (id, tool, preview, rule, style) = (
+            request_id.to_owned(),
+            tool.to_owned(),
+            preview.to_owned(),
+            rule.to_owned(),
+            self.style,
+        );
+        let answers = answers.clone();
+        tokio::task::spawn_blocking(move || {
+            let answer = prompt::permission(&tool, &preview, &rule, style, &cancel);
+            let _ = answers.send((id, answer));
+        });
+    }
+
+    async fn respond(
+        &mut self,
+        request_id: &str,
+        decision: PermissionDecision,
+        message: Option<String>,
+    ) {
+        match self
+            .conn
+            .client
+            .permission_respond(
+                self.session.id.clone(),
+                request_id.to_owned(),
+                decision,
+                message,
+            )
+            .await
+        {
+            Ok(r) if r.status == "already_resolved" => {
+                let who = r
+                    .resolved_by
+                    .as_ref()
+                    .map(crate::render::client)
+                    .unwrap_or_else(|| "the daemon".into());
+                self.say(&self.style.dim(&format!("  already answered by {who}")));
+            }
+            Ok(_) => {}
+            Err(e) => self.say(&self.style.error(&format!("could not answer: {e}"))),
+        }
+        if self.waiting_turn.is_none() {
+            self.edit();
+        }
+    }
+
+    /// Sends a turn.
+    async fn submit(&mut self, text: String) {
+        if self.role == Role::Observer {
+            self.say(
+                &self
+                    .style
+                    .warn("attached as an observer: you cannot start turns"),
+            );
+            self.edit();
+            return;
+        }
+        let input = vec![InputItem::Text { text }];
+        match self
+            .conn
+            .client
+            .turn_start(
+                self.session.id.clone(),
+                input,
+                Some(uuid_like()),
+                Some(tether_proto::BusyMode::Queue),
+            )
+            .await
+        {
+            Ok(started) => {
+                self.waiting_turn = Some(started.turn_id.0);
+                if started.queued {
+                    self.say(&self.style.dim("queued behind the running turn"));
+                }
+            }
+            Err(e) => {
+                self.say(&self.style.error(&format!("✗ {e}")));
+                self.edit();
+            }
+        }
+    }
+
+    /// Handles a submitted line; returns whether to exit.
+    async fn line(&mut self, line: String) -> anyhow::Result<bool> {
+        let text = line.trim().to_owned();
+        if text.is_empty() {
+            self.edit();
+            return Ok(false);
+        }
+        let (cmd, arg) = match text.split_once(char::is_whitespace) {
+            Some((c, a)) => (c.to_owned(), a.trim().to_owned()),
+            None => (text.clone(), String::new()),
+        };
+        let s = self.style;
+        match cmd.as_str() {
+            "/quit" | "/exit" => {
+                self.say(&s.dim("detached; the session stays in tetherd"));
+                return Ok(true);
+            }
+            "/help" => {
+                let mut out = String::from("Commands:\n");
+                for (c, d) in CLIENT_COMMANDS.iter().chain(DAEMON_COMMANDS) {
+                    out.push_str(&format!("  {:<13} {}\n", s.bold(c), d));
+                }
+                out.push_str(&format!(
+                    "  {:<13} {}\n",
+                    s.bold("#note"),
+                    "remember a note for this project"
+                ));
+                out.push_str(
+                    "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
+                     · Shift+Tab cycles the permission mode · Ctrl+C cancels a turn · Ctrl+D detaches\n",
+                );
+                out.push_str("Custom commands from .claude/commands/ run as /name.\n");
+                self.print(&out);
+            }
+            "/thinking" => {
+                self.view.show_thinking = !self.view.show_thinking;
+                let state = if self.view.show_thinking {
+                    "shown"
+                } else {
+                    "folded"
+                };
+                self.say(&s.dim(&format!("thinking is {state}")));
+            }
+            "/status" => {
+                self.refresh_status().await;
+                let st = self
+                    .status
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                self.say(&format!(
+                    "session {}\nmodel {} · mode {} · context {} · cost {} · {} other client(s) attached",
+                    self.session.id,
+                    st.model,
+                    st.mode,
+                    st.context_percent
+                        .map(|p| format!("{p:.0}%"))
+                        .unwrap_or_else(|| "?".into()),
+                    st.cost.map(|c| format!("${c:.4}")).unwrap_or_else(|| "?".into()),
+                    st.others
+                ));
+            }
+            "/mode" => {
+                if arg.is_empty() {
+                    let mode = self
+                        .status
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .mode
+                        .clone();
+                    self.say(&format!(
+                        "mode: {mode} (default, acceptEdits, plan, bypassPermissions, dontAsk)"
+                    ));
+                } else {
+                    match PermissionMode::parse(&arg) {
+                        Some(m) => self.set_mode(m).await,
+                        None => self.say(&s.error(&format!("unknown mode {arg:?}"))),
+                    }
+                }
+            }
+            "/permissions" => {
+                if self.pending.is_empty() {
+                    self.say(&s.dim("no pending permission requests"));
+                }
+                for (id, tool, preview) in self.pending.clone() {
+                    self.say(&format!("{id}  {tool}: {preview}"));
+                }
+            }
+            "/allow" | "/deny" => {
+                let Some((id, _, _)) = self.pending.first().cloned() else {
+                    self.say(&s.dim("no pending permission request"));
+                    self.edit();
+                    return Ok(false);
+                };
+                let (decision, message) = match (cmd.as_str(), arg.as_str()) {
+                    ("/allow", "session") => (PermissionDecision::AllowSession, None),
+                    ("/allow", "always") => (PermissionDecision::AllowAlways, None),
+                    ("/allow", _) => (PermissionDecision::AllowOnce, None),
+                    (_, m) => (
+                        PermissionDecision::Deny,
+                        Some(m.to_owned()).filter(|m| !m.is_empty()),
+                    ),
+                };
+                self.respond(&id, decision, message).await;
+                return Ok(false);
+            }
+            "/sessions" => {
+                let cwd = std::env::current_dir()?.display().to_string();
+                let list = self
+                    .conn
+                    .client
+                    .session_list(Some(cwd), None, Some(20), None)
+                    .await?;
+                self.print(&crate::render::sessions_table(
+                    &list.sessions,
+                    std::time::SystemTime::now(),
+                ));
+            }
+            "/new" => {
+                let cwd = std::env::current_dir()?.display().to_string();
+                let id = self
+                    .conn
+                    .client
+                    .session_new(cwd, None, None, None)
+                    .await?
+                    .session_id;
+                self.switch(id).await?;
+                return Ok(false);
+            }
+            "/resume" => {
+                if arg.is_empty() {
+                    self.say(&s.dim("/resume <id or prefix>  (/sessions lists them)"));
+                } else {
+                    let summary = crate::commands::resolve(&self.conn, &arg).await?;
+                    self.switch(summary.session_id).await?;
+                    return Ok(false);
+                }
+            }
+            "/fork" => {
+                let forked = self
+                    .conn
+                    .client
+                    .session_fork(self.session.id.clone(), None)
+                    .await?
+                    .session_id;
+                self.say(&s.dim(&format!("forked into {forked}; switching to it")));
+                self.switch(forked).await?;
+                return Ok(false);
+            }
+            "/export" => {
+                let md = self
+                    .conn
+                    .client
+                    .session_export(self.session.id.clone(), Some("markdown".into()))
+                    .await?;
+                let file = if arg.is_empty() {
+                    format!(
+                        "tether-{}.md",
+                        &self.session.id.0[..8.min(self.session.id.0.len())]
+                    )
+                } else {
+                    arg
+                };
+                match std::fs::write(&file, md.content) {
+                    Ok(()) => self.say(&s.dim(&format!("written to {file}"))),
+                    Err(e) => self.say(&s.error(&format!("cannot write {file}: {e}"))),
+                }
+            }
+            _ => {
+                self.submit(text).await;
+                return Ok(false);
+            }
+        }
+        self.edit();
+        Ok(false)
+    }
+
+    async fn set_mode(&mut self, mode: PermissionMode) {
+        match self
+            .conn
+            .client
+            .session_configure(self.session.id.clone(), None, None, Some(mode), None)
+            .await
+        {
+            Ok(_) => {
+                self.status.lock().unwrap_or_else(|p| p.into_inner()).mode = mode.as_str().into();
+                self.say(&self.style.dim(&format!("mode: {}", mode.as_str())));
+            }
+            Err(e) => self.say(&self.style.error(&format!("could not set the mode: {e}"))),
+        }
+    }
+
+    async fn next_mode(&mut self) {
+        let current = self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .mode
+            .clone();
+        let at = MODES
+            .iter()
+            .position(|m| m.as_str() == current)
+            .unwrap_or(0);
+        self.set_mode(MODES[(at + 1) % MODES.len()]).await;
+    }
+
+    /// Switches to another session (the old one stays in the daemon).
+    async fn switch(&mut self, id: SessionId) -> anyhow::Result<()> {
+        let sub = subscribe(&self.conn, &id, self.role, Since::Seq(0)).await?;
+        let old = std::mem::replace(
+            &mut self.session,
+            Session {
+                id,
+                sub,
+                last_seq: 0,
+            },
+        );
+        let _ = old.sub.unsubscribe().await;
+        self.view = View::new(self.style, Some(self.conn.hello.connection_id));
+        self.pending.clear();
+        self.waiting_turn = None;
+        self.say(&self.style.dim(&format!("session {}", self.session.id)));
+        self.refresh_status().await;
+        Ok(())
+    }
+
+    /// The daemon restarted or the socket dropped: connect again and re-subscribe after the
+    /// last seq shown, so nothing is lost or repeated.
+    async fn reconnect(&mut self) -> anyhow::Result<()> {
+        self.say(&self.style.dim("connection to tetherd lost; reconnecting…"));
+        let mut delay = std::time::Duration::from_millis(100);
+        for _ in 0..50 {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(std::time::Duration::from_secs(2));
+            let Ok(conn) =
+                connection::connect_as(&self.socket, true, ClientKind::Tui, client_name()).await
+            else {
+                continue;
+            };
+            let Ok(sub) = subscribe(
+                &conn,
+                &self.session.id,
+                self.role,
+                Since::Seq(self.session.last_seq),
+            )
+            .await
+            else {
+                continue;
+            };
+            self.conn = conn;
+            self.session.sub = sub;
+            self.view = View::new(self.style, Some(self.conn.hello.connection_id));
+            self.say(&self.style.dim("reconnected"));
+            return Ok(());
+        }
+        anyhow::bail!(
+            "tetherd did not come back; the session is kept: tether attach {}",
+            self.session.id
+        )
+    }
+}
+
+/// A client turn id (idempotent retries of one submission).
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("tui-{}-{nanos}", std::process::id())
+}
+
+/// `tether -c`: the most recent session in this directory.
+pub async fn most_recent_here(socket: &Path) -> anyhow::Result<Option<SessionId>> {
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    let cwd = std::env::current_dir()?.display().to_string();
+    let list = conn
+        .client
+        .session_list(Some(cwd), None, Some(1), None)
+        .await?;
+    Ok(list.sessions.into_iter().next().map(|s| s.session_id))
+}
+
+/// Whether `tether attach` can be interactive (terminal in and out, no `--json`).
+pub fn wants_interactive(out: Output) -> bool {
+    use std::io::IsTerminal;
+    !out.json && std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}

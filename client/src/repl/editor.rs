@@ -1,0 +1,194 @@
+//! The line editor on its own thread (reedline blocks): history per project, multi-line input
+//! (Alt+Enter, or a line ending in `\`), Tab completion of `/commands` and `@paths`, Shift+Tab
+//! for the next permission mode, Esc to clear. It reads one line each time it is asked.
+
+use super::prompt::{Status, TetherPrompt};
+use super::{CLIENT_COMMANDS, DAEMON_COMMANDS, Input};
+use reedline::{
+    ColumnarMenu, Completer, Emacs, FileBackedHistory, KeyCode, KeyModifiers, MenuBuilder,
+    Reedline, ReedlineEvent, ReedlineMenu, Signal, Span, Suggestion, ValidationResult, Validator,
+    default_emacs_keybindings,
+};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What the editor thread is asked to do.
+pub enum Command {
+    /// Read one line and send it back.
+    ReadLine,
+}
+
+/// What the editor needs.
+pub struct Setup {
+    /// Lines printed above the prompt while editing.
+    pub printer: reedline::ExternalPrinter<String>,
+    /// The status shown right of the prompt.
+    pub status: Arc<Mutex<Status>>,
+    /// The history file of this project.
+    pub history: PathBuf,
+    /// Where `@` completion looks.
+    pub cwd: PathBuf,
+    /// Whether to colour.
+    pub color: bool,
+    /// Where lines go.
+    pub input: UnboundedSender<Input>,
+}
+
+/// `<data dir>/history/<hash of the project directory>`: one history per project.
+pub fn history_file(data_dir: &Path, cwd: &str) -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    cwd.hash(&mut h);
+    data_dir
+        .join("history")
+        .join(format!("{:016x}", h.finish()))
+}
+
+/// Host command Shift+Tab sends.
+const NEXT_MODE: &str = "\u{1}next-mode";
+
+/// Completes `/commands` at the start of the line and `@paths` anywhere.
+struct Complete {
+    cwd: PathBuf,
+}
+
+impl Completer for Complete {
+    fn complete(&mut self, line: &str, pos: usize) -> Vec<Suggestion> {
+        let before = &line[..pos.min(line.len())];
+        let start = before
+            .rfind(char::is_whitespace)
+            .map(|i| i + 1)
+            .unwrap_or(0);
+        let word = &before[start..];
+        let span = Span::new(start, pos);
+        if start == 0 && word.starts_with('/') {
+            return CLIENT_COMMANDS
+                .iter()
+                .chain(DAEMON_COMMANDS)
+                .filter(|(c, _)| c.starts_with(word))
+                .map(|(c, d)| Suggestion {
+                    value: (*c).to_owned(),
+                    description: Some((*d).to_owned()),
+                    span,
+                    append_whitespace: true,
+                    ..Default::default()
+                })
+                .collect();
+        }
+        let Some(partial) = word.strip_prefix('@') else {
+            return Vec::new();
+        };
+        let (dir, prefix) = match partial.rfind('/') {
+            Some(i) => (&partial[..=i], &partial[i + 1..]),
+            None => ("", partial),
+        };
+        let Ok(entries) = std::fs::read_dir(self.cwd.join(dir)) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Suggestion> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with(prefix) || (name.starts_with('.') && !prefix.starts_with('.'))
+                {
+                    return None;
+                }
+                let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+                Some(Suggestion {
+                    value: format!("@{dir}{name}{}", if is_dir { "/" } else { "" }),
+                    span,
+                    append_whitespace: !is_dir,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.value.cmp(&b.value));
+        out.truncate(200);
+        out
+    }
+}
+
+/// A line ending in `\` continues on the next line.
+struct Continuation;
+
+impl Validator for Continuation {
+    fn validate(&self, line: &str) -> ValidationResult {
+        if line.ends_with('\\') {
+            ValidationResult::Incomplete
+        } else {
+            ValidationResult::Complete
+        }
+    }
+}
+
+/// Starts the editor thread; send [`Command::ReadLine`] to read a line.
+pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
+    if let Some(dir) = setup.history.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let history = FileBackedHistory::with_file(5000, setup.history.clone())
+        .map_err(|e| anyhow::anyhow!("cannot open the history {}: {e}", setup.history.display()))?;
+    let mut keys = default_emacs_keybindings();
+    keys.add_binding(
+        KeyModifiers::NONE,
+        KeyCode::Tab,
+        ReedlineEvent::UntilFound(vec![
+            ReedlineEvent::Menu("completion".into()),
+            ReedlineEvent::MenuNext,
+        ]),
+    );
+    keys.add_binding(
+        KeyModifiers::SHIFT,
+        KeyCode::BackTab,
+        ReedlineEvent::ExecuteHostCommand(NEXT_MODE.into()),
+    );
+    keys.add_binding(
+        KeyModifiers::ALT,
+        KeyCode::Enter,
+        ReedlineEvent::Edit(vec![reedline::EditCommand::InsertNewline]),
+    );
+    keys.add_binding(
+        KeyModifiers::NONE,
+        KeyCode::Esc,
+        ReedlineEvent::UntilFound(vec![
+            ReedlineEvent::Esc,
+            ReedlineEvent::Edit(vec![reedline::EditCommand::Clear]),
+        ]),
+    );
+    let menu = ColumnarMenu::default().with_name("completion");
+    let mut editor = Reedline::create()
+        .with_history(Box::new(history))
+        .with_completer(Box::new(Complete { cwd: setup.cwd }))
+        .with_menu(ReedlineMenu::EngineCompleter(Box::new(menu)))
+        .with_edit_mode(Box::new(Emacs::new(keys)))
+        .with_validator(Box::new(Continuation))
+        .with_ansi_colors(setup.color)
+        .use_bracketed_paste(true)
+        .with_external_printer(setup.printer);
+    let prompt = TetherPrompt {
+        status: setup.status,
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<Command>();
+    let input = setup.input;
+    std::thread::Builder::new()
+        .name("line-editor".into())
+        .spawn(move || {
+            while let Ok(Command::ReadLine) = rx.recv() {
+                let got = match editor.read_line(&prompt) {
+                    Ok(Signal::Success(line)) if line == NEXT_MODE => Input::NextMode,
+                    Ok(Signal::Success(line)) => {
+                        // A `\` at a line end was a continuation mark, not text.
+                        Input::Line(line.replace("\\\n", "\n"))
+                    }
+                    Ok(Signal::CtrlC) => Input::Interrupt,
+                    Ok(Signal::CtrlD) => Input::Detach,
+                    Err(e) => Input::Failed(e.to_string()),
+                };
+                if input.send(got).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok(tx)
+}

@@ -1,0 +1,409 @@
+//! The interactive transcript: events in, terminal text out — a pure function of the events
+//! (and the style), so it is snapshot-tested. Reply text is rendered as Markdown line by line as
+//! it streams; thinking is one dim line; a tool call is one line with its key argument, its
+//! progress a dim tail, its result folded; Edit results are a coloured diff; errors and retries
+//! stand out; a turn ends with its duration, tokens and cost.
+
+use crate::markdown::Markdown;
+use crate::render;
+use crate::style::Style;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use tether_proto::{ConnectionId, Event, EventKind};
+
+/// Lines of a tool result shown before folding.
+const RESULT_LINES: usize = 4;
+/// Lines of a diff shown before folding.
+const DIFF_LINES: usize = 24;
+
+/// The state of a rendered transcript.
+pub struct View {
+    style: Style,
+    /// This client's connection: its own prompts and presence are not echoed.
+    me: Option<ConnectionId>,
+    /// Whether thinking is shown in full.
+    pub show_thinking: bool,
+    markdown: Option<Markdown>,
+    /// Text blocks that streamed (their completed event is not printed again).
+    streamed: HashSet<(Option<String>, u32)>,
+    /// Tool call id → tool name.
+    tools: HashMap<String, String>,
+    /// When the current turn started.
+    turn_started: Option<String>,
+    /// An `error` event was shown for the current turn (its end does not repeat it).
+    errored: bool,
+}
+
+/// The argument worth showing for a tool call.
+pub fn key_argument(input: &Value) -> String {
+    let key = [
+        "command",
+        "file_path",
+        "notebook_path",
+        "pattern",
+        "url",
+        "path",
+        "description",
+        "bash_id",
+        "shell_id",
+    ]
+    .iter()
+    .find_map(|k| input[*k].as_str())
+    .unwrap_or("");
+    let line = key.lines().next().unwrap_or("");
+    if line.chars().count() > 80 {
+        format!("{}…", line.chars().take(79).collect::<String>())
+    } else {
+        line.to_owned()
+    }
+}
+
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(|b| match b["type"].as_str() {
+                Some("text") => b["text"].as_str().unwrap_or("").to_owned(),
+                Some(other) => format!("[{other}]"),
+                None => String::new(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => other.to_string(),
+    }
+}
+
+fn seconds_between(from: &str, to: &str) -> Option<f64> {
+    let a = humantime::parse_rfc3339_weak(from.trim_end_matches('Z')).ok()?;
+    let b = humantime::parse_rfc3339_weak(to.trim_end_matches('Z')).ok()?;
+    Some(b.duration_since(a).ok()?.as_secs_f64())
+}
+
+impl View {
+    /// An empty transcript for the client `me`.
+    pub fn new(style: Style, me: Option<ConnectionId>) -> Self {
+        Self {
+            style,
+            me,
+            show_thinking: false,
+            markdown: None,
+            streamed: HashSet::new(),
+            tools: HashMap::new(),
+            turn_started: None,
+            errored: false,
+        }
+    }
+
+    fn mine(&self, by: &Option<tether_proto::ClientRef>) -> bool {
+        matches!((by, &self.me), (Some(b), Some(me)) if &b.client_id == me)
+    }
+
+    /// Ends streamed text that is still open (before any other output).
+    fn close_text(&mut self) -> String {
+        self.markdown
+            .take()
+            .map(|mut m| m.finish())
+            .unwrap_or_default()
+    }
+
+    /// What to print for `ev`.
+    pub fn feed(&mut self, ev: &Event) -> String {
+        let s = self.style;
+        let turn = ev.turn_id.as_ref().map(|t| t.0.clone());
+        if let EventKind::TextDelta { index, text } = &ev.kind {
+            self.streamed.insert((turn, *index));
+            let md = self.markdown.get_or_insert_with(|| Markdown::new(s));
+            return md.push(text);
+        }
+        let mut out = match &ev.kind {
+            EventKind::AssistantBlockCompleted { block, .. } if block["type"] == "text" => {
+                String::new()
+            }
+            EventKind::ThinkingDelta { .. }
+            | EventKind::ToolInputDelta { .. }
+            | EventKind::UsageUpdated { .. }
+            | EventKind::SessionStatus { .. }
+            | EventKind::AssistantMessageCompleted { .. }
+            | EventKind::ReplayComplete { .. } => return String::new(),
+            _ => self.close_text(),
+        };
+        match &ev.kind {
+            EventKind::TurnStarted { input, by, .. } => {
+                self.turn_started = Some(ev.ts.clone());
+                self.errored = false;
+                if self.mine(by) {
+                    return out;
+                }
+                let text: Vec<String> = input
+                    .iter()
+                    .map(|i| match i["type"].as_str() {
+                        Some("text") => i["text"].as_str().unwrap_or("").to_owned(),
+                        Some("file") => format!("@{}", i["path"].as_str().unwrap_or("")),
+                        Some(other) => format!("[{other}]"),
+                        None => String::new(),
+                    })
+                    .collect();
+                let from = by
+                    .as_ref()
+                    .map(|b| s.dim(&format!("  — {}", render::client(b))))
+                    .unwrap_or_default();
+                out.push_str(&format!("\n{} {}{from}\n", s.bold("›"), text.join(" ")));
+            }
+            EventKind::AssistantBlockStarted { kind, .. }
+                if kind == "thinking" && !self.show_thinking =>
+            {
+                out.push_str(&format!("{}\n", s.dim("✻ Thinking… (/thinking shows it)")));
+            }
+            EventKind::AssistantBlockCompleted { index, block } => match block["type"].as_str() {
+                Some("text") => {
+                    if self.streamed.remove(&(turn, *index)) {
+                        out.push_str(&self.close_text());
+                    } else {
+                        let mut md = Markdown::new(s);
+                        out.push_str(&md.push(block["text"].as_str().unwrap_or("")));
+                        out.push_str(&md.finish());
+                    }
+                }
+                Some("thinking") if self.show_thinking => {
+                    for line in block["thinking"].as_str().unwrap_or("").lines() {
+                        out.push_str(&format!("{}\n", s.dim(&s.italic(line))));
+                    }
+                }
+                _ => {}
+            },
+            EventKind::ToolCall {
+                tool_call_id,
+                name,
+                input,
+            } => {
+                self.tools.insert(tool_call_id.clone(), name.clone());
+                out.push_str(&format!(
+                    "{} {}{}\n",
+                    s.tool("●"),
+                    s.tool(name),
+                    s.dim(&format!("({})", key_argument(input)))
+                ));
+            }
+            EventKind::ToolProgress { chunk, .. } => {
+                for line in chunk.lines().filter(|l| !l.trim().is_empty()) {
+                    out.push_str(&format!("{}\n", s.dim(&format!("  │ {line}"))));
+                }
+            }
+            EventKind::ToolResult {
+                content,
+                is_error,
+                details,
+                ..
+            } => {
+                let diff = details
+                    .as_ref()
+                    .and_then(|d| d["diff"].as_str())
+                    .filter(|_| !is_error);
+                match diff {
+                    Some(diff) => out.push_str(&self.diff(diff)),
+                    None => out.push_str(&self.folded(&text_of(content), *is_error)),
+                }
+            }
+            EventKind::PermissionRequested { tool, preview, .. } => {
+                out.push_str(&format!(
+                    "{} {} {}\n",
+                    s.warn("?"),
+                    s.bold(&format!("{tool} needs permission:")),
+                    preview.lines().next().unwrap_or("")
+                ));
+            }
+            EventKind::PermissionResolved {
+                decision,
+                resolved_by,
+                message,
+                ..
+            } => {
+                let d = serde_json::to_value(decision)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let who = resolved_by
+                    .as_ref()
+                    .map(|b| format!(" by {}", render::client(b)))
+                    .unwrap_or_default();
+                let why = message
+                    .as_ref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default();
+                let line = format!("  {d}{who}{why}");
+                out.push_str(&format!(
+                    "{}\n",
+                    if d.starts_with("allow") {
+                        s.ok(&line)
+                    } else {
+                        s.warn(&line)
+                    }
+                ));
+            }
+            EventKind::Retrying {
+                attempt,
+                delay_ms,
+                error,
+                ..
+            } => out.push_str(&format!(
+                "{}\n",
+                s.warn(&format!(
+                    "↻ {error} — retrying in {:.0} s (attempt {attempt})",
+                    (*delay_ms as f64 / 1000.0).ceil()
+                ))
+            )),
+            EventKind::Error { message, .. } => {
+                self.errored = true;
+                out.push_str(&format!("{}\n", s.error(&format!("✗ {message}"))))
+            }
+            EventKind::Notice { level, message } => out.push_str(&format!(
+                "{}\n",
+                if level == "warning" {
+                    s.warn(&format!("! {message}"))
+                } else {
+                    s.dim(&format!("· {message}"))
+                }
+            )),
+            EventKind::CompactionStarted { .. } => {
+                out.push_str(&format!("{}\n", s.dim("⟳ compacting the conversation…")))
+            }
+            EventKind::CompactionCompleted {
+                tokens_before,
+                tokens_after,
+                ..
+            } => out.push_str(&format!(
+                "{}\n",
+                s.dim(&format!(
+                    "⟳ compacted: {tokens_before} → about {tokens_after} tokens"
+                ))
+            )),
+            EventKind::ModelFallback { from, to } => out.push_str(&format!(
+                "{}\n",
+                s.warn(&format!("{from} is overloaded; continuing with {to}"))
+            )),
+            EventKind::Continuation { .. } => {
+                out.push_str(&format!("{}\n", s.dim("… the reply was long; continuing")))
+            }
+            EventKind::BackgroundShellEnded { message, .. } => {
+                out.push_str(&format!("{}\n", s.dim(&format!("◆ {message}"))))
+            }
+            EventKind::ClientAttached { client, role }
+                if Some(&client.client_id) != self.me.as_ref() =>
+            {
+                let role = serde_json::to_value(role)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                out.push_str(&format!(
+                    "{}\n",
+                    s.dim(&format!("◦ {} joined as {role}", render::client(client)))
+                ));
+            }
+            EventKind::ClientDetached { client, .. }
+                if Some(&client.client_id) != self.me.as_ref() =>
+            {
+                out.push_str(&format!(
+                    "{}\n",
+                    s.dim(&format!("◦ {} left", render::client(client)))
+                ));
+            }
+            EventKind::TurnEnded {
+                stop_reason,
+                usage,
+                cost_usd,
+                error,
+            } => {
+                let took = self
+                    .turn_started
+                    .take()
+                    .and_then(|t| seconds_between(&t, &ev.ts))
+                    .map(|d| format!(" · {d:.1} s"))
+                    .unwrap_or_default();
+                let cost = cost_usd.map(|c| format!(" · ${c:.4}")).unwrap_or_default();
+                let tokens = usage.input_tokens
+                    + usage.cache_read_input_tokens
+                    + usage.cache_creation_input_tokens;
+                let line = format!(
+                    "─ {stop_reason}{took} · {tokens} in / {} out tokens{cost}",
+                    usage.output_tokens
+                );
+                if let Some(e) = error
+                    .as_ref()
+                    .filter(|_| !std::mem::take(&mut self.errored))
+                {
+                    out.push_str(&format!("{}\n", s.error(&format!("✗ {}", e.message))));
+                }
+                out.push_str(&format!("{}\n", s.dim(&line)));
+            }
+            EventKind::SessionDeleted { .. } => {
+                out.push_str(&format!("{}\n", s.warn("the session was deleted")))
+            }
+            EventKind::DaemonShutdown {} => {
+                out.push_str(&format!("{}\n", s.warn("tetherd is shutting down")))
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// A tool result: its first lines, then how many more.
+    fn folded(&self, text: &str, is_error: bool) -> String {
+        let s = self.style;
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = String::new();
+        for (i, line) in lines.iter().take(RESULT_LINES).enumerate() {
+            let lead = if i == 0 { "  ⎿ " } else { "    " };
+            let width = s.width.saturating_sub(4).max(20);
+            let shown: String = if unicode_width::UnicodeWidthStr::width(*line) > width {
+                let cut: String = line.chars().take(width.saturating_sub(1)).collect();
+                format!("{cut}…")
+            } else {
+                (*line).to_owned()
+            };
+            let shown = if is_error { s.error(&shown) } else { shown };
+            out.push_str(&format!("{lead}{shown}\n"));
+        }
+        if lines.is_empty() {
+            out.push_str(&format!("  ⎿ {}\n", s.dim("(no output)")));
+        }
+        if lines.len() > RESULT_LINES {
+            out.push_str(&format!(
+                "    {}\n",
+                s.dim(&format!("… {} more lines", lines.len() - RESULT_LINES))
+            ));
+        }
+        out
+    }
+
+    /// An Edit's unified diff, coloured.
+    fn diff(&self, diff: &str) -> String {
+        let s = self.style;
+        let lines: Vec<&str> = diff.lines().collect();
+        let mut out = String::new();
+        for line in lines.iter().take(DIFF_LINES) {
+            let shown = if line.starts_with("+++") || line.starts_with("---") {
+                s.bold(line)
+            } else if line.starts_with('+') {
+                s.added(line)
+            } else if line.starts_with('-') {
+                s.removed(line)
+            } else if line.starts_with("@@") {
+                s.dim(line)
+            } else {
+                (*line).to_owned()
+            };
+            out.push_str(&format!("    {shown}\n"));
+        }
+        if lines.len() > DIFF_LINES {
+            out.push_str(&format!(
+                "    {}\n",
+                s.dim(&format!("… {} more lines", lines.len() - DIFF_LINES))
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

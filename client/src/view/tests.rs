@@ -1,0 +1,195 @@
+use super::*;
+use serde_json::json;
+use tether_proto::{ClientKind, ClientRef, TokenUsage, TurnId};
+
+fn at(seq: u64, ts: &str, kind: EventKind) -> Event {
+    Event {
+        session_id: "s".into(),
+        seq: Some(seq),
+        epoch: 1,
+        ts: ts.into(),
+        turn_id: Some(TurnId("t1".into())),
+        kind,
+    }
+}
+
+fn other() -> ClientRef {
+    ClientRef {
+        client_id: ConnectionId(9),
+        kind: ClientKind::Editor,
+        name: Some("zed".into()),
+    }
+}
+
+/// A turn started by another client: thinking, a streamed Markdown reply, an Edit and a Bash
+/// call, then the end.
+fn turn() -> Vec<Event> {
+    let text = "# Plan\n\nThe **build** fails because `make all` is *missing*; see [the docs](https://example.com/make).\n\n- add the target\n- rerun it\n\n| file | change |\n|---|---|\n| Makefile | add `all` |\n\n```rust\nfn main() {\n    println!(\"hi\");\n}\n```\nDone.";
+    let mut events = vec![
+        at(
+            1,
+            "2026-12-01T10:00:00.000Z",
+            EventKind::TurnStarted {
+                input: vec![json!({"type": "text", "text": "fix the build"})],
+                content: vec![],
+                by: Some(other()),
+                client_turn_id: None,
+            },
+        ),
+        at(
+            2,
+            "2026-12-01T10:00:00.100Z",
+            EventKind::AssistantBlockStarted {
+                index: 0,
+                kind: "thinking".into(),
+                block: json!({"type": "thinking", "thinking": ""}),
+            },
+        ),
+        at(
+            3,
+            "2026-12-01T10:00:00.200Z",
+            EventKind::AssistantBlockCompleted {
+                index: 0,
+                block: json!({"type": "thinking", "thinking": "Check the Makefile.", "signature": "s"}),
+            },
+        ),
+    ];
+    // Streamed in uneven pieces, splitting lines and markup.
+    let pieces: Vec<String> = text
+        .chars()
+        .collect::<Vec<_>>()
+        .chunks(7)
+        .map(|c| c.iter().collect())
+        .collect();
+    for (i, p) in pieces.iter().enumerate() {
+        events.push(at(
+            10 + i as u64,
+            "2026-12-01T10:00:01.000Z",
+            EventKind::TextDelta {
+                index: 1,
+                text: p.clone(),
+            },
+        ));
+    }
+    events.extend([
+        at(
+            200,
+            "2026-12-01T10:00:02.000Z",
+            EventKind::AssistantBlockCompleted {
+                index: 1,
+                block: json!({"type": "text", "text": text}),
+            },
+        ),
+        at(
+            201,
+            "2026-12-01T10:00:02.000Z",
+            EventKind::ToolCall {
+                tool_call_id: "e1".into(),
+                name: "Edit".into(),
+                input: json!({"file_path": "/p/Makefile", "old_string": "x", "new_string": "y"}),
+            },
+        ),
+        at(
+            202,
+            "2026-12-01T10:00:02.100Z",
+            EventKind::ToolResult {
+                tool_call_id: "e1".into(),
+                content: json!("The file /p/Makefile has been edited."),
+                is_error: false,
+                details: Some(json!({"path": "/p/Makefile", "diff": "--- a/Makefile\n+++ b/Makefile\n@@ -1,2 +1,3 @@\n build:\n-\tcc main.c\n+\tcc -O2 main.c\n+all: build\n"})),
+            },
+        ),
+        at(
+            203,
+            "2026-12-01T10:00:02.200Z",
+            EventKind::ToolCall {
+                tool_call_id: "b1".into(),
+                name: "Bash".into(),
+                input: json!({"command": "make all && ./main"}),
+            },
+        ),
+        at(
+            204,
+            "2026-12-01T10:00:02.300Z",
+            EventKind::ToolProgress {
+                tool_call_id: "b1".into(),
+                chunk: "cc -O2 main.c\n".into(),
+            },
+        ),
+        at(
+            205,
+            "2026-12-01T10:00:03.000Z",
+            EventKind::ToolResult {
+                tool_call_id: "b1".into(),
+                content: json!("cc -O2 main.c\nline 2\nline 3\nline 4\nline 5\nline 6\n"),
+                is_error: false,
+                details: None,
+            },
+        ),
+        at(
+            206,
+            "2026-12-01T10:00:03.000Z",
+            EventKind::Retrying {
+                attempt: 1,
+                delay_ms: 3500,
+                error: "overloaded".into(),
+                discarded: false,
+            },
+        ),
+        at(
+            207,
+            "2026-12-01T10:00:04.500Z",
+            EventKind::TurnEnded {
+                stop_reason: "end_turn".into(),
+                usage: TokenUsage {
+                    input_tokens: 1200,
+                    output_tokens: 340,
+                    ..Default::default()
+                },
+                cost_usd: Some(0.0087),
+                error: None,
+            },
+        ),
+    ]);
+    events
+}
+
+fn render(style: Style, thinking: bool) -> String {
+    let mut view = View::new(style, Some(ConnectionId(1)));
+    view.show_thinking = thinking;
+    turn().iter().map(|e| view.feed(e)).collect()
+}
+
+#[test]
+fn plain_transcript() {
+    insta::assert_snapshot!(render(Style::plain(80), false));
+}
+
+#[test]
+fn coloured_transcript_with_thinking() {
+    insta::assert_snapshot!(render(
+        Style {
+            color: true,
+            width: 80
+        },
+        true
+    ));
+}
+
+#[test]
+fn narrow_terminal_wraps_prose_and_cuts_results() {
+    insta::assert_snapshot!(render(Style::plain(32), false));
+}
+
+#[test]
+fn own_prompts_are_not_echoed_but_others_are_marked() {
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(9)));
+    let out: String = turn().iter().take(1).map(|e| view.feed(e)).collect();
+    assert_eq!(out, "");
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(1)));
+    let out: String = turn().iter().take(1).map(|e| view.feed(e)).collect();
+    assert!(
+        out.contains("› fix the build") && out.contains("zed"),
+        "{out}"
+    );
+}

@@ -1,0 +1,232 @@
+//! The terminal client in a pseudo-terminal, against the real daemon and the fake API: a turn
+//! with a permission prompt answered by key, two terminals on one session, Ctrl+C, detach and
+//! `tether -c`.
+
+use anyhow::Context;
+use expectrl::{Expect, Session};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake, bin};
+
+/// A program in a pseudo-terminal. A thread reads everything it prints (answering the cursor
+/// position queries the line editor makes, as a real terminal would) while the test waits for
+/// text and types.
+struct Pty {
+    shown: Arc<Mutex<(String, bool)>>,
+    typed: std::sync::mpsc::Sender<Vec<u8>>,
+    /// How far `want` has read.
+    at: usize,
+}
+
+impl Pty {
+    fn spawn(cmd: std::process::Command) -> anyhow::Result<Self> {
+        let mut session = Session::spawn(cmd)?;
+        session.get_process_mut().set_window_size(100, 30)?;
+        let shown = Arc::new(Mutex::new((String::new(), false)));
+        let (typed, keys) = std::sync::mpsc::channel::<Vec<u8>>();
+        let out = shown.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut tail = String::new();
+            loop {
+                while let Ok(bytes) = keys.try_recv() {
+                    let _ = session.send(bytes);
+                }
+                match session.try_read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                        tail.push_str(&text);
+                        while let Some(i) = tail.find("\x1b[6n") {
+                            let _ = session.send("\x1b[1;1R");
+                            tail.drain(..i + 4);
+                        }
+                        if tail.len() > 8 {
+                            let keep = tail.len() - 8;
+                            let cut = (keep..=tail.len())
+                                .find(|i| tail.is_char_boundary(*i))
+                                .unwrap_or(tail.len());
+                            tail.drain(..cut);
+                        }
+                        out.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                            .push_str(&text);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(_) => break,
+                }
+            }
+            out.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        });
+        Ok(Self {
+            shown,
+            typed,
+            at: 0,
+        })
+    }
+
+    /// Waits until the terminal shows `text` (after what earlier waits found).
+    fn want(&mut self, text: &str) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            {
+                let shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(i) = shown.0[self.at..].find(text) {
+                    self.at += i + text.len();
+                    return Ok(());
+                }
+                if shown.1 || std::time::Instant::now() > deadline {
+                    anyhow::bail!(
+                        "waiting for {text:?} ({}); the terminal showed {:?}",
+                        if shown.1 {
+                            "the program exited"
+                        } else {
+                            "timed out"
+                        },
+                        &shown.0
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn send(&self, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
+        self.typed
+            .send(bytes.as_ref().to_vec())
+            .map_err(|_| anyhow::anyhow!("the terminal is closed"))
+    }
+
+    fn send_line(&self, line: &str) -> anyhow::Result<()> {
+        self.send(format!("{line}\r"))
+    }
+}
+
+/// `tether ARGS` in a 100×30 pseudo-terminal in the daemon's work directory, without colour.
+fn tether(daemon: &Daemon, args: &[&str]) -> anyhow::Result<Pty> {
+    let mut cmd = std::process::Command::new(bin("tether"));
+    cmd.args(args)
+        .current_dir(daemon.workdir())
+        .env("TETHER_SOCKET", daemon.socket())
+        .env("TETHER_HOME", daemon.data_dir())
+        .env("TETHER_CONFIG", daemon.config_path())
+        .env("HOME", daemon.dir.path().join("home"))
+        .env("NO_COLOR", "1")
+        .env("TERM", "xterm");
+    Pty::spawn(cmd)
+}
+
+fn only_session(daemon: &Daemon) -> anyhow::Result<String> {
+    let list = daemon.ndjson()?.call("session/list", json!({}))?;
+    Ok(list["sessions"][0]["sessionId"]
+        .as_str()
+        .context("a session")?
+        .to_owned())
+}
+
+fn echo_script(reply: &str) -> Script {
+    Script::of([
+        Step::text("Running it.").tool_use("Bash", json!({"command": "echo from-the-pty"})),
+        Step::text(reply),
+    ])
+    .titling("Echo in a terminal")
+}
+
+#[test]
+fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow::Result<()> {
+    let fake = Fake::start(echo_script("All **done** here."))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &[])?;
+    a.want("› ")?;
+    a.send_line("run the echo")?;
+    a.want("● Bash(echo from-the-pty)")?;
+    a.want("Allow Bash?")?;
+    a.want("(n)")?;
+    a.send("y")?;
+    a.want("allow_once")?;
+    a.want("⎿ from-the-pty")?;
+    a.want("All done here.")?;
+    a.want("─ end_turn")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+
+    let session = only_session(&daemon)?;
+    let got = daemon
+        .ndjson()?
+        .call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(got["status"], "idle", "the session stays in the daemon");
+
+    let mut again = tether(&daemon, &["-c"])?;
+    again.want("› run the echo")?;
+    again.want("All done here.")?;
+    again.want("› ")?;
+    again.send([4u8])?;
+    again.want("detached")?;
+    Ok(())
+}
+
+#[test]
+fn a_second_terminal_answers_and_the_first_sees_who_did() -> anyhow::Result<()> {
+    let fake = Fake::start(echo_script("Answered from elsewhere."))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &[])?;
+    a.want("› ")?;
+    let session = only_session(&daemon)?;
+    let mut b = tether(&daemon, &["attach", &session])?;
+    b.want("› ")?;
+    a.want("joined as controller")?;
+
+    a.send_line("run the echo")?;
+    a.want("Allow Bash?")?;
+    b.want("› run the echo")?;
+    b.want("answer with /allow or /deny")?;
+    b.send_line("/allow")?;
+    // The prompt in the first terminal goes away, saying who answered.
+    a.want("allow_once by tether on")?;
+    a.want("Answered from elsewhere.")?;
+    b.want("Answered from elsewhere.")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    let events: Vec<Value> = {
+        let mut c = daemon.ndjson()?;
+        c.subscribe(&session, json!(0))?;
+        c.events_until("replay_complete")?
+    };
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "permission_resolved")
+        .context("resolved")?;
+    assert_eq!(resolved["data"]["decision"], "allow_once");
+    Ok(())
+}
+
+#[test]
+fn ctrl_c_cancels_a_running_turn_and_the_prompt_returns() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Working on it.\nStill working, and then the stream stalls forever.")
+                .stall_after(4),
+            Step::text("Fresh answer."),
+        ])
+        .titling("Something slow"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "start something slow"])?;
+    a.want("Working on it.")?;
+    a.send([3u8])?;
+    a.want("─ cancelled")?;
+    a.want("› ")?;
+    a.send_line("again")?;
+    a.want("Fresh answer.")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
