@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 use tether_proto::{
-    ClientKind, Event, EventKind, InputItem, PermissionDecision, PermissionMode, Role, SessionId,
-    SessionStatus, SessionSummary, Since, TetherRpcClient,
+    ClientKind, Event, EventKind, PermissionMode, Role, SessionId, SessionStatus, SessionSummary,
+    Since, TetherRpcClient,
 };
 
 /// How to print.
@@ -285,173 +285,13 @@ pub async fn daemon_stop(socket: &Path, out: Output) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `tether -p` runs.
-#[derive(Debug, Clone)]
-pub struct Headless {
-    /// The prompt.
-    pub prompt: String,
-    /// `text`, `json` or `stream-json`.
-    pub format: String,
-    /// Permission mode of the session.
-    pub permission_mode: Option<String>,
-    /// Model.
-    pub model: Option<String>,
-    /// Continue this session instead of creating one.
-    pub session: Option<SessionId>,
-}
-
-fn parse_mode(mode: Option<String>) -> anyhow::Result<Option<PermissionMode>> {
+pub fn parse_mode(mode: Option<String>) -> anyhow::Result<Option<PermissionMode>> {
     mode.map(|m| {
         serde_json::from_value::<PermissionMode>(serde_json::Value::String(m.clone())).with_context(|| {
             format!("unknown permission mode {m:?} (use default, acceptEdits, plan, bypassPermissions or dontAsk)")
         })
     })
     .transpose()
-}
-
-/// The first line of a headless prompt, shortened to a title.
-fn headless_title(prompt: &str) -> String {
-    let line = prompt
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("headless");
-    if line.chars().count() <= 60 {
-        return line.to_owned();
-    }
-    let cut: String = line.chars().take(59).collect();
-    format!("{}…", cut.trim_end())
-}
-
-/// `tether -p PROMPT`: one headless turn in a new session; prints the answer (or events) and
-/// exits 0 when the model finished, 1 when the turn failed. Permission prompts are denied, since
-/// nobody is there to answer them.
-pub async fn print(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
-    let format = match h.format.as_str() {
-        f @ ("text" | "json" | "stream-json") => f.to_owned(),
-        other => bail!("unknown output format {other:?} (use text, json or stream-json)"),
-    };
-    let mode = parse_mode(h.permission_mode)?;
-    let cwd = std::env::current_dir()
-        .context("cannot read the current directory")?
-        .display()
-        .to_string();
-    let conn = connection::connect(socket, true, ClientKind::Script).await?;
-    let session = match h.session {
-        Some(id) => id,
-        None => {
-            // Headless sessions are titled by their prompt: no extra model call for a script.
-            let title = headless_title(&h.prompt);
-            conn.client
-                .session_new(cwd, Some(title), h.model, mode)
-                .await?
-                .session_id
-        }
-    };
-    let mut params = ObjectParams::new();
-    params.insert("sessionId", &session)?;
-    params.insert("role", Role::Controller)?;
-    params.insert("since", Since::Head)?;
-    let mut sub = conn
-        .client
-        .subscribe::<serde_json::Value, _>("session/subscribe", params, "session/unsubscribe")
-        .await
-        .context("cannot subscribe")?;
-    let started = conn
-        .client
-        .turn_start(
-            session.clone(),
-            vec![InputItem::Text { text: h.prompt }],
-            None,
-            None,
-        )
-        .await?;
-    let turn = serde_json::Value::String(started.turn_id.0.clone());
-    let mut out = std::io::stdout().lock();
-    let (mut current, mut last) = (String::new(), String::new());
-    loop {
-        let raw = match sub.next().await {
-            None => bail!("the connection to tetherd was lost"),
-            Some(Err(e)) => bail!("bad event from tetherd: {e}"),
-            Some(Ok(raw)) => raw,
-        };
-        if format == "stream-json" {
-            writeln!(out, "{raw}")?;
-            out.flush()?;
-        }
-        if raw["turnId"] != turn {
-            continue;
-        }
-        let data = &raw["data"];
-        match raw["type"].as_str().unwrap_or("") {
-            "text_delta" if format == "text" => {
-                write!(out, "{}", data["text"].as_str().unwrap_or(""))?;
-                out.flush()?;
-            }
-            "assistant_block_completed" => {
-                if let Some(t) = data["block"]["text"].as_str() {
-                    current.push_str(t);
-                }
-            }
-            "retrying" => {
-                if data["discarded"] == true && format == "text" {
-                    writeln!(out, "\n[retrying: the partial answer above is void]")?;
-                }
-                current.clear();
-            }
-            "assistant_message_completed" if !current.trim().is_empty() => {
-                last = std::mem::take(&mut current);
-            }
-            "permission_requested" => {
-                let message = "headless run: nobody can approve this call; allow it with a permission rule or --permission-mode";
-                conn.client
-                    .permission_respond(
-                        session.clone(),
-                        data["requestId"].as_str().unwrap_or_default().to_owned(),
-                        PermissionDecision::Deny,
-                        Some(message.into()),
-                    )
-                    .await?;
-            }
-            "turn_ended" => {
-                let stop = data["stopReason"].as_str().unwrap_or("");
-                let ok = !matches!(stop, "error" | "cancelled" | "interrupted_by_restart");
-                match format.as_str() {
-                    "text" => {
-                        if !last.ends_with('\n') {
-                            writeln!(out)?;
-                        }
-                        if let Some(err) = data.get("error") {
-                            eprintln!(
-                                "tether: {}",
-                                err["message"].as_str().unwrap_or("the turn failed")
-                            );
-                        }
-                    }
-                    "json" => {
-                        let result = serde_json::json!({
-                            "sessionId": session,
-                            "turnId": turn,
-                            "result": last,
-                            "stopReason": stop,
-                            "usage": data["usage"],
-                            "costUsd": data["costUsd"],
-                            "error": data.get("error"),
-                        });
-                        writeln!(out, "{result}")?;
-                    }
-                    _ => {}
-                }
-                out.flush()?;
-                return Ok(if ok {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                });
-            }
-            _ => {}
-        }
-    }
 }
 
 /// The systemd user units, as shipped in `systemd/`.

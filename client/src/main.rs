@@ -2,6 +2,7 @@
 
 mod commands;
 mod connection;
+mod headless;
 mod markdown;
 mod render;
 mod repl;
@@ -23,12 +24,16 @@ struct Cli {
     /// /tmp/tether-$UID/tetherd.sock).
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Run one prompt headless in a new session here, print the answer and exit.
-    #[arg(short = 'p', long = "print", value_name = "PROMPT")]
+    /// Run headless: one prompt (or stdin) in a new session here, print the answer and exit.
+    #[arg(short = 'p', long = "print", value_name = "PROMPT", num_args = 0..=1, default_missing_value = "")]
     print: Option<String>,
-    /// With -p: text (the answer), json (one result object) or stream-json (every event).
+    /// With -p: text (the answer), json (one result object) or stream-json (every event, then
+    /// the result).
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     output_format: String,
+    /// With -p: text (the prompt) or stream-json (one `{"type":"user",…}` prompt per stdin line).
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    input_format: String,
     /// With -p: permission mode of the session (default, acceptEdits, plan, bypassPermissions,
     /// dontAsk). Calls that would ask are denied: nobody is there to answer.
     #[arg(long, value_name = "MODE")]
@@ -36,6 +41,25 @@ struct Cli {
     /// With -p: model alias or id.
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
+    /// With -p: most model requests per turn.
+    #[arg(long, value_name = "N")]
+    max_turns: Option<u32>,
+    /// With -p: allow these without asking (permission rules: `Bash(git diff:*)`, `Edit`).
+    #[arg(long = "allowedTools", alias = "allowed-tools", value_name = "RULES", num_args = 1.., value_delimiter = ',')]
+    allowed_tools: Vec<String>,
+    /// With -p: tools the model does not get.
+    #[arg(long = "disallowedTools", alias = "disallowed-tools", value_name = "TOOLS", num_args = 1.., value_delimiter = ',')]
+    disallowed_tools: Vec<String>,
+    /// With -p: text added to the system prompt.
+    #[arg(long, value_name = "TEXT")]
+    append_system_prompt: Option<String>,
+    /// With -p: a command that answers permission requests: it reads the request as JSON on
+    /// stdin and prints `{"behavior":"allow"}` or `{"behavior":"deny","message":"…"}`.
+    #[arg(long, value_name = "CMD")]
+    permission_prompt_command: Option<String>,
+    /// With -p: continue this session (id or prefix).
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
     /// Continue the most recent session in this directory (interactive, or with -p).
     #[arg(short = 'c', long = "continue")]
     continue_last: bool,
@@ -144,19 +168,27 @@ fn main() -> ExitCode {
     let out = commands::Output { json: cli.json };
     let result = runtime.block_on(async {
         if let Some(prompt) = cli.print.clone() {
-            let session = if cli.continue_last {
-                repl::most_recent_here(&socket).await?
-            } else {
-                None
+            let session = match (&cli.session, cli.continue_last) {
+                (Some(id), _) => Some(commands::pick_session(&socket, id).await?),
+                (None, true) => repl::most_recent_here(&socket).await?,
+                (None, false) => None,
             };
-            let headless = commands::Headless {
-                prompt,
+            let headless = headless::Headless {
+                prompt: Some(prompt).filter(|p| !p.is_empty()),
                 format: cli.output_format.clone(),
+                input_format: cli.input_format.clone(),
                 permission_mode: cli.permission_mode.clone(),
                 model: cli.model.clone(),
                 session,
+                options: tether_proto::TurnOptions {
+                    max_turns: cli.max_turns,
+                    allowed_tools: cli.allowed_tools.clone(),
+                    disallowed_tools: cli.disallowed_tools.clone(),
+                    append_system_prompt: cli.append_system_prompt.clone(),
+                },
+                permission_prompt_command: cli.permission_prompt_command.clone(),
             };
-            return commands::print(&socket, headless).await;
+            return headless::run(&socket, headless).await;
         }
         match cli.command {
             None => {

@@ -517,6 +517,7 @@ impl Repl {
                 input,
                 Some(uuid_like()),
                 Some(tether_proto::BusyMode::Queue),
+                None,
             )
             .await
         {

@@ -114,6 +114,7 @@ pub trait TetherRpc {
         input: Vec<InputItem>,
         #[argument(rename = "clientTurnId")] client_turn_id: Option<String>,
         mode: Option<BusyMode>,
+        options: Option<TurnOptions>,
     ) -> RpcResult<TurnStarted>;
 
     /// Interrupts the running turn (idempotent).

@@ -271,7 +271,13 @@ impl TetherRpcServer for RpcApi {
             None => "/compact".to_owned(),
         };
         handle
-            .start_turn(vec![InputItem::Text { text }], None, BusyMode::Queue, by)
+            .start_turn(
+                vec![InputItem::Text { text }],
+                None,
+                BusyMode::Queue,
+                TurnOptions::default(),
+                by,
+            )
             .await
             .map_err(rpc_error)
     }
@@ -304,15 +310,20 @@ impl TetherRpcServer for RpcApi {
         input: Vec<InputItem>,
         client_turn_id: Option<String>,
         mode: Option<BusyMode>,
+        options: Option<TurnOptions>,
     ) -> RpcResult<TurnStarted> {
         self.check_running()?;
         if input.is_empty() {
             return Err(invalid_params("input must hold at least one item"));
         }
+        let options = options.unwrap_or_default();
+        if options.max_turns == Some(0) {
+            return Err(invalid_params("options.maxTurns must be at least 1"));
+        }
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         let by = self.connections.client_ref(connection_id(ext));
         handle
-            .start_turn(input, client_turn_id, mode.unwrap_or_default(), by)
+            .start_turn(input, client_turn_id, mode.unwrap_or_default(), options, by)
             .await
             .map_err(rpc_error)
     }

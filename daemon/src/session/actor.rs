@@ -23,7 +23,7 @@ use std::time::SystemTime;
 use tether_proto::{
     AttachedClient, BusyMode, ClientRef, Event, EventKind, InputItem, NoControllerAction,
     PermissionDecision, PermissionResponse, Role, Seq, SessionId, SessionSnapshot, SessionStatus,
-    SessionSummary, TokenUsage, TurnError, TurnId, TurnStarted,
+    SessionSummary, TokenUsage, TurnError, TurnId, TurnOptions, TurnStarted,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -88,6 +88,7 @@ enum Command {
         input: Vec<InputItem>,
         client_turn_id: Option<String>,
         mode: BusyMode,
+        options: TurnOptions,
         by: ClientRef,
         reply: oneshot::Sender<Result<TurnStarted, SessionError>>,
     },
@@ -233,12 +234,14 @@ impl SessionHandle {
         input: Vec<InputItem>,
         client_turn_id: Option<String>,
         mode: BusyMode,
+        options: TurnOptions,
         by: ClientRef,
     ) -> Result<TurnStarted, SessionError> {
         self.call(|reply| Command::StartTurn {
             input,
             client_turn_id,
             mode,
+            options,
             by,
             reply,
         })
@@ -365,13 +368,27 @@ struct Waiting {
 struct Running {
     turn_id: TurnId,
     cancel: CancellationToken,
+    /// Permission rules that allow without asking during this turn only.
+    allow: Vec<String>,
 }
 
 struct Queued {
     turn_id: TurnId,
     input: Vec<InputItem>,
     client_turn_id: Option<String>,
+    options: TurnOptions,
     by: ClientRef,
+}
+
+/// Everything [`SessionActor::launch`] needs besides the turn id.
+struct Launch {
+    model: String,
+    tools: crate::agent::Tools,
+    hooks: Arc<crate::hooks::Hooks>,
+    job: TurnJob,
+    /// The user's prompt text, recorded on the turn span when prompts may be logged.
+    prompt: Option<String>,
+    options: TurnOptions,
 }
 
 /// What a launched turn does.
@@ -798,10 +815,13 @@ impl SessionActor {
                 input,
                 client_turn_id,
                 mode,
+                options,
                 by,
                 reply,
             } => {
-                let result = self.request_turn(input, client_turn_id, mode, by).await;
+                let result = self
+                    .request_turn(input, client_turn_id, mode, options, by)
+                    .await;
                 let _ = reply.send(result);
             }
             Command::CancelTurn { reply } => {
@@ -991,6 +1011,16 @@ impl SessionActor {
         let mut rules = crate::permissions::load_settings(&root, home.as_deref());
         let session = self.history.session_rules.clone();
         rules.add("allow", &session, &root, home.as_deref(), "session");
+        if let Some(turn) = self.running.as_ref().filter(|r| !r.allow.is_empty()) {
+            let allow = turn.allow.clone();
+            rules.add(
+                "allow",
+                &allow,
+                &root,
+                home.as_deref(),
+                "this turn's allowedTools",
+            );
+        }
         for problem in rules.problems.clone() {
             if self.reported.insert(problem.clone()) {
                 let _ = self.emit(EventKind::Notice {
@@ -1312,6 +1342,7 @@ impl SessionActor {
         input: Vec<InputItem>,
         client_turn_id: Option<String>,
         mode: BusyMode,
+        options: TurnOptions,
         by: ClientRef,
     ) -> Result<TurnStarted, SessionError> {
         if let Some(c) = &client_turn_id {
@@ -1343,6 +1374,7 @@ impl SessionActor {
             turn_id: turn_id.clone(),
             input,
             client_turn_id,
+            options,
             by,
         };
         if self.running.is_some() {
@@ -1462,8 +1494,15 @@ impl SessionActor {
             let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
             let hooks = Arc::new(crate::hooks::Hooks::load(&cwd, home.as_deref()));
             let (model, tools) = (self.record.model.clone(), self.env.tools.clone());
-            self.launch(turn_id, model, tools, hooks, TurnJob::Resume(calls), None)
-                .await;
+            let plan = Launch {
+                model,
+                tools,
+                hooks,
+                job: TurnJob::Resume(calls),
+                prompt: None,
+                options: TurnOptions::default(),
+            };
+            self.launch(turn_id, plan).await;
             return;
         }
         let _ = self.emit_in(
@@ -1759,25 +1798,49 @@ impl SessionActor {
             })
             .collect();
         let prompt = Some(prompt.join("\n"));
-        self.launch(turn_id, model, tools, hooks, job, prompt).await;
+        let plan = Launch {
+            model,
+            tools,
+            hooks,
+            job,
+            prompt,
+            options: q.options.clone(),
+        };
+        self.launch(turn_id, plan).await;
     }
 
     /// Runs a turn's work in its own task; its events come back through an [`ActorSink`].
-    async fn launch(
-        &mut self,
-        turn_id: TurnId,
-        model: String,
-        tools: crate::agent::Tools,
-        hooks: Arc<crate::hooks::Hooks>,
-        job: TurnJob,
-        prompt: Option<String>,
-    ) {
+    async fn launch(&mut self, turn_id: TurnId, plan: Launch) {
+        let Launch {
+            model,
+            tools,
+            hooks,
+            job,
+            prompt,
+            options,
+        } = plan;
         let cwd = std::path::PathBuf::from(&self.record.cwd);
         let cancel = CancellationToken::new();
         self.running = Some(Running {
             turn_id: turn_id.clone(),
             cancel: cancel.clone(),
+            allow: options.allowed_tools.clone(),
         });
+        let tools = if options.disallowed_tools.is_empty() {
+            tools
+        } else {
+            let keep: Vec<String> = tools
+                .names()
+                .into_iter()
+                .filter(|n| !options.disallowed_tools.iter().any(|d| d == n))
+                .map(str::to_owned)
+                .collect();
+            tools.subset(&keep)
+        };
+        let mut limits = self.env.limits.clone();
+        if let Some(n) = options.max_turns {
+            limits.max_requests = n;
+        }
         self.set_status(SessionStatus::Running);
         let llm = match &self.env.llm {
             Ok(llm) => llm.clone(),
@@ -1797,7 +1860,14 @@ impl SessionActor {
                 Some(crate::context::system_prompt(&cwd, &self.record.model, Some(&notes)).await);
         }
         let Some(tx) = self.me.upgrade() else { return };
-        let system = self.system.clone().unwrap_or_default();
+        let mut system = self.system.clone().unwrap_or_default();
+        if let Some(extra) = options
+            .append_system_prompt
+            .as_ref()
+            .filter(|e| !e.trim().is_empty())
+        {
+            system.push(crate::llm::SystemBlock::text(extra.clone()));
+        }
         let child_tools: Vec<String> = tools
             .names()
             .into_iter()
@@ -1812,7 +1882,7 @@ impl SessionActor {
             model: model.clone(),
             system: system.clone(),
             tools: tools.subset(&child_tools),
-            limits: self.env.limits.clone(),
+            limits: limits.clone(),
             web: self.env.web.clone(),
             fast_model: self.env.fast_model.clone(),
             authorizer: Arc::new(ActorSink {
@@ -1828,7 +1898,7 @@ impl SessionActor {
             catalog: self.env.catalog.clone(),
             workspace: self.workspace.clone(),
             cancel,
-            limits: self.env.limits.clone(),
+            limits,
             subagents: Some(subagents),
             hooks,
             session_id: self.record.id.0.clone(),

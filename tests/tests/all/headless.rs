@@ -71,9 +71,145 @@ fn print_mode_stream_json_emits_every_event_and_fails_with_the_turn() -> anyhow:
         .filter_map(|e| e["type"].as_str().map(str::to_owned))
         .collect();
     assert!(
-        types.contains(&"turn_started".to_owned())
-            && types.last().map(String::as_str) == Some("turn_ended"),
+        types.contains(&"turn_started".to_owned()) && types.contains(&"turn_ended".to_owned()),
         "{types:?}"
     );
+    assert_eq!(
+        types.last().map(String::as_str),
+        Some("result"),
+        "{types:?}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("tether:"), "a message on errors: {stderr}");
+    Ok(())
+}
+
+/// `tether -p` with the scripting options, against one fake that records what it was sent.
+#[test]
+fn print_mode_options_reach_the_turn_and_stdin_prompts_continue_the_session() -> anyhow::Result<()>
+{
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "echo allowed-by-rule"})),
+        Step::text("first done"),
+        Step::text("second done"),
+        Step::default().tool_use("Bash", json!({"command": "echo asked"})),
+        Step::text("asked and answered"),
+        Step::default().tool_use("Read", json!({"file_path": "x"})),
+        Step::default().tool_use("Read", json!({"file_path": "y"})),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let run = |args: &[&str], stdin: &str| -> anyhow::Result<std::process::Output> {
+        use std::io::Write;
+        let mut child = daemon
+            .tether()
+            .current_dir(daemon.workdir())
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .context("stdin")?
+            .write_all(stdin.as_bytes())?;
+        Ok(child.wait_with_output()?)
+    };
+
+    // Two prompts from stdin, one session; a rule from --allowedTools lets Bash run.
+    let lines = concat!(
+        r#"{"type":"user","message":{"role":"user","content":"first"}}"#,
+        "\n",
+        r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"second"}]}}"#,
+        "\n"
+    );
+    let out = run(
+        &[
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "json",
+            "--allowedTools",
+            "Bash(echo:*)",
+            "--disallowedTools",
+            "WebFetch",
+            "--append-system-prompt",
+            "Answer in haiku.",
+        ],
+        lines,
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout).context("one JSON result")?;
+    assert_eq!(result["type"], "result");
+    assert_eq!(result["result"], "second done");
+    assert_eq!(result["numTurns"], 3, "three model replies in all");
+    assert!(result["durationMs"].as_u64().is_some());
+    assert!(
+        result["usage"]["inputTokens"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+    let session = result["sessionId"]
+        .as_str()
+        .context("sessionId")?
+        .to_owned();
+    let reqs = fake.server.message_requests();
+    let tool_result = reqs[1].body["messages"][2]["content"][0]["content"].to_string();
+    assert!(tool_result.contains("allowed-by-rule"), "{tool_result}");
+    let system = reqs[0].body["system"].to_string();
+    assert!(system.contains("Answer in haiku."), "{system}");
+    let tools: Vec<&str> = reqs[0].body["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        !tools.contains(&"WebFetch") && tools.contains(&"Bash"),
+        "{tools:?}"
+    );
+    assert_eq!(
+        reqs[2].body["messages"].as_array().map(Vec::len),
+        Some(5),
+        "the second prompt continues the session"
+    );
+
+    // --session continues it; a permission prompt command answers the ask.
+    let answer = daemon.dir.path().join("answer.sh");
+    std::fs::write(
+        &answer,
+        "#!/bin/sh\ncat > /dev/null\necho '{\"behavior\":\"allow\"}'\n",
+    )?;
+    let out = run(
+        &[
+            "-p",
+            "ask me",
+            "--session",
+            &session,
+            "--permission-prompt-command",
+            &format!("sh {}", answer.display()),
+        ],
+        "",
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8(out.stdout)?, "asked and answered\n");
+    let asked = fake.server.message_requests()[4].body["messages"].to_string();
+    assert!(asked.contains("asked\\n"), "the tool ran: {asked}");
+
+    // --max-turns stops a turn that keeps calling tools; the exit code says so.
+    let out = run(
+        &[
+            "-p",
+            "read forever",
+            "--max-turns",
+            "1",
+            "--session",
+            &session,
+        ],
+        "",
+    )?;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_turns"));
     Ok(())
 }

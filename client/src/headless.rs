@@ -1,0 +1,372 @@
+//! `tether -p`: headless turns for scripts. Prompts come from the argument (or stdin), or one
+//! per line of stdin with `--input-format stream-json`; output is the answer (`text`), one
+//! result object (`json`), or every daemon event then a `result` line (`stream-json`). Exit 0
+//! when the last turn ended with `end_turn`, 1 with a message otherwise. Nobody can answer a
+//! permission request here: it follows the mode and rules, and an `ask` is denied — or
+//! answered by `--permission-prompt-command`.
+
+use crate::connection;
+use anyhow::{Context, bail};
+use jsonrpsee::core::client::SubscriptionClientT;
+use jsonrpsee::core::params::ObjectParams;
+use serde_json::{Value, json};
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tether_proto::{
+    ClientKind, InputItem, PermissionDecision, Role, SessionId, Since, TetherRpcClient, TurnOptions,
+};
+
+/// What `tether -p` runs.
+#[derive(Debug, Clone, Default)]
+pub struct Headless {
+    /// The prompt (`None`: read from stdin).
+    pub prompt: Option<String>,
+    /// `text`, `json` or `stream-json`.
+    pub format: String,
+    /// `text` or `stream-json`.
+    pub input_format: String,
+    /// Permission mode of a new session.
+    pub permission_mode: Option<String>,
+    /// Model of a new session.
+    pub model: Option<String>,
+    /// Continue this session instead of creating one.
+    pub session: Option<SessionId>,
+    /// What each turn may do.
+    pub options: TurnOptions,
+    /// A command that answers permission requests (JSON in, JSON out).
+    pub permission_prompt_command: Option<String>,
+}
+
+/// The first line of a prompt, shortened to a title.
+fn title_of(prompt: &str) -> String {
+    let line = prompt
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("headless");
+    if line.chars().count() <= 60 {
+        return line.to_owned();
+    }
+    let cut: String = line.chars().take(59).collect();
+    format!("{}…", cut.trim_end())
+}
+
+/// One prompt of a `stream-json` input line: `{"type":"user","message":{"content": "…" or
+/// [{"type":"text","text":"…"}]}}` or `{"type":"user","text":"…"}`.
+fn prompt_of(line: &str) -> anyhow::Result<Option<String>> {
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let v: Value =
+        serde_json::from_str(line).with_context(|| format!("input line is not JSON: {line}"))?;
+    if v["type"] != "user" {
+        bail!("input lines must have \"type\": \"user\": {line}");
+    }
+    let content = if v["message"].is_object() {
+        &v["message"]["content"]
+    } else {
+        &v["text"]
+    };
+    let text = match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => bail!("input line has no text: {line}"),
+    };
+    Ok(Some(text))
+}
+
+/// Runs the permission prompt command on one request; its stdout says allow or deny.
+async fn ask_command(command: &str, request: &Value) -> (PermissionDecision, Option<String>) {
+    let run = async {
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start it")?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use tokio::io::AsyncWriteExt;
+            stdin.write_all(request.to_string().as_bytes()).await?;
+        }
+        let out = child.wait_with_output().await?;
+        let answer: Value = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("it printed no JSON ({})", out.status))?;
+        anyhow::Ok(answer)
+    };
+    match tokio::time::timeout(Duration::from_secs(60), run).await {
+        Ok(Ok(a)) if a["behavior"] == "allow" => (PermissionDecision::AllowOnce, None),
+        Ok(Ok(a)) => (
+            PermissionDecision::Deny,
+            Some(
+                a["message"]
+                    .as_str()
+                    .unwrap_or("denied by the permission prompt command")
+                    .to_owned(),
+            ),
+        ),
+        Ok(Err(e)) => (
+            PermissionDecision::Deny,
+            Some(format!("the permission prompt command failed: {e:#}")),
+        ),
+        Err(_) => (
+            PermissionDecision::Deny,
+            Some("the permission prompt command did not answer within 60 s".into()),
+        ),
+    }
+}
+
+/// What the turns added up to.
+#[derive(Default)]
+struct Totals {
+    result: String,
+    stop_reason: String,
+    error: Option<Value>,
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_creation: u64,
+    cost: f64,
+    /// A turn's price was unknown: the total is too.
+    cost_unknown: bool,
+    num_turns: u64,
+}
+
+impl Totals {
+    fn add_turn(&mut self, data: &Value) {
+        let u = &data["usage"];
+        self.input += u["inputTokens"].as_u64().unwrap_or(0);
+        self.output += u["outputTokens"].as_u64().unwrap_or(0);
+        self.cache_read += u["cacheReadInputTokens"].as_u64().unwrap_or(0);
+        self.cache_creation += u["cacheCreationInputTokens"].as_u64().unwrap_or(0);
+        match data["costUsd"].as_f64() {
+            Some(c) => self.cost += c,
+            None => self.cost_unknown = true,
+        }
+        self.stop_reason = data["stopReason"].as_str().unwrap_or("").to_owned();
+        self.error = data.get("error").cloned();
+    }
+
+    fn ok(&self) -> bool {
+        matches!(
+            self.stop_reason.as_str(),
+            "end_turn" | "stop_sequence" | "command"
+        )
+    }
+
+    fn result(&self, session: &SessionId, started: Instant) -> Value {
+        json!({
+            "type": "result",
+            "subtype": if self.ok() { "success" } else { "error" },
+            "isError": !self.ok(),
+            "result": self.result,
+            "sessionId": session,
+            "stopReason": self.stop_reason,
+            "usage": {
+                "inputTokens": self.input,
+                "outputTokens": self.output,
+                "cacheReadInputTokens": self.cache_read,
+                "cacheCreationInputTokens": self.cache_creation,
+            },
+            "costUsd": (!self.cost_unknown).then_some(self.cost),
+            "numTurns": self.num_turns,
+            "durationMs": started.elapsed().as_millis() as u64,
+            "error": self.error,
+        })
+    }
+}
+
+/// `tether -p`.
+pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let format = match h.format.as_str() {
+        f @ ("text" | "json" | "stream-json") => f.to_owned(),
+        other => bail!("unknown output format {other:?} (use text, json or stream-json)"),
+    };
+    let mut prompts: Box<dyn Iterator<Item = anyhow::Result<String>>> =
+        match (h.input_format.as_str(), &h.prompt) {
+            ("stream-json", _) => Box::new(
+                std::io::stdin()
+                    .lock()
+                    .lines()
+                    .map(|l| prompt_of(&l?))
+                    .filter_map(Result::transpose)
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            ),
+            ("text", Some(p)) => Box::new(std::iter::once(Ok(p.clone()))),
+            ("text", None) => {
+                let mut all = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut all)?;
+                if all.trim().is_empty() {
+                    bail!("no prompt: give one after -p or on stdin");
+                }
+                Box::new(std::iter::once(Ok(all)))
+            }
+            (other, _) => bail!("unknown input format {other:?} (use text or stream-json)"),
+        };
+    let mode = crate::commands::parse_mode(h.permission_mode)?;
+    let cwd = std::env::current_dir()
+        .context("cannot read the current directory")?
+        .display()
+        .to_string();
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    let Some(first) = prompts.next().transpose()? else {
+        bail!("no prompt on stdin");
+    };
+    let session = match h.session {
+        Some(id) => id,
+        // Headless sessions are titled by their prompt: no extra model call for a script.
+        None => {
+            conn.client
+                .session_new(cwd, Some(title_of(&first)), h.model, mode)
+                .await?
+                .session_id
+        }
+    };
+    let mut params = ObjectParams::new();
+    params.insert("sessionId", &session)?;
+    params.insert("role", Role::Controller)?;
+    params.insert("since", Since::Head)?;
+    let mut sub = conn
+        .client
+        .subscribe::<Value, _>("session/subscribe", params, "session/unsubscribe")
+        .await
+        .context("cannot subscribe")?;
+    let mut out = std::io::stdout().lock();
+    let mut totals = Totals::default();
+    let mut next = Some(first);
+    while let Some(prompt) = next.take() {
+        let turn = conn
+            .client
+            .turn_start(
+                session.clone(),
+                vec![InputItem::Text { text: prompt }],
+                None,
+                Some(tether_proto::BusyMode::Queue),
+                Some(h.options.clone()),
+            )
+            .await?;
+        let turn = Value::String(turn.turn_id.0);
+        let mut current = String::new();
+        loop {
+            let raw = match sub.next().await {
+                None => bail!("the connection to tetherd was lost"),
+                Some(Err(e)) => bail!("bad event from tetherd: {e}"),
+                Some(Ok(raw)) => raw,
+            };
+            if format == "stream-json" {
+                writeln!(out, "{raw}")?;
+                out.flush()?;
+            }
+            if raw["turnId"] != turn {
+                continue;
+            }
+            let data = &raw["data"];
+            match raw["type"].as_str().unwrap_or("") {
+                "text_delta" if format == "text" => {
+                    write!(out, "{}", data["text"].as_str().unwrap_or(""))?;
+                    out.flush()?;
+                }
+                "assistant_block_completed" => {
+                    if let Some(t) = data["block"]["text"].as_str() {
+                        current.push_str(t);
+                    }
+                }
+                "retrying" => {
+                    if data["discarded"] == true && format == "text" {
+                        writeln!(out, "\n[retrying: the partial answer above is void]")?;
+                    }
+                    current.clear();
+                }
+                "assistant_message_completed" => {
+                    totals.num_turns += 1;
+                    if !current.trim().is_empty() {
+                        totals.result = std::mem::take(&mut current);
+                    }
+                }
+                "permission_requested" => {
+                    let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
+                    let (decision, message) = match &h.permission_prompt_command {
+                        Some(cmd) => {
+                            let request = json!({
+                                "sessionId": session,
+                                "requestId": request_id,
+                                "tool_name": data["tool"],
+                                "input": data["input"],
+                                "preview": data["preview"],
+                            });
+                            ask_command(cmd, &request).await
+                        }
+                        None => (
+                            PermissionDecision::Deny,
+                            Some("headless run: nobody can approve this call; allow it with --allowedTools, a permission rule or --permission-mode".into()),
+                        ),
+                    };
+                    conn.client
+                        .permission_respond(session.clone(), request_id, decision, message)
+                        .await?;
+                }
+                "turn_ended" => {
+                    totals.add_turn(data);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if format == "text" && !totals.result.ends_with('\n') {
+            writeln!(out)?;
+        }
+        if !totals.ok() {
+            break;
+        }
+        next = prompts.next().transpose()?;
+    }
+    let result = totals.result(&session, started);
+    match format.as_str() {
+        "json" | "stream-json" => writeln!(out, "{result}")?,
+        _ => {}
+    }
+    out.flush()?;
+    if totals.ok() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let why = totals
+        .error
+        .as_ref()
+        .and_then(|e| e["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("the turn stopped: {}", totals.stop_reason));
+    eprintln!("tether: {why}");
+    Ok(ExitCode::FAILURE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_json_input_lines() {
+        assert_eq!(
+            prompt_of(r#"{"type":"user","message":{"role":"user","content":"hi"}}"#)
+                .expect("valid")
+                .as_deref(),
+            Some("hi")
+        );
+        assert_eq!(
+            prompt_of(r#"{"type":"user","message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}"#)
+                .expect("valid")
+                .as_deref(),
+            Some("a\nb")
+        );
+        assert_eq!(prompt_of("  ").expect("blank"), None);
+        assert!(prompt_of(r#"{"type":"assistant"}"#).is_err());
+        assert!(prompt_of("not json").is_err());
+    }
+}
