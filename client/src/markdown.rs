@@ -58,6 +58,11 @@ impl Markdown {
         out
     }
 
+    /// The line still streaming (not yet rendered), for a live preview.
+    pub fn partial(&self) -> &str {
+        &self.partial
+    }
+
     /// Renders what is left (the block completed).
     pub fn finish(&mut self) -> String {
         let rest = std::mem::take(&mut self.partial);

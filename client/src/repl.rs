@@ -5,6 +5,7 @@
 //! detaches: the session stays in the daemon.
 
 mod editor;
+mod paste;
 mod prompt;
 
 use crate::commands::Output;
@@ -125,6 +126,10 @@ struct Repl {
     asking: Option<Asking>,
     interrupts: u8,
     status: Arc<std::sync::Mutex<prompt::Status>>,
+    /// What the paste placeholders in the submitted line stand for.
+    pasted: Arc<std::sync::Mutex<paste::Pasted>>,
+    /// The live area's lines as drawn (the cursor is at the end of the last).
+    live_drawn: std::cell::RefCell<Vec<String>>,
 }
 
 fn client_name() -> String {
@@ -195,6 +200,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let status = Arc::new(std::sync::Mutex::new(prompt::Status::default()));
     let (input_tx, mut input_rx) = mpsc::unbounded_channel();
     let data_dir = connection::path_env().data_dir();
+    let pasted = Arc::new(std::sync::Mutex::new(paste::Pasted::default()));
     let to_editor = editor::spawn(editor::Setup {
         printer: printer.clone(),
         status: status.clone(),
@@ -202,13 +208,18 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         cwd: PathBuf::from(&cwd),
         color: style.color,
         input: input_tx,
+        pasted: pasted.clone(),
     })?;
     let me = conn.hello.connection_id;
     let mut repl = Repl {
         socket: socket.to_owned(),
         conn,
         style,
-        view: View::new(style, Some(me)),
+        view: {
+            let mut view = View::new(style, Some(me));
+            view.live = std::io::IsTerminal::is_terminal(&std::io::stdout());
+            view
+        },
         session: Session {
             id,
             sub,
@@ -223,13 +234,18 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         asking: None,
         interrupts: 0,
         status,
+        pasted,
+        live_drawn: Default::default(),
     };
     repl.refresh_status().await;
     let mut first_prompt = start.prompt;
     let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<(String, Option<Answer>)>();
     let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
+            _ = tick.tick() => repl.draw_live(),
             item = repl.session.sub.next() => {
                 let raw = match item {
                     Some(Ok(raw)) => raw,
@@ -247,7 +263,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                     match first_prompt.take() {
                         Some(p) => {
                             repl.say(&format!("{} {p}", repl.style.bold("›")));
-                            repl.submit(p).await;
+                            repl.submit(vec![InputItem::Text { text: p }]).await;
                         }
                         None if repl.waiting_turn.is_none() => repl.edit(),
                         None => {}
@@ -336,8 +352,51 @@ impl Repl {
             } else {
                 text.to_owned()
             };
+            let clear = self.clear_live();
             let mut out = std::io::stdout().lock();
+            let _ = out.write_all(clear.as_bytes());
             let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+            drop(out);
+            self.draw_live();
+        }
+    }
+
+    /// Redraws the live area under the transcript (running tools, the line being written)
+    /// while this client shows a turn; never while the editor or a prompt owns the terminal.
+    fn draw_live(&self) {
+        let lines = if self.view.live && !self.editing && self.asking.is_none() {
+            self.view.live(std::time::SystemTime::now())
+        } else {
+            Vec::new()
+        };
+        if *self.live_drawn.borrow() == lines {
+            return;
+        }
+        let mut draw = self.clear_live();
+        draw.push_str(&lines.join("\r\n"));
+        *self.live_drawn.borrow_mut() = lines;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(draw.as_bytes());
+        let _ = out.flush();
+    }
+
+    /// The bytes that erase the live area (forgetting it was drawn).
+    fn clear_live(&self) -> String {
+        let drawn = std::mem::take(&mut *self.live_drawn.borrow_mut());
+        match drawn.len() {
+            0 => String::new(),
+            1 => "\r\x1b[J".into(),
+            n => format!("\x1b[{}A\r\x1b[J", n - 1),
+        }
+    }
+
+    /// Erases the live area now.
+    fn hide_live(&self) {
+        let clear = self.clear_live();
+        if !clear.is_empty() {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(clear.as_bytes());
             let _ = out.flush();
         }
     }
@@ -345,6 +404,7 @@ impl Repl {
     /// Hands the terminal to the line editor.
     fn edit(&mut self) {
         if !self.editing && self.asking.is_none() {
+            self.hide_live();
             self.editing = true;
             let _ = self.to_editor.send(editor::Command::ReadLine);
         }
@@ -445,6 +505,7 @@ impl Repl {
         rule: &str,
         answers: &mpsc::UnboundedSender<(String, Option<Answer>)>,
     ) {
+        self.hide_live();
         let cancel = Arc::new(AtomicBool::new(false));
         self.asking = Some(Asking {
             request_id: request_id.to_owned(),
@@ -498,7 +559,7 @@ impl Repl {
     }
 
     /// Sends a turn.
-    async fn submit(&mut self, text: String) {
+    async fn submit(&mut self, input: Vec<InputItem>) {
         if self.role == Role::Observer {
             self.say(
                 &self
@@ -508,7 +569,6 @@ impl Repl {
             self.edit();
             return;
         }
-        let input = vec![InputItem::Text { text }];
         match self
             .conn
             .client
@@ -563,7 +623,8 @@ impl Repl {
                 ));
                 out.push_str(
                     "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
-                     · Shift+Tab cycles the permission mode · Ctrl+C cancels a turn · Ctrl+D detaches\n",
+                     · Shift+Tab cycles the permission mode · Ctrl+V pastes a clipboard image \
+                     · Ctrl+C cancels a turn · Ctrl+D detaches\n",
                 );
                 out.push_str("Custom commands from .claude/commands/ run as /name.\n");
                 self.print(&out);
@@ -703,7 +764,12 @@ impl Repl {
                 }
             }
             _ => {
-                self.submit(text).await;
+                let input = self
+                    .pasted
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .expand(&text);
+                self.submit(input).await;
                 return Ok(false);
             }
         }
@@ -752,7 +818,9 @@ impl Repl {
             },
         );
         let _ = old.sub.unsubscribe().await;
+        let live = self.view.live;
         self.view = View::new(self.style, Some(self.conn.hello.connection_id));
+        self.view.live = live;
         self.pending.clear();
         self.waiting_turn = None;
         self.say(&self.style.dim(&format!("session {}", self.session.id)));
@@ -785,7 +853,7 @@ impl Repl {
             };
             self.conn = conn;
             self.session.sub = sub;
-            self.view = View::new(self.style, Some(self.conn.hello.connection_id));
+            self.view.set_me(self.conn.hello.connection_id);
             self.say(&self.style.dim("reconnected"));
             return Ok(());
         }

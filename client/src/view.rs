@@ -3,6 +3,10 @@
 //! it streams; thinking is one dim line; a tool call is one line with its key argument, its
 //! progress a dim tail, its result folded; Edit results are a coloured diff; errors and retries
 //! stand out; a turn ends with its duration, tokens and cost.
+//!
+//! Besides what is printed for good, [`View::live`] is the transient area under it while a turn
+//! runs: the tool call whose input is streaming, a spinner with the elapsed time of each running
+//! tool and the tail of its output, the reply line still being written.
 
 use crate::markdown::Markdown;
 use crate::render;
@@ -15,6 +19,23 @@ use tether_proto::{ConnectionId, Event, EventKind};
 const RESULT_LINES: usize = 4;
 /// Lines of a diff shown before folding.
 const DIFF_LINES: usize = 24;
+/// Lines of a running tool's output kept in the live area.
+const TAIL_LINES: usize = 5;
+/// Most lines the live area takes.
+const LIVE_LINES: usize = 12;
+/// Spinner frames, one per 100 ms.
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+
+/// A tool call that has started and not yet returned.
+struct RunningTool {
+    id: String,
+    name: String,
+    argument: String,
+    /// Its `tool_call` event's timestamp.
+    since: Option<std::time::SystemTime>,
+    /// The last lines of its output.
+    tail: std::collections::VecDeque<String>,
+}
 
 /// The state of a rendered transcript.
 pub struct View {
@@ -32,6 +53,14 @@ pub struct View {
     turn_started: Option<String>,
     /// An `error` event was shown for the current turn (its end does not repeat it).
     errored: bool,
+    /// Whether a live area is drawn (a terminal): tool output goes there instead of the
+    /// transcript.
+    pub live: bool,
+    /// Tool calls whose input is streaming: block index → (tool, partial JSON).
+    inputs: HashMap<u32, (String, String)>,
+    running: Vec<RunningTool>,
+    /// When the running turn started, if one runs.
+    turn_since: Option<std::time::SystemTime>,
 }
 
 /// The argument worth showing for a tool call.
@@ -55,6 +84,59 @@ pub fn key_argument(input: &Value) -> String {
         format!("{}…", line.chars().take(79).collect::<String>())
     } else {
         line.to_owned()
+    }
+}
+
+/// The key argument of a tool call whose input JSON is still streaming: the value (so far) of
+/// the first key [`key_argument`] knows.
+pub fn partial_key_argument(partial: &str) -> String {
+    if let Ok(input) = serde_json::from_str::<Value>(partial) {
+        return key_argument(&input);
+    }
+    for key in [
+        "command",
+        "file_path",
+        "notebook_path",
+        "pattern",
+        "url",
+        "path",
+        "description",
+    ] {
+        let Some(at) = partial.find(&format!("\"{key}\"")) else {
+            continue;
+        };
+        let rest = partial[at + key.len() + 2..].trim_start();
+        let Some(rest) = rest.strip_prefix(':').map(str::trim_start) else {
+            continue;
+        };
+        let Some(rest) = rest.strip_prefix('"') else {
+            continue;
+        };
+        let mut value = String::new();
+        let mut chars = rest.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') | Some('r') | Some('t') => value.push(' '),
+                    Some(other) => value.push(other),
+                    None => break,
+                },
+                c => value.push(c),
+            }
+        }
+        return key_argument(&serde_json::json!({ key: value }));
+    }
+    String::new()
+}
+
+/// `4 s`, `1 m 05 s`.
+fn elapsed(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 {
+        format!("{secs} s")
+    } else {
+        format!("{} m {:02} s", secs / 60, secs % 60)
     }
 }
 
@@ -92,6 +174,139 @@ impl View {
             tools: HashMap::new(),
             turn_started: None,
             errored: false,
+            live: false,
+            inputs: HashMap::new(),
+            running: Vec::new(),
+            turn_since: None,
+        }
+    }
+
+    /// This client's connection changed (a reconnect); the transcript goes on.
+    pub fn set_me(&mut self, me: ConnectionId) {
+        self.me = Some(me);
+    }
+
+    /// The live area at `now`: lines to draw under the transcript (none when nothing runs).
+    pub fn live(&self, now: std::time::SystemTime) -> Vec<String> {
+        let s = self.style;
+        let Some(turn_since) = self.turn_since else {
+            return Vec::new();
+        };
+        let millis = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let spin = SPINNER[(millis / 100) as usize % SPINNER.len()];
+        let fit = |line: String| -> String {
+            let width = s.width.saturating_sub(1).max(10);
+            if unicode_width::UnicodeWidthStr::width(line.as_str()) <= width {
+                return line;
+            }
+            let mut out = String::new();
+            let mut used = 0;
+            for c in line.chars() {
+                let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+                if used + w + 1 > width {
+                    break;
+                }
+                used += w;
+                out.push(c);
+            }
+            out.push('…');
+            out
+        };
+        let mut lines = Vec::new();
+        let mut inputs: Vec<_> = self.inputs.iter().collect();
+        inputs.sort_by_key(|(i, _)| **i);
+        for (_, (name, partial)) in inputs {
+            let arg = partial_key_argument(partial);
+            lines.push(s.tool(&fit(format!("● {name}({arg}…"))));
+        }
+        for tool in &self.running {
+            let took = tool
+                .since
+                .and_then(|t| now.duration_since(t).ok())
+                .map(|d| format!(" · {}", elapsed(d)))
+                .unwrap_or_default();
+            lines.push(fit(format!(
+                "{spin} {}({}){took}",
+                tool.name, tool.argument
+            )));
+            for line in &tool.tail {
+                lines.push(s.dim(&fit(format!("  │ {line}"))));
+            }
+        }
+        lines.truncate(LIVE_LINES);
+        if lines.is_empty() {
+            let partial = self.markdown.as_ref().map(|m| m.partial()).unwrap_or("");
+            if partial.trim().is_empty() {
+                let took = now
+                    .duration_since(turn_since)
+                    .map(|d| format!(" · {}", elapsed(d)))
+                    .unwrap_or_default();
+                lines.push(s.dim(&format!("{spin} working{took} · Ctrl+C cancels")));
+            } else {
+                lines.push(fit(partial.to_owned()));
+            }
+        }
+        lines
+    }
+
+    /// Keeps track of what the live area shows.
+    fn track(&mut self, ev: &Event) {
+        let ts = humantime::parse_rfc3339_weak(ev.ts.trim_end_matches('Z')).ok();
+        match &ev.kind {
+            EventKind::TurnStarted { .. } => {
+                self.turn_since = ts.or_else(|| Some(std::time::SystemTime::now()));
+            }
+            EventKind::TurnEnded { .. } => {
+                self.turn_since = None;
+                self.inputs.clear();
+                self.running.clear();
+            }
+            EventKind::AssistantBlockStarted { index, kind, block } if kind == "tool_use" => {
+                let name = block["name"].as_str().unwrap_or("tool").to_owned();
+                self.inputs.insert(*index, (name, String::new()));
+            }
+            EventKind::ToolInputDelta {
+                index,
+                partial_json,
+            } => {
+                if let Some((_, json)) = self.inputs.get_mut(index) {
+                    json.push_str(partial_json);
+                }
+            }
+            EventKind::AssistantBlockCompleted { index, .. } => {
+                self.inputs.remove(index);
+            }
+            EventKind::ToolCall {
+                tool_call_id,
+                name,
+                input,
+            } => self.running.push(RunningTool {
+                id: tool_call_id.clone(),
+                name: name.clone(),
+                argument: key_argument(input),
+                since: ts,
+                tail: Default::default(),
+            }),
+            EventKind::ToolProgress {
+                tool_call_id,
+                chunk,
+            } => {
+                if let Some(tool) = self.running.iter_mut().find(|t| &t.id == tool_call_id) {
+                    for line in chunk.lines().filter(|l| !l.trim().is_empty()) {
+                        if tool.tail.len() == TAIL_LINES {
+                            tool.tail.pop_front();
+                        }
+                        tool.tail.push_back(line.to_owned());
+                    }
+                }
+            }
+            EventKind::ToolResult { tool_call_id, .. } => {
+                self.running.retain(|t| &t.id != tool_call_id);
+            }
+            _ => {}
         }
     }
 
@@ -109,6 +324,7 @@ impl View {
 
     /// What to print for `ev`.
     pub fn feed(&mut self, ev: &Event) -> String {
+        self.track(ev);
         let s = self.style;
         let turn = ev.turn_id.as_ref().map(|t| t.0.clone());
         if let EventKind::TextDelta { index, text } = &ev.kind {
@@ -185,7 +401,7 @@ impl View {
                     s.dim(&format!("({})", key_argument(input)))
                 ));
             }
-            EventKind::ToolProgress { chunk, .. } => {
+            EventKind::ToolProgress { chunk, .. } if !self.live => {
                 for line in chunk.lines().filter(|l| !l.trim().is_empty()) {
                     out.push_str(&format!("{}\n", s.dim(&format!("  │ {line}"))));
                 }

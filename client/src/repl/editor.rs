@@ -1,7 +1,9 @@
 //! The line editor on its own thread (reedline blocks): history per project, multi-line input
 //! (Alt+Enter, or a line ending in `\`), Tab completion of `/commands` and `@paths`, Shift+Tab
-//! for the next permission mode, Esc to clear. It reads one line each time it is asked.
+//! for the next permission mode, Esc to clear, folded pastes and Ctrl+V (see `paste.rs`). It
+//! reads one line each time it is asked.
 
+use super::paste::{Keys, Pasted};
 use super::prompt::{Status, TetherPrompt};
 use super::{CLIENT_COMMANDS, DAEMON_COMMANDS, Input};
 use reedline::{
@@ -33,6 +35,8 @@ pub struct Setup {
     pub color: bool,
     /// Where lines go.
     pub input: UnboundedSender<Input>,
+    /// What the paste placeholders in the line stand for.
+    pub pasted: Arc<Mutex<Pasted>>,
 }
 
 /// `<data dir>/history/<hash of the project directory>`: one history per project.
@@ -161,7 +165,11 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         .with_history(Box::new(history))
         .with_completer(Box::new(Complete { cwd: setup.cwd }))
         .with_menu(ReedlineMenu::EngineCompleter(Box::new(menu)))
-        .with_edit_mode(Box::new(Emacs::new(keys)))
+        .with_edit_mode(Box::new(Keys::new(
+            Emacs::new(keys),
+            setup.pasted,
+            setup.printer.clone(),
+        )))
         .with_validator(Box::new(Continuation))
         .with_ansi_colors(setup.color)
         .use_bracketed_paste(true)

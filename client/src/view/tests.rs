@@ -193,3 +193,95 @@ fn own_prompts_are_not_echoed_but_others_are_marked() {
         "{out}"
     );
 }
+
+fn time(ts: &str) -> std::time::SystemTime {
+    humantime::parse_rfc3339_weak(ts.trim_end_matches('Z')).expect("a time")
+}
+
+#[test]
+fn the_live_area_follows_streaming_input_running_tools_and_the_line_being_written() {
+    let mut view = View::new(Style::plain(60), Some(ConnectionId(1)));
+    view.live = true;
+    assert!(
+        view.live(time("2026-12-01T09:00:00Z")).is_empty(),
+        "no turn, nothing live"
+    );
+    let events = turn();
+    // Thinking: the turn is working.
+    for e in events.iter().take(3) {
+        view.feed(e);
+    }
+    assert_eq!(
+        view.live(time("2026-12-01T10:00:03.000Z")),
+        vec!["⠋ working · 3 s · Ctrl+C cancels"]
+    );
+    // A reply line half written shows as it is.
+    let mut view = View::new(Style::plain(60), Some(ConnectionId(1)));
+    view.live = true;
+    for e in events.iter().take(3 + 2) {
+        view.feed(e);
+    }
+    assert_eq!(view.live(time("2026-12-01T10:00:01.000Z")), vec!["The **"]);
+
+    // Bash running: a spinner with the elapsed time and its output's tail, not in the
+    // transcript.
+    let mut view = View::new(Style::plain(60), Some(ConnectionId(1)));
+    view.live = true;
+    let printed: String = events
+        .iter()
+        .filter(|e| e.seq.is_some_and(|s| s <= 204))
+        .map(|e| view.feed(e))
+        .collect();
+    assert!(!printed.contains("│ cc -O2"), "{printed}");
+    assert_eq!(
+        view.live(time("2026-12-01T10:01:14.300Z")),
+        vec!["⠸ Bash(make all && ./main) · 1 m 12 s", "  │ cc -O2 main.c"]
+    );
+    // Once it returns and the turn ends, nothing is live.
+    for e in events.iter().filter(|e| e.seq.is_some_and(|s| s > 204)) {
+        view.feed(e);
+    }
+    assert!(view.live(time("2026-12-01T10:01:15Z")).is_empty());
+
+    // A tool call whose input is still streaming.
+    let mut view = View::new(Style::plain(40), Some(ConnectionId(1)));
+    view.live = true;
+    view.feed(&events[0]);
+    view.feed(&at(
+        2,
+        "2026-12-01T10:00:00.100Z",
+        EventKind::AssistantBlockStarted {
+            index: 0,
+            kind: "tool_use".into(),
+            block: json!({"type": "tool_use", "id": "t", "name": "Bash", "input": {}}),
+        },
+    ));
+    for piece in [
+        "{\"comm",
+        "and\": \"cargo test -p tether-client --all-features",
+    ] {
+        view.feed(&at(
+            3,
+            "2026-12-01T10:00:00.200Z",
+            EventKind::ToolInputDelta {
+                index: 0,
+                partial_json: piece.into(),
+            },
+        ));
+    }
+    assert_eq!(
+        view.live(time("2026-12-01T10:00:00.300Z")),
+        vec!["● Bash(cargo test -p tether-client --a…"]
+    );
+}
+
+#[test]
+fn partial_tool_input_shows_its_key_argument_so_far() {
+    assert_eq!(partial_key_argument(""), "");
+    assert_eq!(partial_key_argument("{\"file_path\": \"/a/b"), "/a/b");
+    assert_eq!(
+        partial_key_argument("{\"command\":\"echo \\\"hi\\\"\\nls"),
+        "echo \"hi\" ls"
+    );
+    assert_eq!(partial_key_argument("{\"command\": \"ls\"}"), "ls");
+}

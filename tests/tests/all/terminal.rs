@@ -1,6 +1,6 @@
 //! The terminal client in a pseudo-terminal, against the real daemon and the fake API: a turn
 //! with a permission prompt answered by key, two terminals on one session, Ctrl+C, detach and
-//! `tether -c`.
+//! `tether -c`, folded pastes and a clipboard image.
 
 use anyhow::Context;
 use expectrl::{Expect, Session};
@@ -109,7 +109,13 @@ impl Pty {
 
 /// `tether ARGS` in a 100×30 pseudo-terminal in the daemon's work directory, without colour.
 fn tether(daemon: &Daemon, args: &[&str]) -> anyhow::Result<Pty> {
+    tether_with(daemon, args, &[])
+}
+
+/// [`tether`] with more environment.
+fn tether_with(daemon: &Daemon, args: &[&str], env: &[(&str, String)]) -> anyhow::Result<Pty> {
     let mut cmd = std::process::Command::new(bin("tether"));
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.args(args)
         .current_dir(daemon.workdir())
         .env("TETHER_SOCKET", daemon.socket())
@@ -225,6 +231,101 @@ fn ctrl_c_cancels_a_running_turn_and_the_prompt_returns() -> anyhow::Result<()> 
     a.want("› ")?;
     a.send_line("again")?;
     a.want("Fresh answer.")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
+
+/// A 1×1 PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+#[test]
+fn a_long_paste_is_folded_and_ctrl_v_attaches_the_clipboard_image() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("A log and a dot.")]).titling("Pasted"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    // An X11 clipboard holding a PNG, served by a stand-in for xclip.
+    let bin_dir = daemon.dir.path().join("clipboard-bin");
+    std::fs::create_dir_all(&bin_dir)?;
+    let xclip = bin_dir.join("xclip");
+    std::fs::write(
+        &xclip,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in\n  *TARGETS*) printf 'TARGETS\\ntext/plain\\nimage/png\\n' ;;\n  *image/png*) echo {PNG} | base64 -d ;;\n  *) exit 1 ;;\nesac\n"
+        ),
+    )?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&xclip, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut a = tether_with(&daemon, &[], &[("PATH", path), ("DISPLAY", ":77".into())])?;
+    a.want("› ")?;
+    let log: String = (1..=30).map(|i| format!("error line {i}\n")).collect();
+    a.send("why does this fail? ")?;
+    a.send(format!("\x1b[200~{log}\x1b[201~"))?;
+    a.want("[pasted 30 lines #1]")?;
+    a.send(" and what is ")?;
+    a.send([0x16u8])?;
+    a.want("[image #1]")?;
+    a.send("\r")?;
+    a.want("A log and a dot.")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+
+    let requests = fake.server.message_requests();
+    let turn = requests
+        .iter()
+        .find(|r| r.body["messages"][0]["content"].is_array() && r.body["tools"].is_array())
+        .context("the turn's request")?;
+    assert_eq!(turn.rejected, None);
+    let content = turn.body["messages"][0]["content"]
+        .as_array()
+        .context("content")?;
+    let text = content
+        .iter()
+        .find(|b| b["type"] == "text" && b["text"].as_str().is_some_and(|t| t.contains("why")))
+        .context("the prompt's text")?;
+    assert_eq!(
+        text["text"],
+        format!("why does this fail? {log} and what is [image #1]")
+    );
+    let image = content
+        .iter()
+        .find(|b| b["type"] == "image")
+        .context("the image")?;
+    assert_eq!(image["source"]["media_type"], "image/png");
+    assert_eq!(image["source"]["data"], PNG);
+    Ok(())
+}
+
+#[test]
+fn a_running_tool_shows_a_spinner_with_its_time_and_the_tail_of_its_output() -> anyhow::Result<()> {
+    let command = "for i in 1 2 3 4 5 6; do echo tick$i; sleep 0.3; done";
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Counting.").tool_use("Bash", json!({"command": command})),
+            Step::text("Counted."),
+        ])
+        .titling("Ticks"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "count"])?;
+    a.want("Allow Bash?")?;
+    a.send("y")?;
+    // Live while it runs: the output's tail under a spinner line with the elapsed time.
+    a.want("│ tick2")?;
+    a.want("(for i in 1 2 3 4 5 6; do echo tick$i; sleep 0.3; done) · 1 s")?;
+    // Then the folded result for good.
+    a.want("⎿ tick1")?;
+    a.want("… 2 more lines")?;
+    a.want("Counted.")?;
+    a.want("─ end_turn")?;
     a.want("› ")?;
     a.send([4u8])?;
     a.want("detached")?;
