@@ -316,6 +316,40 @@ pub fn ago(ts: &str, now: SystemTime) -> String {
     }
 }
 
+/// `/permissions`: the mode, then each rule (deny, ask, allow — the order they are checked in)
+/// with where it comes from, extra directories and unreadable rules.
+pub fn rules(rules: &tether_proto::PermissionRules, s: crate::style::Style) -> String {
+    let mut out = format!("mode {}\n", s.bold(rules.mode.as_str()));
+    if rules.rules.is_empty() {
+        out.push_str(&format!("{}\n", s.dim("no rules: calls follow the mode")));
+    }
+    let width = rules
+        .rules
+        .iter()
+        .map(|r| r.rule.chars().count())
+        .max()
+        .unwrap_or(0);
+    for r in &rules.rules {
+        let kind = match r.kind.as_str() {
+            "deny" => s.error("deny "),
+            "ask" => s.warn("ask  "),
+            _ => s.ok("allow"),
+        };
+        out.push_str(&format!(
+            "  {kind} {:<width$}  {}\n",
+            r.rule,
+            s.dim(&r.source)
+        ));
+    }
+    for dir in &rules.additional_directories {
+        out.push_str(&format!("  {} {dir}\n", s.dim("also in")));
+    }
+    for problem in &rules.problems {
+        out.push_str(&format!("  {}\n", s.warn(&format!("! {problem}"))));
+    }
+    out
+}
+
 /// The `tether sessions` table.
 pub fn sessions_table(sessions: &[SessionSummary], now: SystemTime) -> String {
     if sessions.is_empty() {

@@ -65,9 +65,16 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
     ("/sessions", "sessions in this directory"),
     ("/new", "a new session here (this one stays)"),
     ("/resume", "/resume <id>: switch to another session"),
+    (
+        "/attach",
+        "/attach <id> [--observe]: join another session (as observer: watch only)",
+    ),
     ("/mode", "/mode [mode]: show or set the permission mode"),
     ("/status", "model, mode, context, cost, who is attached"),
-    ("/permissions", "pending permission requests"),
+    (
+        "/permissions",
+        "the mode and rules in effect, where each comes from; pending requests",
+    ),
     (
         "/allow",
         "/allow [session|always]: answer the pending request",
@@ -82,18 +89,9 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
     ("/quit", "detach (the session stays in the daemon)"),
 ];
 
-/// Daemon slash commands, for `/help` and completion.
-pub const DAEMON_COMMANDS: &[(&str, &str)] = &[
-    ("/clear", "start the conversation over"),
-    (
-        "/compact",
-        "/compact [instructions]: summarize to free context",
-    ),
-    ("/model", "/model [name]: show or set the model"),
-    ("/cost", "tokens and cost of this session"),
-    ("/memory", "the memory files in use"),
-    ("/init", "write a CLAUDE.md for this project"),
-];
+/// The daemon's slash commands for the session shown (built-in and custom), for `/help` and
+/// completion; read from `session/commands` when the session changes.
+pub type DaemonCommands = Arc<std::sync::Mutex<Vec<tether_proto::CommandInfo>>>;
 
 struct Session {
     id: SessionId,
@@ -130,6 +128,8 @@ struct Repl {
     pasted: Arc<std::sync::Mutex<paste::Pasted>>,
     /// The live area's lines as drawn (the cursor is at the end of the last).
     live_drawn: std::cell::RefCell<Vec<String>>,
+    /// The daemon's slash commands for this session.
+    commands: DaemonCommands,
 }
 
 fn client_name() -> String {
@@ -201,6 +201,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let (input_tx, mut input_rx) = mpsc::unbounded_channel();
     let data_dir = connection::path_env().data_dir();
     let pasted = Arc::new(std::sync::Mutex::new(paste::Pasted::default()));
+    let commands = DaemonCommands::default();
     let to_editor = editor::spawn(editor::Setup {
         printer: printer.clone(),
         status: status.clone(),
@@ -209,6 +210,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         color: style.color,
         input: input_tx,
         pasted: pasted.clone(),
+        commands: commands.clone(),
     })?;
     let me = conn.hello.connection_id;
     let mut repl = Repl {
@@ -236,7 +238,9 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         status,
         pasted,
         live_drawn: Default::default(),
+        commands: commands.clone(),
     };
+    repl.refresh_commands().await;
     repl.refresh_status().await;
     let mut first_prompt = start.prompt;
     let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<(String, Option<Answer>)>();
@@ -407,6 +411,18 @@ impl Repl {
             self.hide_live();
             self.editing = true;
             let _ = self.to_editor.send(editor::Command::ReadLine);
+        }
+    }
+
+    /// Reads the session's slash commands (custom commands may have been added since).
+    async fn refresh_commands(&self) {
+        if let Ok(list) = self
+            .conn
+            .client
+            .session_commands(self.session.id.clone())
+            .await
+        {
+            *self.commands.lock().unwrap_or_else(|p| p.into_inner()) = list;
         }
     }
 
@@ -594,8 +610,20 @@ impl Repl {
         }
     }
 
-    /// Handles a submitted line; returns whether to exit.
+    /// Handles a submitted line; returns whether to exit. A command that fails says why and
+    /// the prompt returns.
     async fn line(&mut self, line: String) -> anyhow::Result<bool> {
+        match self.run_line(line).await {
+            Ok(exit) => Ok(exit),
+            Err(e) => {
+                self.say(&self.style.error(&format!("✗ {e:#}")));
+                self.edit();
+                Ok(false)
+            }
+        }
+    }
+
+    async fn run_line(&mut self, line: String) -> anyhow::Result<bool> {
         let text = line.trim().to_owned();
         if text.is_empty() {
             self.edit();
@@ -612,21 +640,40 @@ impl Repl {
                 return Ok(true);
             }
             "/help" => {
+                self.refresh_commands().await;
+                let daemon = self
+                    .commands
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                let row = |name: &str, what: &str| {
+                    format!("  {} {what}\n", s.bold(&format!("{name:<13}")))
+                };
                 let mut out = String::from("Commands:\n");
-                for (c, d) in CLIENT_COMMANDS.iter().chain(DAEMON_COMMANDS) {
-                    out.push_str(&format!("  {:<13} {}\n", s.bold(c), d));
+                for (c, d) in CLIENT_COMMANDS {
+                    out.push_str(&row(c, d));
                 }
-                out.push_str(&format!(
-                    "  {:<13} {}\n",
-                    s.bold("#note"),
-                    "remember a note for this project"
-                ));
+                for c in daemon.iter().filter(|c| c.source == "builtin") {
+                    out.push_str(&row(&format!("/{}", c.name), &c.description));
+                }
+                out.push_str(&row("#note", "remember a note for this project"));
+                let custom: Vec<_> = daemon.iter().filter(|c| c.source != "builtin").collect();
+                if custom.is_empty() {
+                    out.push_str("Custom commands: none (add .claude/commands/NAME.md)\n");
+                } else {
+                    out.push_str("Custom commands:\n");
+                    for c in custom {
+                        out.push_str(&row(
+                            &format!("/{}", c.name),
+                            &format!("{} {}", c.description, s.dim(&format!("({})", c.source))),
+                        ));
+                    }
+                }
                 out.push_str(
                     "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
                      · Shift+Tab cycles the permission mode · Ctrl+V pastes a clipboard image \
                      · Ctrl+C cancels a turn · Ctrl+D detaches\n",
                 );
-                out.push_str("Custom commands from .claude/commands/ run as /name.\n");
                 self.print(&out);
             }
             "/thinking" => {
@@ -676,11 +723,20 @@ impl Repl {
                 }
             }
             "/permissions" => {
+                match self
+                    .conn
+                    .client
+                    .permission_rules(self.session.id.clone())
+                    .await
+                {
+                    Ok(rules) => self.print(&crate::render::rules(&rules, s)),
+                    Err(e) => self.say(&s.error(&format!("cannot read the rules: {e}"))),
+                }
                 if self.pending.is_empty() {
                     self.say(&s.dim("no pending permission requests"));
                 }
                 for (id, tool, preview) in self.pending.clone() {
-                    self.say(&format!("{id}  {tool}: {preview}"));
+                    self.say(&format!("pending {id}  {tool}: {preview}"));
                 }
             }
             "/allow" | "/deny" => {
@@ -732,6 +788,22 @@ impl Repl {
                     self.switch(summary.session_id).await?;
                     return Ok(false);
                 }
+            }
+            "/attach" => {
+                let observe = arg.split_whitespace().any(|a| a == "--observe");
+                let Some(id) = arg.split_whitespace().find(|a| !a.starts_with("--")) else {
+                    self.say(&s.dim("/attach <id or prefix> [--observe]  (/sessions lists them)"));
+                    self.edit();
+                    return Ok(false);
+                };
+                let summary = crate::commands::resolve(&self.conn, id).await?;
+                let role = if observe {
+                    Role::Observer
+                } else {
+                    Role::Controller
+                };
+                self.switch_as(summary.session_id, role).await?;
+                return Ok(false);
             }
             "/fork" => {
                 let forked = self
@@ -808,7 +880,13 @@ impl Repl {
 
     /// Switches to another session (the old one stays in the daemon).
     async fn switch(&mut self, id: SessionId) -> anyhow::Result<()> {
-        let sub = subscribe(&self.conn, &id, self.role, Since::Seq(0)).await?;
+        self.switch_as(id, self.role).await
+    }
+
+    /// Switches to another session in `role`.
+    async fn switch_as(&mut self, id: SessionId, role: Role) -> anyhow::Result<()> {
+        let sub = subscribe(&self.conn, &id, role, Since::Seq(0)).await?;
+        self.role = role;
         let old = std::mem::replace(
             &mut self.session,
             Session {
@@ -825,6 +903,7 @@ impl Repl {
         self.waiting_turn = None;
         self.say(&self.style.dim(&format!("session {}", self.session.id)));
         self.refresh_status().await;
+        self.refresh_commands().await;
         Ok(())
     }
 

@@ -18,7 +18,9 @@ mod title;
 mod tool;
 mod turn;
 
-pub use commands::{BUILTIN as BUILTIN_COMMANDS, SlashCommand, parse as parse_command};
+pub use commands::{
+    BUILTIN as BUILTIN_COMMANDS, SlashCommand, list as list_commands, parse as parse_command,
+};
 pub use dispatch::{Call, INTERRUPTED};
 pub use history::{History, MISSING_RESULT, SUMMARY_PREFIX};
 pub use input::{MAX_IMAGE_BYTES, Processed, mentions, process as process_input};

@@ -141,6 +141,21 @@ pub trait TetherRpc {
         #[argument(rename = "sessionId")] session_id: SessionId,
     ) -> RpcResult<Vec<serde_json::Value>>;
 
+    /// The slash commands the daemon runs for a session: built-in, then the project's and the
+    /// user's custom commands.
+    #[method(name = "session/commands", param_kind = map)]
+    async fn session_commands(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+    ) -> RpcResult<Vec<CommandInfo>>;
+
+    /// The permission mode and rules in effect for a session, each rule with its source.
+    #[method(name = "permission/rules", param_kind = map)]
+    async fn permission_rules(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+    ) -> RpcResult<PermissionRules>;
+
     /// Replays a session's events after `since`, then `replay_complete`, then live events, as
     /// `session/event` notifications.
     #[subscription(

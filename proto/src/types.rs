@@ -529,6 +529,44 @@ pub enum NoControllerAction {
     Allow,
 }
 
+/// A slash command a session understands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandInfo {
+    /// Its name without the slash (`a:b` for `.claude/commands/a/b.md`).
+    pub name: String,
+    /// What it does (a custom command's `description`, else its first line).
+    pub description: String,
+    /// `builtin`, `project` or `user`.
+    pub source: String,
+}
+
+/// One permission rule in effect, and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleEntry {
+    /// `allow`, `ask` or `deny`.
+    pub kind: String,
+    /// As written, e.g. `Bash(npm run test:*)`.
+    pub rule: String,
+    /// A settings file's path, `session` (answered "don't ask again"), or this turn's options.
+    pub source: String,
+}
+
+/// Result of `permission/rules`: what decides a session's tool calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionRules {
+    /// The session's permission mode.
+    pub mode: PermissionMode,
+    /// Deny rules first, then ask, then allow (the order they are checked in).
+    pub rules: Vec<RuleEntry>,
+    /// Directories besides the session's cwd that tools may touch.
+    pub additional_directories: Vec<String>,
+    /// Rules that could not be read, each naming its file.
+    pub problems: Vec<String>,
+}
+
 /// Result of `permission/respond`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

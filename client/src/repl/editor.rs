@@ -5,7 +5,7 @@
 
 use super::paste::{Keys, Pasted};
 use super::prompt::{Status, TetherPrompt};
-use super::{CLIENT_COMMANDS, DAEMON_COMMANDS, Input};
+use super::{CLIENT_COMMANDS, DaemonCommands, Input};
 use reedline::{
     ColumnarMenu, Completer, Emacs, FileBackedHistory, KeyCode, KeyModifiers, MenuBuilder,
     Reedline, ReedlineEvent, ReedlineMenu, Signal, Span, Suggestion, ValidationResult, Validator,
@@ -37,6 +37,8 @@ pub struct Setup {
     pub input: UnboundedSender<Input>,
     /// What the paste placeholders in the line stand for.
     pub pasted: Arc<Mutex<Pasted>>,
+    /// The daemon's commands, for completion.
+    pub commands: DaemonCommands,
 }
 
 /// `<data dir>/history/<hash of the project directory>`: one history per project.
@@ -55,6 +57,7 @@ const NEXT_MODE: &str = "\u{1}next-mode";
 /// Completes `/commands` at the start of the line and `@paths` anywhere.
 struct Complete {
     cwd: PathBuf,
+    commands: DaemonCommands,
 }
 
 impl Completer for Complete {
@@ -67,13 +70,21 @@ impl Completer for Complete {
         let word = &before[start..];
         let span = Span::new(start, pos);
         if start == 0 && word.starts_with('/') {
+            let daemon: Vec<(String, String)> = self
+                .commands
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|c| (format!("/{}", c.name), c.description.clone()))
+                .collect();
             return CLIENT_COMMANDS
                 .iter()
-                .chain(DAEMON_COMMANDS)
+                .map(|(c, d)| ((*c).to_owned(), (*d).to_owned()))
+                .chain(daemon)
                 .filter(|(c, _)| c.starts_with(word))
                 .map(|(c, d)| Suggestion {
-                    value: (*c).to_owned(),
-                    description: Some((*d).to_owned()),
+                    value: c,
+                    description: Some(d),
                     span,
                     append_whitespace: true,
                     ..Default::default()
@@ -163,7 +174,10 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
     let menu = ColumnarMenu::default().with_name("completion");
     let mut editor = Reedline::create()
         .with_history(Box::new(history))
-        .with_completer(Box::new(Complete { cwd: setup.cwd }))
+        .with_completer(Box::new(Complete {
+            cwd: setup.cwd,
+            commands: setup.commands,
+        }))
         .with_menu(ReedlineMenu::EngineCompleter(Box::new(menu)))
         .with_edit_mode(Box::new(Keys::new(
             Emacs::new(keys),

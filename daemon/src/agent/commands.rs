@@ -107,6 +107,86 @@ fn custom(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<Sla
     })
 }
 
+/// The slash commands a session in `cwd` has: the built-in ones, then the custom ones of the
+/// project and of the user (a project command hides a user command of the same name), by name.
+pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
+    let builtin = [
+        ("clear", "start the conversation over"),
+        ("compact", "[instructions]: summarize to free context"),
+        ("model", "[name]: show or set the model"),
+        ("cost", "tokens and cost of this session"),
+    ];
+    let mut out: Vec<tether_proto::CommandInfo> = builtin
+        .iter()
+        .map(|(name, description)| tether_proto::CommandInfo {
+            name: (*name).to_owned(),
+            description: (*description).to_owned(),
+            source: "builtin".into(),
+        })
+        .collect();
+    let mut custom: Vec<tether_proto::CommandInfo> = Vec::new();
+    let roots = [
+        (Some(cwd.join(".claude/commands")), "project"),
+        (home.map(|h| h.join(".claude/commands")), "user"),
+    ];
+    for (root, source) in roots {
+        let Some(root) = root else { continue };
+        let mut found = Vec::new();
+        collect(&root, &root, 0, &mut found);
+        for (name, path) in found {
+            if out.iter().chain(&custom).any(|c| c.name == name) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let (front, body) = frontmatter(&text);
+            let description = front
+                .iter()
+                .find(|(k, _)| k == "description")
+                .map(|(_, v)| v.trim_matches('"').to_owned())
+                .filter(|v| !v.is_empty())
+                .or_else(|| {
+                    body.lines()
+                        .map(str::trim)
+                        .find(|l| !l.is_empty())
+                        .map(|l| l.chars().take(60).collect())
+                })
+                .unwrap_or_default();
+            custom.push(tether_proto::CommandInfo {
+                name,
+                description,
+                source: source.into(),
+            });
+        }
+    }
+    custom.sort_by(|a, b| a.name.cmp(&b.name));
+    out.extend(custom);
+    out
+}
+
+/// `*.md` under `dir` as command names (`a/b.md` → `a:b`), a few levels deep.
+fn collect(root: &Path, dir: &Path, depth: usize, out: &mut Vec<(String, PathBuf)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() && depth < 3 {
+            collect(root, &path, depth + 1, out);
+        } else if path.extension().is_some_and(|e| e == "md")
+            && let Ok(rel) = path.with_extension("").strip_prefix(root)
+        {
+            let name: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            let name = name.join(":");
+            if !name.contains(char::is_whitespace) {
+                out.push((name, path));
+            }
+        }
+    }
+}
+
 /// `---` frontmatter as `key: value` pairs, and the rest.
 fn frontmatter(text: &str) -> (Vec<(String, String)>, &str) {
     let Some(rest) = text
@@ -179,6 +259,63 @@ mod tests {
                 model: Some("opus".into()),
                 allowed_tools: Some(vec!["Read".into(), "Bash".into()]),
             })
+        );
+    }
+
+    #[test]
+    fn the_list_has_builtins_then_project_commands_hiding_user_ones() {
+        let project = tempfile::tempdir().expect("tempdir");
+        let home = tempfile::tempdir().expect("tempdir");
+        let write = |root: &Path, rel: &str, text: &str| {
+            let path = root.join(".claude/commands").join(rel);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        write(
+            project.path(),
+            "git/review.md",
+            "---\ndescription: Review a branch\n---\nReview $1.\n",
+        );
+        write(
+            project.path(),
+            "deploy.md",
+            "\n  Deploy to staging, then check the health page.\n",
+        );
+        write(
+            home.path(),
+            "deploy.md",
+            "---\ndescription: the user's deploy\n---\nx\n",
+        );
+        write(
+            home.path(),
+            "standup.md",
+            "Summarize yesterday's commits.\n",
+        );
+        write(home.path(), "notes.txt", "not a command");
+        let list = list(project.path(), Some(home.path()));
+        let got: Vec<(&str, &str, &str)> = list
+            .iter()
+            .map(|c| (c.name.as_str(), c.description.as_str(), c.source.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("clear", "start the conversation over", "builtin"),
+                (
+                    "compact",
+                    "[instructions]: summarize to free context",
+                    "builtin"
+                ),
+                ("model", "[name]: show or set the model", "builtin"),
+                ("cost", "tokens and cost of this session", "builtin"),
+                (
+                    "deploy",
+                    "Deploy to staging, then check the health page.",
+                    "project"
+                ),
+                ("git:review", "Review a branch", "project"),
+                ("standup", "Summarize yesterday's commits.", "user"),
+            ]
         );
     }
 }

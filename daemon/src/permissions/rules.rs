@@ -43,6 +43,8 @@ pub struct Rule {
     pub tool: String,
     /// Its specifier.
     pub spec: Specifier,
+    /// Where it was written (a settings file, `session`, …); empty until added to a set.
+    pub source: String,
 }
 
 /// Lexically resolves `.` and `..`.
@@ -109,6 +111,7 @@ impl Rule {
             text: t.to_owned(),
             tool: tool.to_owned(),
             spec,
+            source: String::new(),
         })
     }
 

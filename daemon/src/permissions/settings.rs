@@ -35,11 +35,14 @@ impl RuleSet {
     ) {
         for text in texts {
             match Rule::parse(text, base, home) {
-                Ok(rule) => match kind {
-                    "allow" => self.allow.push(rule),
-                    "ask" => self.ask.push(rule),
-                    _ => self.deny.push(rule),
-                },
+                Ok(mut rule) => {
+                    rule.source = source.to_owned();
+                    match kind {
+                        "allow" => self.allow.push(rule),
+                        "ask" => self.ask.push(rule),
+                        _ => self.deny.push(rule),
+                    }
+                }
                 Err(why) => self
                     .problems
                     .push(format!("{source}: permission rule {text:?} ignored: {why}")),

@@ -371,6 +371,23 @@ impl TetherRpcServer for RpcApi {
             .pending_permissions)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/commands"))]
+    async fn session_commands(&self, session_id: SessionId) -> RpcResult<Vec<CommandInfo>> {
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let cwd = handle.summary().await.map_err(rpc_error)?.cwd;
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        Ok(crate::agent::list_commands(
+            std::path::Path::new(&cwd),
+            home.as_deref(),
+        ))
+    }
+
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/rules"))]
+    async fn permission_rules(&self, session_id: SessionId) -> RpcResult<PermissionRules> {
+        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        handle.rules().await.map_err(rpc_error)
+    }
+
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/subscribe"))]
     async fn session_subscribe(
         &self,

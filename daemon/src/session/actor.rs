@@ -84,6 +84,9 @@ enum Command {
     Snapshot {
         reply: oneshot::Sender<SessionSnapshot>,
     },
+    Rules {
+        reply: oneshot::Sender<tether_proto::PermissionRules>,
+    },
     StartTurn {
         input: Vec<InputItem>,
         client_turn_id: Option<String>,
@@ -226,6 +229,11 @@ impl SessionHandle {
     /// The session's full snapshot (totals, running turn).
     pub async fn snapshot(&self) -> Result<SessionSnapshot, SessionError> {
         self.call(|reply| Command::Snapshot { reply }).await
+    }
+
+    /// The permission mode and rules in effect, each with its source.
+    pub async fn rules(&self) -> Result<tether_proto::PermissionRules, SessionError> {
+        self.call(|reply| Command::Rules { reply }).await
     }
 
     /// Starts (or queues) a turn; a repeated `client_turn_id` returns the turn it started.
@@ -809,6 +817,33 @@ impl SessionActor {
                     usage: self.history.usage,
                     cost_usd: self.history.cost_usd,
                     running_turn: self.running.as_ref().map(|r| r.turn_id.clone()),
+                });
+            }
+            Command::Rules { reply } => {
+                let rules = self.rules();
+                let entries = [
+                    ("deny", &rules.deny),
+                    ("ask", &rules.ask),
+                    ("allow", &rules.allow),
+                ]
+                .into_iter()
+                .flat_map(|(kind, list)| {
+                    list.iter().map(move |r| tether_proto::RuleEntry {
+                        kind: kind.into(),
+                        rule: r.text.clone(),
+                        source: r.source.clone(),
+                    })
+                })
+                .collect();
+                let _ = reply.send(tether_proto::PermissionRules {
+                    mode: self.record.permission_mode,
+                    rules: entries,
+                    additional_directories: rules
+                        .additional_dirs
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect(),
+                    problems: rules.problems,
                 });
             }
             Command::StartTurn {

@@ -415,3 +415,56 @@ fn an_unattended_session_follows_its_no_controller_policy() -> anyhow::Result<()
     );
     Ok(())
 }
+
+#[test]
+fn the_rules_in_effect_are_listed_with_where_each_comes_from() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of(echo_turn()))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let settings = daemon.workdir().join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().context("dir")?)?;
+    std::fs::write(
+        &settings,
+        r#"{"permissions": {"allow": ["Edit(src/**)"], "deny": ["Read(./.env)", "Bash(oops"]}}"#,
+    )?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
+    c.watch(&session)?;
+    c.start_turn(&session, "echo")?;
+    let req = c
+        .events_until("permission_requested")?
+        .last()
+        .context("req")?["data"]
+        .clone();
+    c.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": req["requestId"], "decision": "allow_session"}),
+    )?;
+    c.events_until("turn_ended")?;
+
+    let rules = c.call("permission/rules", json!({"sessionId": session}))?;
+    assert_eq!(rules["mode"], "default");
+    let file = settings.display().to_string();
+    assert_eq!(
+        rules["rules"],
+        json!([
+            {"kind": "deny", "rule": "Read(./.env)", "source": file},
+            {"kind": "allow", "rule": "Edit(src/**)", "source": file},
+            {"kind": "allow", "rule": "Bash(echo from-the-tool:*)", "source": "session"},
+        ])
+    );
+    let problems = rules["problems"].as_array().context("problems")?;
+    assert!(
+        problems.len() == 1
+            && problems[0]
+                .as_str()
+                .is_some_and(|p| p.contains(&file) && p.contains("Bash(oops")),
+        "{problems:?}"
+    );
+
+    let unknown = c.request(
+        "permission/rules",
+        json!({"sessionId": "00000000-0000-0000-0000-000000000000"}),
+    )?;
+    assert!(unknown["error"]["message"].is_string(), "{unknown}");
+    Ok(())
+}

@@ -147,6 +147,12 @@ fn echo_script(reply: &str) -> Script {
 fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow::Result<()> {
     let fake = Fake::start(echo_script("All **done** here."))?;
     let daemon = Daemon::start_with(fake.env())?;
+    let commands = daemon.workdir().join(".claude/commands");
+    std::fs::create_dir_all(&commands)?;
+    std::fs::write(
+        commands.join("review.md"),
+        "---\ndescription: Review the staged changes\n---\nReview them.\n",
+    )?;
     let mut a = tether(&daemon, &[])?;
     a.want("› ")?;
     a.send_line("run the echo")?;
@@ -159,6 +165,17 @@ fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow:
     a.want("All done here.")?;
     a.want("─ end_turn")?;
     a.want("› ")?;
+    // Client commands: the daemon's custom commands in /help, the rules in effect, and a
+    // failing command that says why and keeps the prompt.
+    a.send_line("/help")?;
+    a.want("/review")?;
+    a.want("Review the staged changes (project)")?;
+    a.send_line("/permissions")?;
+    a.want("mode default")?;
+    a.send_line("/resume no-such-session")?;
+    a.want("✗")?;
+    a.send_line("/status")?;
+    a.want("model ")?;
     a.send([4u8])?;
     a.want("detached")?;
 
