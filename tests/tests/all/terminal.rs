@@ -18,12 +18,24 @@ struct Pty {
     typed: std::sync::mpsc::Sender<Vec<u8>>,
     /// How far `want` has read.
     at: usize,
+    pid: i32,
+}
+
+impl Drop for Pty {
+    /// The client goes with the test: left running, it would start a daemon of its own once
+    /// the test's daemon is gone.
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &self.pid.to_string()])
+            .status();
+    }
 }
 
 impl Pty {
     fn spawn(cmd: std::process::Command) -> anyhow::Result<Self> {
         let mut session = Session::spawn(cmd)?;
         session.get_process_mut().set_window_size(100, 30)?;
+        let pid = session.get_process().pid().as_raw();
         let shown = Arc::new(Mutex::new((String::new(), false)));
         let (typed, keys) = std::sync::mpsc::channel::<Vec<u8>>();
         let out = shown.clone();
@@ -31,8 +43,14 @@ impl Pty {
             let mut buf = [0u8; 4096];
             let mut tail = String::new();
             loop {
-                while let Ok(bytes) = keys.try_recv() {
-                    let _ = session.send(bytes);
+                loop {
+                    match keys.try_recv() {
+                        Ok(bytes) => {
+                            let _ = session.send(bytes);
+                        }
+                        Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                        Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+                    }
                 }
                 match session.try_read(&mut buf) {
                     Ok(0) => break,
@@ -67,6 +85,7 @@ impl Pty {
             shown,
             typed,
             at: 0,
+            pid,
         })
     }
 
