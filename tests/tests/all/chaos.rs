@@ -372,8 +372,8 @@ fn chaos_kills_lose_nothing_any_client_was_shown() -> anyhow::Result<()> {
         );
     }
     println!(
-        "chaos: {secs} s, {daemon_kills} daemon kills ({recovered} mid-turn) and {client_kills} \
-         client kills survived, {} events shown to clients, {verified} checks against the log \
+        "chaos: {secs} s, {daemon_kills} daemon kills ({recovered} turns cut off and recovered) and \
+         {client_kills} client kills survived, {} events shown to clients, {verified} checks against the log \
          after restarts, {} API requests valid, 0 lost",
         shared.events.load(Ordering::Relaxed),
         requests.len()
