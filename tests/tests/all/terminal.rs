@@ -11,8 +11,8 @@ use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake, bin};
 
 /// A program in a pseudo-terminal. A thread reads everything it prints (answering the cursor
-/// position queries the line editor makes, as a real terminal would) while the test waits for
-/// text and types.
+/// position and device attribute queries the line editor makes, as a real terminal would)
+/// while the test waits for text and types.
 struct Pty {
     shown: Arc<Mutex<(String, bool)>>,
     typed: std::sync::mpsc::Sender<Vec<u8>>,
@@ -57,9 +57,17 @@ impl Pty {
                     Ok(n) => {
                         let text = String::from_utf8_lossy(&buf[..n]).into_owned();
                         tail.push_str(&text);
-                        while let Some(i) = tail.find("\x1b[6n") {
-                            let _ = session.send("\x1b[1;1R");
-                            tail.drain(..i + 4);
+                        // Cursor position and primary device attributes (asked before
+                        // the keyboard protocol is chosen), answered as a VT100 would.
+                        loop {
+                            let cursor = tail.find("\x1b[6n").map(|i| (i, "\x1b[1;1R"));
+                            let device = tail.find("\x1b[c").map(|i| (i, "\x1b[?1;2c"));
+                            let Some((i, answer)) = [cursor, device].into_iter().flatten().min()
+                            else {
+                                break;
+                            };
+                            let _ = session.send(answer);
+                            tail.drain(..i + 3);
                         }
                         if tail.len() > 8 {
                             let keep = tail.len() - 8;
