@@ -130,6 +130,42 @@ pub fn partial_key_argument(partial: &str) -> String {
     String::new()
 }
 
+/// A line of a program's output as one terminal row shows it: what follows the last `\r` (a
+/// progress bar's latest state), without escape sequences or control characters, tabs as
+/// spaces — so the live area's height is what it counts.
+fn printable(line: &str) -> String {
+    let line = line.rsplit('\r').find(|l| !l.is_empty()).unwrap_or("");
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => {
+                // CSI: ESC [ params final-byte; OSC: ESC ] … BEL or ESC \; other escapes: ESC
+                // and one more character.
+                if chars.next_if_eq(&'[').is_some() {
+                    for p in chars.by_ref() {
+                        if ('@'..='~').contains(&p) {
+                            break;
+                        }
+                    }
+                } else if chars.next_if_eq(&']').is_some() {
+                    while let Some(p) = chars.next() {
+                        if p == '\x07' || (p == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                } else {
+                    chars.next();
+                }
+            }
+            '\t' => out.push_str("    "),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// `4 s`, `1 m 05 s`.
 fn elapsed(d: std::time::Duration) -> String {
     let secs = d.as_secs();
@@ -295,11 +331,14 @@ impl View {
                 chunk,
             } => {
                 if let Some(tool) = self.running.iter_mut().find(|t| &t.id == tool_call_id) {
-                    for line in chunk.lines().filter(|l| !l.trim().is_empty()) {
+                    for line in chunk.lines().map(printable) {
+                        if line.trim().is_empty() {
+                            continue;
+                        }
                         if tool.tail.len() == TAIL_LINES {
                             tool.tail.pop_front();
                         }
-                        tool.tail.push_back(line.to_owned());
+                        tool.tail.push_back(line);
                     }
                 }
             }
@@ -566,16 +605,17 @@ impl View {
     /// A tool result: its first lines, then how many more.
     fn folded(&self, text: &str, is_error: bool) -> String {
         let s = self.style;
-        let lines: Vec<&str> = text.lines().collect();
+        // Tool output never drives the terminal: escapes and control characters are dropped.
+        let lines: Vec<String> = text.lines().map(printable).collect();
         let mut out = String::new();
         for (i, line) in lines.iter().take(RESULT_LINES).enumerate() {
             let lead = if i == 0 { "  ⎿ " } else { "    " };
             let width = s.width.saturating_sub(4).max(20);
-            let shown: String = if unicode_width::UnicodeWidthStr::width(*line) > width {
+            let shown: String = if unicode_width::UnicodeWidthStr::width(line.as_str()) > width {
                 let cut: String = line.chars().take(width.saturating_sub(1)).collect();
                 format!("{cut}…")
             } else {
-                (*line).to_owned()
+                line.clone()
             };
             let shown = if is_error { s.error(&shown) } else { shown };
             out.push_str(&format!("{lead}{shown}\n"));
@@ -595,7 +635,7 @@ impl View {
     /// An Edit's unified diff, coloured.
     fn diff(&self, diff: &str) -> String {
         let s = self.style;
-        let lines: Vec<&str> = diff.lines().collect();
+        let lines: Vec<String> = diff.lines().map(printable).collect();
         let mut out = String::new();
         for line in lines.iter().take(DIFF_LINES) {
             let shown = if line.starts_with("+++") || line.starts_with("---") {

@@ -285,3 +285,16 @@ fn partial_tool_input_shows_its_key_argument_so_far() {
     );
     assert_eq!(partial_key_argument("{\"command\": \"ls\"}"), "ls");
 }
+
+#[test]
+fn tool_output_in_the_live_area_is_one_plain_row_per_line() {
+    assert_eq!(
+        printable("\x1b[1;32m   Compiling\x1b[0m tether\tv0.1"),
+        "   Compiling tether    v0.1"
+    );
+    assert_eq!(printable("10%\r55%\r100% done\r"), "100% done");
+    assert_eq!(
+        printable("bell\x07 and \x1b]0;title\x07x\x1b]8;;u\x1b\\y"),
+        "bell and xy"
+    );
+}
