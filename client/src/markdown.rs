@@ -47,9 +47,13 @@ impl Markdown {
         }
     }
 
-    /// Adds streamed text; returns the rendered lines it completed.
+    /// Adds streamed text; returns the rendered lines it completed. Control characters other
+    /// than newlines and tabs are dropped: the model's text never drives the terminal.
     pub fn push(&mut self, text: &str) -> String {
-        self.partial.push_str(text);
+        self.partial.extend(
+            text.chars()
+                .filter(|c| !c.is_control() || *c == '\n' || *c == '\t'),
+        );
         let mut out = String::new();
         while let Some(at) = self.partial.find('\n') {
             let line: String = self.partial.drain(..=at).collect();

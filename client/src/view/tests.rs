@@ -298,3 +298,18 @@ fn tool_output_in_the_live_area_is_one_plain_row_per_line() {
         "bell and xy"
     );
 }
+
+#[test]
+fn reply_text_cannot_drive_the_terminal() {
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(1)));
+    let out = view.feed(&at(
+        1,
+        "2026-12-01T10:00:00Z",
+        EventKind::TextDelta {
+            index: 0,
+            text: "\u{1b}[2J\u{1b}]0;pwned\u{7}clean\r\n".into(),
+        },
+    ));
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert!(out.contains("clean"), "{out:?}");
+}
