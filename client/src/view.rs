@@ -63,22 +63,25 @@ pub struct View {
     turn_since: Option<std::time::SystemTime>,
 }
 
+/// Input fields worth showing for a tool call, in order of preference.
+const KEY_FIELDS: [&str; 9] = [
+    "command",
+    "file_path",
+    "notebook_path",
+    "pattern",
+    "url",
+    "path",
+    "description",
+    "bash_id",
+    "shell_id",
+];
+
 /// The argument worth showing for a tool call.
 pub fn key_argument(input: &Value) -> String {
-    let key = [
-        "command",
-        "file_path",
-        "notebook_path",
-        "pattern",
-        "url",
-        "path",
-        "description",
-        "bash_id",
-        "shell_id",
-    ]
-    .iter()
-    .find_map(|k| input[*k].as_str())
-    .unwrap_or("");
+    let key = KEY_FIELDS
+        .iter()
+        .find_map(|k| input[*k].as_str())
+        .unwrap_or("");
     let line = key.lines().next().unwrap_or("");
     if line.chars().count() > 80 {
         format!("{}…", line.chars().take(79).collect::<String>())
@@ -93,15 +96,7 @@ pub fn partial_key_argument(partial: &str) -> String {
     if let Ok(input) = serde_json::from_str::<Value>(partial) {
         return key_argument(&input);
     }
-    for key in [
-        "command",
-        "file_path",
-        "notebook_path",
-        "pattern",
-        "url",
-        "path",
-        "description",
-    ] {
+    for key in KEY_FIELDS {
         let Some(at) = partial.find(&format!("\"{key}\"")) else {
             continue;
         };
@@ -173,22 +168,6 @@ fn elapsed(d: std::time::Duration) -> String {
         format!("{secs} s")
     } else {
         format!("{} m {:02} s", secs / 60, secs % 60)
-    }
-}
-
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .map(|b| match b["type"].as_str() {
-                Some("text") => b["text"].as_str().unwrap_or("").to_owned(),
-                Some(other) => format!("[{other}]"),
-                None => String::new(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        other => other.to_string(),
     }
 }
 
@@ -457,7 +436,9 @@ impl View {
                     .filter(|_| !is_error);
                 match diff {
                     Some(diff) => out.push_str(&self.diff(diff)),
-                    None => out.push_str(&self.folded(&text_of(content), *is_error)),
+                    None => {
+                        out.push_str(&self.folded(&tether_proto::content_text(content), *is_error))
+                    }
                 }
             }
             EventKind::PermissionRequested { tool, preview, .. } => {

@@ -357,6 +357,24 @@ pub enum EventKind {
     },
 }
 
+/// A tool result's or message's `content` as text: a string as it is, content blocks as their
+/// text with `[image]`-style markers for the rest, one block per line.
+pub fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(|b| match b["type"].as_str() {
+                Some("text") => b["text"].as_str().unwrap_or("").to_owned(),
+                Some(other) => format!("[{other}]"),
+                None => String::new(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => other.to_string(),
+    }
+}
+
 impl EventKind {
     /// The wire `type` string.
     pub fn type_name(&self) -> &'static str {

@@ -13,7 +13,7 @@ pub mod rpc;
 pub mod types;
 
 pub use error::ErrorCode;
-pub use event::{Event, EventKind};
+pub use event::{Event, EventKind, content_text};
 pub use ids::{ConnectionId, Epoch, Seq, SessionId, TurnId};
 pub use rpc::{TetherRpcClient, TetherRpcServer};
 pub use types::*;

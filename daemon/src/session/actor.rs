@@ -1067,6 +1067,13 @@ impl SessionActor {
         rules
     }
 
+    /// Holds the turn's call until `request_id` is answered.
+    fn await_answer(&mut self, request_id: String, waiting: Waiting) {
+        self.waiting.insert(request_id, waiting);
+        self.set_status(SessionStatus::AwaitingPermission);
+        self.apply_no_controller_policy();
+    }
+
     fn authorize(
         &mut self,
         turn_id: TurnId,
@@ -1087,7 +1094,7 @@ impl SessionActor {
             });
         if let Some((request_id, rule)) = logged {
             // A request an earlier daemon logged (the turn was resumed) stays open as it was.
-            self.waiting.insert(
+            self.await_answer(
                 request_id,
                 Waiting {
                     turn_id,
@@ -1095,8 +1102,6 @@ impl SessionActor {
                     reply,
                 },
             );
-            self.set_status(SessionStatus::AwaitingPermission);
-            self.apply_no_controller_policy();
             return;
         }
         let rules = self.rules();
@@ -1163,7 +1168,7 @@ impl SessionActor {
                     let _ = reply.send(Err(SinkError(e.to_string())));
                     return;
                 }
-                self.waiting.insert(
+                self.await_answer(
                     request_id,
                     Waiting {
                         turn_id,
@@ -1171,8 +1176,6 @@ impl SessionActor {
                         reply,
                     },
                 );
-                self.set_status(SessionStatus::AwaitingPermission);
-                self.apply_no_controller_policy();
                 let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
                 let hooks = crate::hooks::Hooks::load(
                     std::path::Path::new(&self.record.cwd),

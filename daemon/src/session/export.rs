@@ -23,22 +23,6 @@ fn fence(text: &str) -> String {
     format!("{ticks}\n{}\n{ticks}\n", text.trim_end())
 }
 
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .map(|b| match b["type"].as_str() {
-                Some("text") => b["text"].as_str().unwrap_or("").to_owned(),
-                Some(other) => format!("[{other}]"),
-                None => String::new(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        other => other.to_string(),
-    }
-}
-
 /// A readable transcript.
 pub fn markdown(title: &str, cwd: &str, events: &[Event]) -> String {
     let mut out = format!("# {title}\n\nWorking directory: `{cwd}`\n");
@@ -49,7 +33,7 @@ pub fn markdown(title: &str, cwd: &str, events: &[Event]) -> String {
                 out.push_str(&format!(
                     "\n## User — {}\n\n{}\n",
                     &ev.ts,
-                    text_of(&Value::Array(content.clone()))
+                    tether_proto::content_text(&Value::Array(content.clone()))
                 ));
             }
             EventKind::AssistantBlockCompleted { block, .. } => match block["type"].as_str() {
@@ -90,7 +74,7 @@ pub fn markdown(title: &str, cwd: &str, events: &[Event]) -> String {
                 .iter()
                 .find_map(|k| input[*k].as_str())
                 .unwrap_or("");
-                let text = text_of(content);
+                let text = tether_proto::content_text(content);
                 let total = text.lines().count();
                 let mut shown: String = text
                     .lines()

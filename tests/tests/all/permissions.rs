@@ -23,6 +23,23 @@ fn attach(daemon: &Daemon, session: &str, role: &str) -> anyhow::Result<Ndjson> 
     Ok(c)
 }
 
+/// The data of the next permission request `c` sees.
+fn next_request(c: &mut Ndjson) -> anyhow::Result<Value> {
+    Ok(c.events_until("permission_requested")?
+        .last()
+        .context("a permission request")?["data"]
+        .clone())
+}
+
+/// Answers `request` with `answer` (`decision`, optional `message`).
+fn respond(c: &mut Ndjson, session: &str, request: &Value, answer: Value) -> anyhow::Result<Value> {
+    let mut params = json!({"sessionId": session, "requestId": request["requestId"]});
+    if let (Some(p), Some(a)) = (params.as_object_mut(), answer.as_object()) {
+        p.extend(a.clone());
+    }
+    c.call("permission/respond", params)
+}
+
 fn conn_id(c: &mut Ndjson) -> anyhow::Result<Value> {
     Ok(c.call(
         "initialize",
@@ -225,16 +242,9 @@ fn allow_always_is_saved_and_deny_messages_reach_the_model() -> anyhow::Result<(
     c.watch(&session)?;
 
     c.start_turn(&session, "first")?;
-    let req = c
-        .events_until("permission_requested")?
-        .last()
-        .context("req")?["data"]
-        .clone();
+    let req = next_request(&mut c)?;
     assert_eq!(req["rule"], "Bash(echo one:*)");
-    c.call(
-        "permission/respond",
-        json!({"sessionId": session, "requestId": req["requestId"], "decision": "allow_always"}),
-    )?;
+    respond(&mut c, &session, &req, json!({"decision": "allow_always"}))?;
     c.events_until("turn_ended")?;
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(
         daemon.workdir().join(".claude/settings.local.json"),
@@ -254,14 +264,12 @@ fn allow_always_is_saved_and_deny_messages_reach_the_model() -> anyhow::Result<(
     );
 
     c.start_turn(&session, "third")?;
-    let req = c
-        .events_until("permission_requested")?
-        .last()
-        .context("req")?["data"]
-        .clone();
-    c.call(
-        "permission/respond",
-        json!({"sessionId": session, "requestId": req["requestId"], "decision": "deny", "message": "never delete the build dir"}),
+    let req = next_request(&mut c)?;
+    respond(
+        &mut c,
+        &session,
+        &req,
+        json!({"decision": "deny", "message": "never delete the build dir"}),
     )?;
     let events = c.events_until("turn_ended")?;
     let result = events
@@ -430,15 +438,8 @@ fn the_rules_in_effect_are_listed_with_where_each_comes_from() -> anyhow::Result
     let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
     c.watch(&session)?;
     c.start_turn(&session, "echo")?;
-    let req = c
-        .events_until("permission_requested")?
-        .last()
-        .context("req")?["data"]
-        .clone();
-    c.call(
-        "permission/respond",
-        json!({"sessionId": session, "requestId": req["requestId"], "decision": "allow_session"}),
-    )?;
+    let req = next_request(&mut c)?;
+    respond(&mut c, &session, &req, json!({"decision": "allow_session"}))?;
     c.events_until("turn_ended")?;
 
     let rules = c.call("permission/rules", json!({"sessionId": session}))?;
