@@ -62,9 +62,24 @@ impl Markdown {
         out
     }
 
-    /// The line still streaming (not yet rendered), for a live preview.
-    pub fn partial(&self) -> &str {
-        &self.partial
+    /// The line still streaming, rendered as it would be if it ended here (terminal rows, for
+    /// a live preview; empty when nothing is pending). Changes no state.
+    pub fn preview(&self) -> Vec<String> {
+        if self.partial.trim().is_empty() {
+            return Vec::new();
+        }
+        let trimmed = self.partial.trim_start();
+        let rendered = if self.code.is_some() {
+            format!("    {}", self.partial)
+        } else if trimmed.starts_with('|')
+            || trimmed.starts_with("```")
+            || trimmed.starts_with("~~~")
+        {
+            self.partial.clone()
+        } else {
+            self.prose(&self.partial)
+        };
+        rendered.lines().map(str::to_owned).collect()
     }
 
     /// Renders what is left (the block completed).

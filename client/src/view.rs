@@ -253,15 +253,21 @@ impl View {
         }
         lines.truncate(LIVE_LINES);
         if lines.is_empty() {
-            let partial = self.markdown.as_ref().map(|m| m.partial()).unwrap_or("");
-            if partial.trim().is_empty() {
+            let preview = self
+                .markdown
+                .as_ref()
+                .map(|m| m.preview())
+                .unwrap_or_default();
+            if preview.is_empty() {
                 let took = now
                     .duration_since(turn_since)
                     .map(|d| format!(" · {}", elapsed(d)))
                     .unwrap_or_default();
                 lines.push(s.dim(&format!("{spin} working{took} · Ctrl+C cancels")));
             } else {
-                lines.push(fit(partial.to_owned()));
+                // Already wrapped to the width; the last rows of a long paragraph.
+                let skip = preview.len().saturating_sub(LIVE_LINES);
+                lines.extend(preview.into_iter().skip(skip));
             }
         }
         lines

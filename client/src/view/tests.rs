@@ -222,6 +222,21 @@ fn the_live_area_follows_streaming_input_running_tools_and_the_line_being_writte
         view.feed(e);
     }
     assert_eq!(view.live(time("2026-12-01T10:00:01.000Z")), vec!["The **"]);
+    // …and rendered once its markup closes.
+    let mut sent = String::from("# Plan\n\nThe **");
+    for e in events.iter().skip(3 + 2) {
+        if let EventKind::TextDelta { text, .. } = &e.kind {
+            sent.push_str(text);
+            view.feed(e);
+        }
+        if sent.contains("missing*;") {
+            break;
+        }
+    }
+    assert_eq!(
+        view.live(time("2026-12-01T10:00:01.000Z")),
+        vec!["The build fails because `make all` is missing; se"]
+    );
 
     // Bash running: a spinner with the elapsed time and its output's tail, not in the
     // transcript.
