@@ -493,11 +493,18 @@ pub async fn pick_session(socket: &Path, id: &str) -> anyhow::Result<SessionId> 
             s.title.as_deref().unwrap_or("(untitled)")
         );
     }
-    print!("resume which? [1] ");
+    print!("resume which? (number or id) [1] ");
     std::io::stdout().flush()?;
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
-    let n: usize = line.trim().parse().unwrap_or(1);
+    let answer = line.trim();
+    let n: usize = match answer {
+        "" => 1,
+        a => match a.parse() {
+            Ok(n) => n,
+            Err(_) => return Ok(resolve(&conn, a).await?.session_id),
+        },
+    };
     list.sessions
         .get(n.saturating_sub(1))
         .map(|s| s.session_id.clone())

@@ -431,6 +431,7 @@ impl Repl {
             return;
         };
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.title = snapshot.summary.title.clone();
         s.model = snapshot.summary.model.clone();
         s.mode = snapshot.summary.permission_mode.as_str().to_owned();
         s.cost = snapshot.cost_usd;
@@ -692,8 +693,13 @@ impl Repl {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .clone();
+                let title = st
+                    .title
+                    .as_deref()
+                    .map(|t| format!(" — {t}"))
+                    .unwrap_or_default();
                 self.say(&format!(
-                    "session {}\nmodel {} · mode {} · context {} · cost {} · {} other client(s) attached",
+                    "session {}{title}\nmodel {} · mode {} · context {} · cost {} · {} other client(s) attached",
                     self.session.id,
                     st.model,
                     st.mode,

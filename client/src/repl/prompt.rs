@@ -15,6 +15,8 @@ use tether_proto::PermissionDecision;
 /// The session's state, shown right of the prompt.
 #[derive(Debug, Clone, Default)]
 pub struct Status {
+    /// The session's title.
+    pub title: Option<String>,
     /// Model alias or id.
     pub model: String,
     /// Permission mode.

@@ -375,3 +375,36 @@ fn a_running_tool_shows_a_spinner_with_its_time_and_the_tail_of_its_output() -> 
     a.want("detached")?;
     Ok(())
 }
+
+#[test]
+fn tether_r_lists_this_directorys_sessions_and_resumes_the_one_picked() -> anyhow::Result<()> {
+    let daemon = Daemon::start()?;
+    let mut c = daemon.ndjson()?;
+    let cwd = daemon.workdir().display().to_string();
+    for title in ["older work", "newer work"] {
+        c.call("session/new", json!({"cwd": cwd, "title": title}))?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.call("session/new", json!({"cwd": "/tmp", "title": "elsewhere"}))?;
+
+    let mut a = tether(&daemon, &["-r"])?;
+    a.want("1. ")?;
+    a.want("newer work")?;
+    a.want("2. ")?;
+    a.want("older work")?;
+    a.want("resume which?")?;
+    {
+        let shown = a.shown.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(
+            !shown.0.contains("elsewhere"),
+            "only this directory's sessions"
+        );
+    }
+    a.send("2\r")?;
+    a.want("› ")?;
+    a.send_line("/status")?;
+    a.want("older work")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
