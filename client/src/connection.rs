@@ -196,3 +196,26 @@ fn start_daemon(socket: &Path) -> Result<(), ConnectError> {
         ))),
     }
 }
+
+/// A failed call, for people: the daemon's own message for a refused call (with its details),
+/// else what went wrong with the connection.
+pub fn call_error(e: &jsonrpsee::core::client::Error) -> String {
+    match e {
+        jsonrpsee::core::client::Error::Call(obj) => {
+            let data = obj
+                .data()
+                .map(|d| format!(" ({})", d.get().trim_matches('"')))
+                .unwrap_or_default();
+            format!("{}{data}", obj.message())
+        }
+        other => other.to_string(),
+    }
+}
+
+/// An error for people: [`call_error`] for a failed call anywhere in the chain, else the chain.
+pub fn describe(e: &anyhow::Error) -> String {
+    e.chain()
+        .find_map(|cause| cause.downcast_ref::<jsonrpsee::core::client::Error>())
+        .map(call_error)
+        .unwrap_or_else(|| format!("{e:#}"))
+}

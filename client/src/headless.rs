@@ -265,6 +265,12 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
             if format == "stream-json" {
                 writeln!(out, "{raw}")?;
                 out.flush()?;
+            } else if raw["type"] == "notice" && raw["data"]["level"] == "warning" {
+                // (stream-json readers see it in the stream.)
+                eprintln!(
+                    "tether: warning: {}",
+                    raw["data"]["message"].as_str().unwrap_or_default()
+                );
             }
             if raw["turnId"] != turn {
                 continue;
@@ -310,6 +316,13 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                             Some("headless run: nobody can approve this call; allow it with --allowedTools, a permission rule or --permission-mode".into()),
                         ),
                     };
+                    if decision == PermissionDecision::Deny && format != "stream-json" {
+                        eprintln!(
+                            "tether: denied {}: {}",
+                            data["tool"].as_str().unwrap_or("a tool call"),
+                            message.as_deref().unwrap_or("refused")
+                        );
+                    }
                     conn.client
                         .permission_respond(session.clone(), request_id, decision, message)
                         .await?;

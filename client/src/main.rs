@@ -247,7 +247,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tether: {e:#}");
+            eprintln!("tether: {}", connection::describe(&e));
             ExitCode::FAILURE
         }
     }

@@ -568,7 +568,11 @@ impl Repl {
                 self.say(&self.style.dim(&format!("  already answered by {who}")));
             }
             Ok(_) => {}
-            Err(e) => self.say(&self.style.error(&format!("could not answer: {e}"))),
+            Err(e) => self.say(
+                &self
+                    .style
+                    .error(&format!("could not answer: {}", connection::call_error(&e))),
+            ),
         }
         if self.waiting_turn.is_none() {
             self.edit();
@@ -605,7 +609,11 @@ impl Repl {
                 }
             }
             Err(e) => {
-                self.say(&self.style.error(&format!("✗ {e}")));
+                self.say(
+                    &self
+                        .style
+                        .error(&format!("✗ {}", connection::call_error(&e))),
+                );
                 self.edit();
             }
         }
@@ -617,7 +625,7 @@ impl Repl {
         match self.run_line(line).await {
             Ok(exit) => Ok(exit),
             Err(e) => {
-                self.say(&self.style.error(&format!("✗ {e:#}")));
+                self.say(&self.style.error(&format!("✗ {}", connection::describe(&e))));
                 self.edit();
                 Ok(false)
             }
@@ -736,7 +744,10 @@ impl Repl {
                     .await
                 {
                     Ok(rules) => self.print(&crate::render::rules(&rules, s)),
-                    Err(e) => self.say(&s.error(&format!("cannot read the rules: {e}"))),
+                    Err(e) => self.say(&s.error(&format!(
+                        "cannot read the rules: {}",
+                        connection::call_error(&e)
+                    ))),
                 }
                 if self.pending.is_empty() {
                     self.say(&s.dim("no pending permission requests"));
@@ -866,7 +877,10 @@ impl Repl {
                 self.status.lock().unwrap_or_else(|p| p.into_inner()).mode = mode.as_str().into();
                 self.say(&self.style.dim(&format!("mode: {}", mode.as_str())));
             }
-            Err(e) => self.say(&self.style.error(&format!("could not set the mode: {e}"))),
+            Err(e) => self.say(&self.style.error(&format!(
+                "could not set the mode: {}",
+                connection::call_error(&e)
+            ))),
         }
     }
 

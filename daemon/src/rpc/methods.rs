@@ -320,6 +320,14 @@ impl TetherRpcServer for RpcApi {
         if options.max_turns == Some(0) {
             return Err(invalid_params("options.maxTurns must be at least 1"));
         }
+        for rule in &options.allowed_tools {
+            if let Err(why) = crate::permissions::Rule::parse(rule, std::path::Path::new("/"), None)
+            {
+                return Err(invalid_params(format!(
+                    "options.allowedTools: {rule:?} is not a rule: {why}"
+                )));
+            }
+        }
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         let by = self.connections.client_ref(connection_id(ext));
         handle

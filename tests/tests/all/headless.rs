@@ -48,6 +48,37 @@ fn print_mode_json_and_denied_permissions() -> anyhow::Result<()> {
         .context("result")?
         .to_owned();
     assert!(denied.contains("headless run"), "{denied}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("tether: denied Bash: headless run"),
+        "the script is told: {stderr}"
+    );
+    Ok(())
+}
+
+#[test]
+fn print_mode_rejects_bad_options_with_the_daemons_reason() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("never asked")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    for (args, why) in [
+        (
+            vec!["-p", "hi", "--max-turns", "0"],
+            "tether: options.maxTurns must be at least 1\n",
+        ),
+        (
+            vec!["-p", "hi", "--allowedTools", "Read,Bash(git diff"],
+            "tether: options.allowedTools: \"Bash(git diff\" is not a rule: missing the closing parenthesis\n",
+        ),
+    ] {
+        let out = daemon
+            .tether()
+            .current_dir(daemon.workdir())
+            .args(&args)
+            .output()?;
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), why);
+    }
+    assert!(fake.server.message_requests().is_empty(), "no turn ran");
     Ok(())
 }
 
