@@ -43,6 +43,8 @@ pub enum Input {
     Line(String),
     /// Shift+Tab: the next permission mode.
     NextMode,
+    /// Ctrl+T: show or fold thinking.
+    ToggleThinking,
     /// Ctrl+C at the prompt.
     Interrupt,
     /// Ctrl+D, or the editor is gone.
@@ -83,7 +85,7 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
         "/deny",
         "/deny [message]: refuse it (the message goes to the model)",
     ),
-    ("/thinking", "show or fold thinking"),
+    ("/thinking", "show or fold thinking (also Ctrl+T)"),
     ("/export", "/export [file]: Markdown transcript"),
     ("/fork", "a copy of this session to try something else"),
     ("/quit", "detach (the session stays in the daemon)"),
@@ -288,6 +290,11 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                     }
                     Input::NextMode => {
                         repl.next_mode().await;
+                        repl.edit();
+                    }
+                    Input::ToggleThinking => {
+                        let text = repl.view.toggle_thinking();
+                        repl.print(&text);
                         repl.edit();
                     }
                     Input::Interrupt => {
@@ -680,19 +687,15 @@ impl Repl {
                 }
                 out.push_str(
                     "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
-                     · Shift+Tab cycles the permission mode · Ctrl+V pastes a clipboard image \
+                     · Shift+Tab cycles the permission mode · Ctrl+T shows thinking \
+                     · Ctrl+V pastes a clipboard image \
                      · Ctrl+C cancels a turn · Ctrl+D detaches\n",
                 );
                 self.print(&out);
             }
             "/thinking" => {
-                self.view.show_thinking = !self.view.show_thinking;
-                let state = if self.view.show_thinking {
-                    "shown"
-                } else {
-                    "folded"
-                };
-                self.say(&s.dim(&format!("thinking is {state}")));
+                let text = self.view.toggle_thinking();
+                self.print(&text);
             }
             "/status" => {
                 self.refresh_status().await;

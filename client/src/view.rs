@@ -61,6 +61,8 @@ pub struct View {
     running: Vec<RunningTool>,
     /// When the running turn started, if one runs.
     turn_since: Option<std::time::SystemTime>,
+    /// The latest thinking block, shown when thinking is expanded.
+    last_thinking: Option<String>,
 }
 
 /// Input fields worth showing for a tool call, in order of preference.
@@ -193,7 +195,38 @@ impl View {
             inputs: HashMap::new(),
             running: Vec::new(),
             turn_since: None,
+            last_thinking: None,
         }
+    }
+
+    /// Shows or folds thinking; returns what to print: when it opens, the latest thinking
+    /// block, else one line saying the state.
+    pub fn toggle_thinking(&mut self) -> String {
+        let s = self.style;
+        self.show_thinking = !self.show_thinking;
+        if !self.show_thinking {
+            return format!("{}\n", s.dim("thinking is folded"));
+        }
+        match self
+            .last_thinking
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+        {
+            Some(t) => format!(
+                "{}\n{}",
+                s.dim("thinking is shown; the latest:"),
+                self.thinking_lines(t)
+            ),
+            None => format!("{}\n", s.dim("thinking is shown")),
+        }
+    }
+
+    fn thinking_lines(&self, thinking: &str) -> String {
+        let s = self.style;
+        thinking
+            .lines()
+            .map(|line| format!("{}\n", s.dim(&s.italic(line))))
+            .collect()
     }
 
     /// This client's connection changed (a reconnect); the transcript goes on.
@@ -393,7 +426,10 @@ impl View {
             EventKind::AssistantBlockStarted { kind, .. }
                 if kind == "thinking" && !self.show_thinking =>
             {
-                out.push_str(&format!("{}\n", s.dim("✻ Thinking… (/thinking shows it)")));
+                out.push_str(&format!(
+                    "{}\n",
+                    s.dim("✻ Thinking… (Ctrl+T or /thinking shows it)")
+                ));
             }
             EventKind::AssistantBlockCompleted { index, block } => match block["type"].as_str() {
                 Some("text") => {
@@ -405,10 +441,12 @@ impl View {
                         out.push_str(&md.finish());
                     }
                 }
-                Some("thinking") if self.show_thinking => {
-                    for line in block["thinking"].as_str().unwrap_or("").lines() {
-                        out.push_str(&format!("{}\n", s.dim(&s.italic(line))));
+                Some("thinking") => {
+                    let thinking = block["thinking"].as_str().unwrap_or("").to_owned();
+                    if self.show_thinking {
+                        out.push_str(&self.thinking_lines(&thinking));
                     }
+                    self.last_thinking = Some(thinking);
                 }
                 _ => {}
             },

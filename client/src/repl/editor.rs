@@ -1,6 +1,7 @@
 //! The line editor on its own thread (reedline blocks): history per project, multi-line input
 //! (Alt+Enter, or a line ending in `\`), Tab completion of `/commands` and `@paths`, Shift+Tab
-//! for the next permission mode, Esc to clear, folded pastes and Ctrl+V (see `paste.rs`). It
+//! for the next permission mode, Ctrl+T to show thinking, Esc to clear, folded pastes and
+//! Ctrl+V (see `paste.rs`). It
 //! reads one line each time it is asked.
 
 use super::paste::{Keys, Pasted};
@@ -53,6 +54,8 @@ pub fn history_file(data_dir: &Path, cwd: &str) -> PathBuf {
 
 /// Host command Shift+Tab sends.
 const NEXT_MODE: &str = "\u{1}next-mode";
+/// Host command Ctrl+T sends.
+const TOGGLE_THINKING: &str = "\u{1}toggle-thinking";
 
 /// Completes `/commands` at the start of the line and `@paths` anywhere.
 struct Complete {
@@ -159,6 +162,11 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         ReedlineEvent::ExecuteHostCommand(NEXT_MODE.into()),
     );
     keys.add_binding(
+        KeyModifiers::CONTROL,
+        KeyCode::Char('t'),
+        ReedlineEvent::ExecuteHostCommand(TOGGLE_THINKING.into()),
+    );
+    keys.add_binding(
         KeyModifiers::ALT,
         KeyCode::Enter,
         ReedlineEvent::Edit(vec![reedline::EditCommand::InsertNewline]),
@@ -199,6 +207,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
             while let Ok(Command::ReadLine) = rx.recv() {
                 let got = match editor.read_line(&prompt) {
                     Ok(Signal::Success(line)) if line == NEXT_MODE => Input::NextMode,
+                    Ok(Signal::Success(line)) if line == TOGGLE_THINKING => Input::ToggleThinking,
                     Ok(Signal::Success(line)) => {
                         // A `\` at a line end was a continuation mark, not text.
                         Input::Line(line.replace("\\\n", "\n"))

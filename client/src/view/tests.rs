@@ -328,3 +328,17 @@ fn reply_text_cannot_drive_the_terminal() {
     assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
     assert!(out.contains("clean"), "{out:?}");
 }
+
+#[test]
+fn ctrl_t_opens_the_latest_thinking_and_folds_it_again() {
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(1)));
+    assert_eq!(view.toggle_thinking(), "thinking is shown\n");
+    assert_eq!(view.toggle_thinking(), "thinking is folded\n");
+    let folded: String = turn().iter().take(3).map(|e| view.feed(e)).collect();
+    assert!(!folded.contains("Check the Makefile."), "{folded}");
+    assert_eq!(
+        view.toggle_thinking(),
+        "thinking is shown; the latest:\nCheck the Makefile.\n"
+    );
+    assert_eq!(view.toggle_thinking(), "thinking is folded\n");
+}

@@ -408,3 +408,27 @@ fn tether_r_lists_this_directorys_sessions_and_resumes_the_one_picked() -> anyho
     a.want("detached")?;
     Ok(())
 }
+
+#[test]
+fn ctrl_t_opens_the_thinking_of_the_last_reply() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Use a queue.").thinking("A queue keeps the order; a stack would not.")
+        ])
+        .titling("Thinking"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "stack or queue?"])?;
+    a.want("✻ Thinking…")?;
+    a.want("Use a queue.")?;
+    a.want("› ")?;
+    {
+        let shown = a.shown.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(!shown.0.contains("keeps the order"), "folded at first");
+    }
+    a.send([0x14u8])?;
+    a.want("A queue keeps the order; a stack would not.")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
