@@ -4,9 +4,12 @@
 //! other clients print above the input line. Ctrl+D (or Ctrl+C twice at an empty prompt)
 //! detaches: the session stays in the daemon.
 
+mod commands;
 mod editor;
 mod paste;
 mod prompt;
+
+pub use commands::{CLIENT_COMMANDS, DaemonCommands};
 
 use crate::commands::Output;
 use crate::connection::{self, Connection};
@@ -21,8 +24,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tether_proto::{
-    ClientKind, Event, EventKind, InputItem, PermissionDecision, PermissionMode, Role, Seq,
-    SessionId, Since, TetherRpcClient,
+    ClientKind, Event, EventKind, InputItem, PermissionDecision, Role, Seq, SessionId, Since,
+    TetherRpcClient,
 };
 use tokio::sync::mpsc;
 
@@ -52,48 +55,6 @@ pub enum Input {
     /// The terminal could not be read.
     Failed(String),
 }
-
-/// The permission modes Shift+Tab cycles through.
-const MODES: [PermissionMode; 4] = [
-    PermissionMode::Default,
-    PermissionMode::AcceptEdits,
-    PermissionMode::Plan,
-    PermissionMode::BypassPermissions,
-];
-
-/// Client-side slash commands (the rest go to the daemon as turns).
-pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
-    ("/help", "this list"),
-    ("/sessions", "sessions in this directory"),
-    ("/new", "a new session here (this one stays)"),
-    ("/resume", "/resume <id>: switch to another session"),
-    (
-        "/attach",
-        "/attach <id> [--observe]: join another session (as observer: watch only)",
-    ),
-    ("/mode", "/mode [mode]: show or set the permission mode"),
-    ("/status", "model, mode, context, cost, who is attached"),
-    (
-        "/permissions",
-        "the mode and rules in effect, where each comes from; pending requests",
-    ),
-    (
-        "/allow",
-        "/allow [session|always]: answer the pending request",
-    ),
-    (
-        "/deny",
-        "/deny [message]: refuse it (the message goes to the model)",
-    ),
-    ("/thinking", "show or fold thinking (also Ctrl+T)"),
-    ("/export", "/export [file]: Markdown transcript"),
-    ("/fork", "a copy of this session to try something else"),
-    ("/quit", "detach (the session stays in the daemon)"),
-];
-
-/// The daemon's slash commands for the session shown (built-in and custom), for `/help` and
-/// completion; read from `session/commands` when the session changes.
-pub type DaemonCommands = Arc<std::sync::Mutex<Vec<tether_proto::CommandInfo>>>;
 
 struct Session {
     id: SessionId,
@@ -624,281 +585,6 @@ impl Repl {
                 self.edit();
             }
         }
-    }
-
-    /// Handles a submitted line; returns whether to exit. A command that fails says why and
-    /// the prompt returns.
-    async fn line(&mut self, line: String) -> anyhow::Result<bool> {
-        match self.run_line(line).await {
-            Ok(exit) => Ok(exit),
-            Err(e) => {
-                self.say(&self.style.error(&format!("✗ {}", connection::describe(&e))));
-                self.edit();
-                Ok(false)
-            }
-        }
-    }
-
-    async fn run_line(&mut self, line: String) -> anyhow::Result<bool> {
-        let text = line.trim().to_owned();
-        if text.is_empty() {
-            self.edit();
-            return Ok(false);
-        }
-        let (cmd, arg) = match text.split_once(char::is_whitespace) {
-            Some((c, a)) => (c.to_owned(), a.trim().to_owned()),
-            None => (text.clone(), String::new()),
-        };
-        let s = self.style;
-        match cmd.as_str() {
-            "/quit" | "/exit" => {
-                self.say(&s.dim("detached; the session stays in tetherd"));
-                return Ok(true);
-            }
-            "/help" => {
-                self.refresh_commands().await;
-                let daemon = self
-                    .commands
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                let row = |name: &str, what: &str| {
-                    format!("  {} {what}\n", s.bold(&format!("{name:<13}")))
-                };
-                let mut out = String::from("Commands:\n");
-                for (c, d) in CLIENT_COMMANDS {
-                    out.push_str(&row(c, d));
-                }
-                for c in daemon.iter().filter(|c| c.source == "builtin") {
-                    out.push_str(&row(&format!("/{}", c.name), &c.description));
-                }
-                out.push_str(&row("#note", "remember a note for this project"));
-                let custom: Vec<_> = daemon.iter().filter(|c| c.source != "builtin").collect();
-                if custom.is_empty() {
-                    out.push_str("Custom commands: none (add .claude/commands/NAME.md)\n");
-                } else {
-                    out.push_str("Custom commands:\n");
-                    for c in custom {
-                        out.push_str(&row(
-                            &format!("/{}", c.name),
-                            &format!("{} {}", c.description, s.dim(&format!("({})", c.source))),
-                        ));
-                    }
-                }
-                out.push_str(
-                    "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
-                     · Shift+Tab cycles the permission mode · Ctrl+T shows thinking \
-                     · Ctrl+V pastes a clipboard image \
-                     · Ctrl+C cancels a turn · Ctrl+D detaches\n",
-                );
-                self.print(&out);
-            }
-            "/thinking" => {
-                let text = self.view.toggle_thinking();
-                self.print(&text);
-            }
-            "/status" => {
-                self.refresh_status().await;
-                let st = self
-                    .status
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                let title = st
-                    .title
-                    .as_deref()
-                    .map(|t| format!(" — {t}"))
-                    .unwrap_or_default();
-                self.say(&format!(
-                    "session {}{title}\nmodel {} · mode {} · context {} · cost {} · {} other client(s) attached",
-                    self.session.id,
-                    st.model,
-                    st.mode,
-                    st.context_percent
-                        .map(|p| format!("{p:.0}%"))
-                        .unwrap_or_else(|| "?".into()),
-                    st.cost.map(|c| format!("${c:.4}")).unwrap_or_else(|| "?".into()),
-                    st.others
-                ));
-            }
-            "/mode" => {
-                if arg.is_empty() {
-                    let mode = self
-                        .status
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .mode
-                        .clone();
-                    self.say(&format!(
-                        "mode: {mode} (default, acceptEdits, plan, bypassPermissions, dontAsk)"
-                    ));
-                } else {
-                    match PermissionMode::parse(&arg) {
-                        Some(m) => self.set_mode(m).await,
-                        None => self.say(&s.error(&format!("unknown mode {arg:?}"))),
-                    }
-                }
-            }
-            "/permissions" => {
-                match self
-                    .conn
-                    .client
-                    .permission_rules(self.session.id.clone())
-                    .await
-                {
-                    Ok(rules) => self.print(&crate::render::rules(&rules, s)),
-                    Err(e) => self.say(&s.error(&format!(
-                        "cannot read the rules: {}",
-                        connection::call_error(&e)
-                    ))),
-                }
-                if self.pending.is_empty() {
-                    self.say(&s.dim("no pending permission requests"));
-                }
-                for (id, tool, preview) in self.pending.clone() {
-                    self.say(&format!("pending {id}  {tool}: {preview}"));
-                }
-            }
-            "/allow" | "/deny" => {
-                let Some((id, _, _)) = self.pending.first().cloned() else {
-                    self.say(&s.dim("no pending permission request"));
-                    self.edit();
-                    return Ok(false);
-                };
-                let (decision, message) = match (cmd.as_str(), arg.as_str()) {
-                    ("/allow", "session") => (PermissionDecision::AllowSession, None),
-                    ("/allow", "always") => (PermissionDecision::AllowAlways, None),
-                    ("/allow", _) => (PermissionDecision::AllowOnce, None),
-                    (_, m) => (
-                        PermissionDecision::Deny,
-                        Some(m.to_owned()).filter(|m| !m.is_empty()),
-                    ),
-                };
-                self.respond(&id, decision, message).await;
-                return Ok(false);
-            }
-            "/sessions" => {
-                let cwd = std::env::current_dir()?.display().to_string();
-                let list = self
-                    .conn
-                    .client
-                    .session_list(Some(cwd), None, Some(20), None)
-                    .await?;
-                self.print(&crate::render::sessions_table(
-                    &list.sessions,
-                    std::time::SystemTime::now(),
-                ));
-            }
-            "/new" => {
-                let cwd = std::env::current_dir()?.display().to_string();
-                let id = self
-                    .conn
-                    .client
-                    .session_new(cwd, None, None, None)
-                    .await?
-                    .session_id;
-                self.switch(id).await?;
-                return Ok(false);
-            }
-            "/resume" => {
-                if arg.is_empty() {
-                    self.say(&s.dim("/resume <id or prefix>  (/sessions lists them)"));
-                } else {
-                    let summary = crate::commands::resolve(&self.conn, &arg).await?;
-                    self.switch(summary.session_id).await?;
-                    return Ok(false);
-                }
-            }
-            "/attach" => {
-                let observe = arg.split_whitespace().any(|a| a == "--observe");
-                let Some(id) = arg.split_whitespace().find(|a| !a.starts_with("--")) else {
-                    self.say(&s.dim("/attach <id or prefix> [--observe]  (/sessions lists them)"));
-                    self.edit();
-                    return Ok(false);
-                };
-                let summary = crate::commands::resolve(&self.conn, id).await?;
-                let role = if observe {
-                    Role::Observer
-                } else {
-                    Role::Controller
-                };
-                self.switch_as(summary.session_id, role).await?;
-                return Ok(false);
-            }
-            "/fork" => {
-                let forked = self
-                    .conn
-                    .client
-                    .session_fork(self.session.id.clone(), None)
-                    .await?
-                    .session_id;
-                self.say(&s.dim(&format!("forked into {forked}; switching to it")));
-                self.switch(forked).await?;
-                return Ok(false);
-            }
-            "/export" => {
-                let md = self
-                    .conn
-                    .client
-                    .session_export(self.session.id.clone(), Some("markdown".into()))
-                    .await?;
-                let file = if arg.is_empty() {
-                    format!(
-                        "tether-{}.md",
-                        &self.session.id.0[..8.min(self.session.id.0.len())]
-                    )
-                } else {
-                    arg
-                };
-                match std::fs::write(&file, md.content) {
-                    Ok(()) => self.say(&s.dim(&format!("written to {file}"))),
-                    Err(e) => self.say(&s.error(&format!("cannot write {file}: {e}"))),
-                }
-            }
-            _ => {
-                let input = self
-                    .pasted
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .expand(&text);
-                self.submit(input).await;
-                return Ok(false);
-            }
-        }
-        self.edit();
-        Ok(false)
-    }
-
-    async fn set_mode(&mut self, mode: PermissionMode) {
-        match self
-            .conn
-            .client
-            .session_configure(self.session.id.clone(), None, None, Some(mode), None)
-            .await
-        {
-            Ok(_) => {
-                self.status.lock().unwrap_or_else(|p| p.into_inner()).mode = mode.as_str().into();
-                self.say(&self.style.dim(&format!("mode: {}", mode.as_str())));
-            }
-            Err(e) => self.say(&self.style.error(&format!(
-                "could not set the mode: {}",
-                connection::call_error(&e)
-            ))),
-        }
-    }
-
-    async fn next_mode(&mut self) {
-        let current = self
-            .status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .mode
-            .clone();
-        let at = MODES
-            .iter()
-            .position(|m| m.as_str() == current)
-            .unwrap_or(0);
-        self.set_mode(MODES[(at + 1) % MODES.len()]).await;
     }
 
     /// Switches to another session (the old one stays in the daemon).
