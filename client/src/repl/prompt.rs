@@ -75,6 +75,9 @@ impl Prompt for TetherPrompt {
     }
 }
 
+/// Lines of a request's preview shown above the choices.
+const PREVIEW_LINES: usize = 20;
+
 const CHOICES: [(&str, char); 4] = [
     ("Yes", 'y'),
     ("Yes, and don't ask again this session for", 's'),
@@ -120,8 +123,26 @@ pub fn permission(
         style.warn("?"),
         style.bold(&format!("Allow {tool}?"))
     );
-    for line in preview.lines().take(20) {
-        let _ = writeln!(out, "    {}", style.dim(line));
+    let lines: Vec<&str> = preview.lines().collect();
+    // A diff preview (Edit, Write) in colour; a command or URL as it is.
+    let diff = preview.starts_with("--- ");
+    for line in lines.iter().take(PREVIEW_LINES) {
+        let shown = if !diff {
+            style.dim(line)
+        } else if line.starts_with("+++") || line.starts_with("---") {
+            style.bold(line)
+        } else if line.starts_with('+') {
+            style.added(line)
+        } else if line.starts_with('-') {
+            style.removed(line)
+        } else {
+            style.dim(line)
+        };
+        let _ = writeln!(out, "    {shown}");
+    }
+    if lines.len() > PREVIEW_LINES {
+        let more = lines.len() - PREVIEW_LINES;
+        let _ = writeln!(out, "    {}", style.dim(&format!("… {more} more lines")));
     }
     if crossterm::terminal::enable_raw_mode().is_err() {
         return None;
