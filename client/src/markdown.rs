@@ -47,6 +47,11 @@ impl Markdown {
         }
     }
 
+    /// Wraps at `width` columns from the next line on (the terminal was resized).
+    pub fn set_width(&mut self, width: usize) {
+        self.style.width = width;
+    }
+
     /// Adds streamed text; returns the rendered lines it completed. Control characters other
     /// than newlines and tabs are dropped: the model's text never drives the terminal.
     pub fn push(&mut self, text: &str) -> String {

@@ -208,11 +208,19 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let mut first_prompt = start.prompt;
     let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<(String, Option<Answer>)>();
     let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut resized =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             _ = tick.tick() => repl.draw_live(),
+            _ = resized.recv() => {
+                if let Some(width) = Style::terminal_width() {
+                    repl.style.width = width;
+                    repl.view.set_width(width);
+                }
+            }
             item = repl.session.sub.next() => {
                 let raw = match item {
                     Some(Ok(raw)) => raw,

@@ -27,15 +27,23 @@ impl Style {
         use std::io::IsTerminal;
         let tty = std::io::stdout().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let width = crossterm::terminal::size()
-            .map(|(w, _)| w as usize)
-            .ok()
-            .filter(|w| tty && *w > 0)
-            .unwrap_or(80);
+        let width = Self::terminal_width().unwrap_or(80);
         Self {
             color: tty && !no_color,
             width,
         }
+    }
+
+    /// The terminal's width now, when stdout is one.
+    pub fn terminal_width() -> Option<usize> {
+        use std::io::IsTerminal;
+        if !std::io::stdout().is_terminal() {
+            return None;
+        }
+        crossterm::terminal::size()
+            .ok()
+            .map(|(w, _)| w as usize)
+            .filter(|w| *w > 0)
     }
 
     fn apply(&self, text: &str, f: impl FnOnce(&str) -> String) -> String {

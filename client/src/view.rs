@@ -229,6 +229,14 @@ impl View {
             .collect()
     }
 
+    /// The terminal was resized: what is printed from now on fits `width` columns.
+    pub fn set_width(&mut self, width: usize) {
+        self.style.width = width;
+        if let Some(md) = self.markdown.as_mut() {
+            md.set_width(width);
+        }
+    }
+
     /// This client's connection changed (a reconnect); the transcript goes on.
     pub fn set_me(&mut self, me: ConnectionId) {
         self.me = Some(me);

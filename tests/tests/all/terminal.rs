@@ -10,12 +10,20 @@ use std::time::Duration;
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake, bin};
 
+/// What the test does to the terminal.
+enum ToPty {
+    /// Typed bytes.
+    Keys(Vec<u8>),
+    /// A new size: columns, rows.
+    Resize(u16, u16),
+}
+
 /// A program in a pseudo-terminal. A thread reads everything it prints (answering the cursor
 /// position and device attribute queries the line editor makes, as a real terminal would)
 /// while the test waits for text and types.
 struct Pty {
     shown: Arc<Mutex<(String, bool)>>,
-    typed: std::sync::mpsc::Sender<Vec<u8>>,
+    typed: std::sync::mpsc::Sender<ToPty>,
     /// How far `want` has read.
     at: usize,
     pid: i32,
@@ -37,7 +45,7 @@ impl Pty {
         session.get_process_mut().set_window_size(100, 30)?;
         let pid = session.get_process().pid().as_raw();
         let shown = Arc::new(Mutex::new((String::new(), false)));
-        let (typed, keys) = std::sync::mpsc::channel::<Vec<u8>>();
+        let (typed, keys) = std::sync::mpsc::channel::<ToPty>();
         let out = shown.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
@@ -45,8 +53,11 @@ impl Pty {
             loop {
                 loop {
                     match keys.try_recv() {
-                        Ok(bytes) => {
+                        Ok(ToPty::Keys(bytes)) => {
                             let _ = session.send(bytes);
+                        }
+                        Ok(ToPty::Resize(cols, rows)) => {
+                            let _ = session.get_process_mut().set_window_size(cols, rows);
                         }
                         Err(std::sync::mpsc::TryRecvError::Empty) => break,
                         Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
@@ -125,7 +136,14 @@ impl Pty {
 
     fn send(&self, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
         self.typed
-            .send(bytes.as_ref().to_vec())
+            .send(ToPty::Keys(bytes.as_ref().to_vec()))
+            .map_err(|_| anyhow::anyhow!("the terminal is closed"))
+    }
+
+    /// Resizes the terminal (the program gets SIGWINCH).
+    fn resize(&self, cols: u16, rows: u16) -> anyhow::Result<()> {
+        self.typed
+            .send(ToPty::Resize(cols, rows))
             .map_err(|_| anyhow::anyhow!("the terminal is closed"))
     }
 
@@ -428,6 +446,35 @@ fn ctrl_t_opens_the_thinking_of_the_last_reply() -> anyhow::Result<()> {
     }
     a.send([0x14u8])?;
     a.want("A queue keeps the order; a stack would not.")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
+
+#[test]
+fn the_transcript_follows_a_terminal_resize() -> anyhow::Result<()> {
+    let paragraph = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi \
+                     omicron pi rho sigma tau upsilon phi chi psi omega and then the end.";
+    let fake =
+        Fake::start(Script::of([Step::text("Wide."), Step::text(paragraph)]).titling("Resize"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "first"])?;
+    a.want("Wide.")?;
+    a.want("› ")?;
+    a.resize(40, 30)?;
+    a.send_line("second")?;
+    a.want("the end.")?;
+    a.want("─ end_turn")?;
+    let shown = a.shown.lock().unwrap_or_else(|p| p.into_inner()).0.clone();
+    let at = shown.rfind("alpha beta").context("the paragraph")?;
+    let rows: Vec<&str> = shown[at..]
+        .split("\r\n")
+        .take_while(|row| !row.contains("the end."))
+        .collect();
+    assert!(
+        rows.len() >= 3 && rows.iter().all(|r| r.chars().count() <= 40),
+        "wrapped at 40 columns: {rows:?}"
+    );
     a.send([4u8])?;
     a.want("detached")?;
     Ok(())
