@@ -8,6 +8,7 @@ mod commands;
 mod editor;
 mod paste;
 mod prompt;
+mod quiet;
 
 pub use commands::{CLIENT_COMMANDS, DaemonCommands};
 
@@ -138,6 +139,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    let _terminal = quiet::start();
     let conn = connection::connect_as(socket, true, ClientKind::Tui, client_name()).await?;
     let style = Style::detect();
     let cwd = std::env::current_dir()

@@ -205,7 +205,10 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         .name("line-editor".into())
         .spawn(move || {
             while let Ok(Command::ReadLine) = rx.recv() {
-                let got = match editor.read_line(&prompt) {
+                let read = editor.read_line(&prompt);
+                // The editor has let go of the terminal: quiet until the next prompt.
+                super::quiet::enter();
+                let got = match read {
                     Ok(Signal::Success(line)) if line == NEXT_MODE => Input::NextMode,
                     Ok(Signal::Success(line)) if line == TOGGLE_THINKING => Input::ToggleThinking,
                     Ok(Signal::Success(line)) => {

@@ -210,10 +210,14 @@ pub fn permission(
     };
     let mut message = None;
     if decision == PermissionDecision::Deny {
-        let _ = write!(out, "  what should the model do instead? (Enter to skip) ");
-        let _ = out.flush();
         let mut line = String::new();
-        if std::io::stdin().read_line(&mut line).is_ok() && !line.trim().is_empty() {
+        // Asked once the terminal echoes again, so what is typed shows.
+        let read = super::quiet::cooked(|| {
+            let _ = write!(out, "  what should the model do instead? (Enter to skip) ");
+            let _ = out.flush();
+            std::io::stdin().read_line(&mut line)
+        });
+        if read.is_ok() && !line.trim().is_empty() {
             message = Some(line.trim().to_owned());
         }
     }

@@ -159,7 +159,10 @@ fn tether(daemon: &Daemon, args: &[&str]) -> anyhow::Result<Pty> {
 
 /// [`tether`] with more environment.
 fn tether_with(daemon: &Daemon, args: &[&str], env: &[(&str, String)]) -> anyhow::Result<Pty> {
-    let mut cmd = std::process::Command::new(bin("tether"));
+    // Echo on, as a terminal starts (the pseudo-terminal library turns it off).
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "stty echo && exec \"$0\" \"$@\""])
+        .arg(bin("tether"));
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.args(args)
         .current_dir(daemon.workdir())
@@ -477,5 +480,84 @@ fn the_transcript_follows_a_terminal_resize() -> anyhow::Result<()> {
     );
     a.send([4u8])?;
     a.want("detached")?;
+    Ok(())
+}
+
+#[test]
+fn a_paste_during_a_turn_waits_unechoed_for_the_prompt_and_stays_one_prompt() -> anyhow::Result<()>
+{
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Working on it.\nStill working, and then the stream stalls forever.")
+                .stall_after(4),
+            Step::text("Got all six."),
+        ])
+        .titling("Paste while busy"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "start something slow"])?;
+    a.want("Working on it.")?;
+    let pasted: String = (1..=6).map(|i| format!("pasted row {i}\n")).collect();
+    a.send(format!("\x1b[200~{pasted}\x1b[201~"))?;
+    std::thread::sleep(Duration::from_millis(300));
+    {
+        let shown = a.shown.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(
+            !shown.0.contains("pasted row 3"),
+            "not echoed into the transcript"
+        );
+    }
+    a.send([3u8])?;
+    a.want("─ cancelled")?;
+    a.want("[pasted 6 lines #1]")?;
+    a.send("\r")?;
+    a.want("Got all six.")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    // The terminal is handed back as it was: bracketed paste off again.
+    a.want("\x1b[?2004l")?;
+    let turns: Vec<String> = fake
+        .server
+        .message_requests()
+        .iter()
+        .filter(|r| r.body["tools"].is_array())
+        .map(|r| r.body["messages"].to_string())
+        .collect();
+    assert_eq!(turns.len(), 2, "one turn for the whole paste: {turns:?}");
+    assert!(
+        turns[1].contains("pasted row 1\\npasted row 2"),
+        "{}",
+        turns[1]
+    );
+    assert!(turns[1].contains("pasted row 6"), "{}", turns[1]);
+    Ok(())
+}
+
+#[test]
+fn no_with_a_message_tells_the_model_what_to_do_instead() -> anyhow::Result<()> {
+    let fake = Fake::start(echo_script("Fine, I will not."))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "run the echo"])?;
+    a.want("Allow Bash?")?;
+    a.send("n")?;
+    a.want("what should the model do instead? (Enter to skip) ")?;
+    a.send("use printf instead\r")?;
+    // The line is echoed while it is typed, then the turn goes on.
+    a.want("use printf instead\r\n")?;
+    a.want("deny by tether")?;
+    a.want("Fine, I will not.")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    let told = fake
+        .server
+        .message_requests()
+        .iter()
+        .filter(|r| r.body["tools"].is_array())
+        .map(|r| r.body["messages"].to_string())
+        .next_back()
+        .context("the request after the answer")?;
+    assert!(told.contains("use printf instead"), "{told}");
     Ok(())
 }
