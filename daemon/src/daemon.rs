@@ -72,7 +72,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
         epoch,
         Arc::new(turn_env(&options.config, &data_dir)?),
     ));
-    let recovered = sessions.recover_interrupted();
+    let recovered = sessions.recover_interrupted().await;
     if recovered > 0 {
         tracing::info!(
             sessions = recovered,

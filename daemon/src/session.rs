@@ -219,9 +219,11 @@ impl Sessions {
     }
 
     /// Loads every session that was busy when the daemon last stopped, so its open turn is
-    /// ended (and its interrupted tools answered) now rather than when someone next opens it.
-    /// Returns how many were loaded; one that cannot be loaded is logged and left alone.
-    pub fn recover_interrupted(&self) -> usize {
+    /// ended (and its interrupted tools answered) now rather than when someone next opens it,
+    /// and waits until each has written its recovery: a client of the daemon that just became
+    /// ready replays a recovered session, never one still "running". Returns how many were
+    /// loaded; one that cannot be loaded is logged and left alone.
+    pub async fn recover_interrupted(&self) -> usize {
         let records = match self.store.sessions() {
             Ok(r) => r,
             Err(e) => {
@@ -232,7 +234,13 @@ impl Sessions {
         let mut loaded = 0;
         for record in records.iter().filter(|r| r.status != SessionStatus::Idle) {
             match self.get(&record.id) {
-                Ok(_) => loaded += 1,
+                Ok(handle) => {
+                    // The actor recovers before anything else.
+                    if let Err(e) = handle.settled().await {
+                        tracing::error!(session = %record.id, "recovery did not finish: {e}");
+                    }
+                    loaded += 1;
+                }
                 Err(e) => tracing::error!(session = %record.id, "cannot recover: {e}"),
             }
         }

@@ -84,6 +84,10 @@ enum Command {
     Snapshot {
         reply: oneshot::Sender<SessionSnapshot>,
     },
+    /// Answered once everything before it is durable.
+    Settled {
+        reply: oneshot::Sender<()>,
+    },
     Rules {
         reply: oneshot::Sender<tether_proto::PermissionRules>,
     },
@@ -224,6 +228,12 @@ impl SessionHandle {
     /// The session's current metadata.
     pub async fn summary(&self) -> Result<SessionSummary, SessionError> {
         self.call(|reply| Command::Summary { reply }).await
+    }
+
+    /// Waits until everything the session did before this call (its start-up recovery
+    /// included) is durable and broadcast.
+    pub async fn settled(&self) -> Result<(), SessionError> {
+        self.call(|reply| Command::Settled { reply }).await
     }
 
     /// The session's full snapshot (totals, running turn).
@@ -818,6 +828,13 @@ impl SessionActor {
                     cost_usd: self.history.cost_usd,
                     running_turn: self.running.as_ref().map(|r| r.turn_id.clone()),
                 });
+            }
+            Command::Settled { reply } => {
+                // A batch always ends in a commit; answer after it.
+                self.deferred
+                    .push(Box::new(move |_: Option<&SessionError>| {
+                        let _ = reply.send(());
+                    }));
             }
             Command::Rules { reply } => {
                 let rules = self.rules();
