@@ -163,6 +163,39 @@ fn printable(line: &str) -> String {
     out
 }
 
+/// `text`'s first `max` lines, indented, printable and painted by `paint`, then how many more.
+pub fn indented(text: &str, max: usize, style: Style, paint: impl Fn(&str) -> String) -> String {
+    let lines: Vec<String> = text.lines().map(printable).collect();
+    let mut out = String::new();
+    for line in lines.iter().take(max) {
+        out.push_str(&format!("    {}\n", paint(line)));
+    }
+    if lines.len() > max {
+        let more = lines.len() - max;
+        out.push_str(&format!(
+            "    {}\n",
+            style.dim(&format!("… {more} more lines"))
+        ));
+    }
+    out
+}
+
+/// One line of a unified diff in colour: headers bold, additions and removals in their colours,
+/// hunk markers dim.
+pub fn diff_line(style: Style, line: &str) -> String {
+    if line.starts_with("+++") || line.starts_with("---") {
+        style.bold(line)
+    } else if line.starts_with('+') {
+        style.added(line)
+    } else if line.starts_with('-') {
+        style.removed(line)
+    } else if line.starts_with("@@") {
+        style.dim(line)
+    } else {
+        line.to_owned()
+    }
+}
+
 /// `4 s`, `1 m 05 s`.
 fn elapsed(d: std::time::Duration) -> String {
     let secs = d.as_secs();
@@ -668,29 +701,7 @@ impl View {
     /// An Edit's unified diff, coloured.
     fn diff(&self, diff: &str) -> String {
         let s = self.style;
-        let lines: Vec<String> = diff.lines().map(printable).collect();
-        let mut out = String::new();
-        for line in lines.iter().take(DIFF_LINES) {
-            let shown = if line.starts_with("+++") || line.starts_with("---") {
-                s.bold(line)
-            } else if line.starts_with('+') {
-                s.added(line)
-            } else if line.starts_with('-') {
-                s.removed(line)
-            } else if line.starts_with("@@") {
-                s.dim(line)
-            } else {
-                (*line).to_owned()
-            };
-            out.push_str(&format!("    {shown}\n"));
-        }
-        if lines.len() > DIFF_LINES {
-            out.push_str(&format!(
-                "    {}\n",
-                s.dim(&format!("… {} more lines", lines.len() - DIFF_LINES))
-            ));
-        }
-        out
+        indented(diff, DIFF_LINES, s, |line| diff_line(s, line))
     }
 }
 

@@ -19,6 +19,16 @@ use std::time::{Duration, Instant};
 /// How long any single wait in a test may take before it fails.
 pub const WAIT: Duration = Duration::from_secs(15);
 
+/// The names of the tools a Messages API request body offers.
+pub fn tool_names(body: &Value) -> anyhow::Result<Vec<&str>> {
+    Ok(body["tools"]
+        .as_array()
+        .context("the request offers no tools")?
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect())
+}
+
 /// The directory holding `tetherd` and `tether`.
 pub fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("TETHER_BIN_DIR") {

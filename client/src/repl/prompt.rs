@@ -123,27 +123,15 @@ pub fn permission(
         style.warn("?"),
         style.bold(&format!("Allow {tool}?"))
     );
-    let lines: Vec<&str> = preview.lines().collect();
     // A diff preview (Edit, Write) in colour; a command or URL as it is.
-    let diff = preview.starts_with("--- ");
-    for line in lines.iter().take(PREVIEW_LINES) {
-        let shown = if !diff {
-            style.dim(line)
-        } else if line.starts_with("+++") || line.starts_with("---") {
-            style.bold(line)
-        } else if line.starts_with('+') {
-            style.added(line)
-        } else if line.starts_with('-') {
-            style.removed(line)
-        } else {
-            style.dim(line)
-        };
-        let _ = writeln!(out, "    {shown}");
-    }
-    if lines.len() > PREVIEW_LINES {
-        let more = lines.len() - PREVIEW_LINES;
-        let _ = writeln!(out, "    {}", style.dim(&format!("… {more} more lines")));
-    }
+    let shown = if preview.starts_with("--- ") {
+        crate::view::indented(preview, PREVIEW_LINES, style, |l| {
+            crate::view::diff_line(style, l)
+        })
+    } else {
+        crate::view::indented(preview, PREVIEW_LINES, style, |l| style.dim(l))
+    };
+    let _ = write!(out, "{shown}");
     if crossterm::terminal::enable_raw_mode().is_err() {
         return None;
     }

@@ -190,12 +190,7 @@ fn print_mode_options_reach_the_turn_and_stdin_prompts_continue_the_session() ->
     assert!(tool_result.contains("allowed-by-rule"), "{tool_result}");
     let system = reqs[0].body["system"].to_string();
     assert!(system.contains("Answer in haiku."), "{system}");
-    let tools: Vec<&str> = reqs[0].body["tools"]
-        .as_array()
-        .context("tools")?
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let tools = tether_tests::tool_names(&reqs[0].body)?;
     assert!(
         !tools.contains(&"WebFetch") && tools.contains(&"Bash"),
         "{tools:?}"

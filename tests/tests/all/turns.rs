@@ -110,12 +110,7 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             .as_str()
             .is_some_and(|s| s.contains("tether"))
     );
-    let tool_names: Vec<&str> = body["tools"]
-        .as_array()
-        .context("tools")?
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let tool_names = tether_tests::tool_names(body)?;
     assert_eq!(
         tool_names,
         [
@@ -791,12 +786,7 @@ fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::
         child["messages"][0]["content"][0]["text"],
         "What is six times seven? Reply with the number."
     );
-    let child_tools: Vec<&str> = child["tools"]
-        .as_array()
-        .context("tools")?
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let child_tools = tether_tests::tool_names(child)?;
     assert!(
         !child_tools.contains(&"Task") && child_tools.contains(&"Read"),
         "{child_tools:?}"
