@@ -231,20 +231,21 @@ impl Sessions {
                 return 0;
             }
         };
-        let mut loaded = 0;
+        // Load them all first, so their recoveries run side by side; each actor recovers
+        // before anything else it is asked.
+        let mut loaded = Vec::new();
         for record in records.iter().filter(|r| r.status != SessionStatus::Idle) {
             match self.get(&record.id) {
-                Ok(handle) => {
-                    // The actor recovers before anything else.
-                    if let Err(e) = handle.settled().await {
-                        tracing::error!(session = %record.id, "recovery did not finish: {e}");
-                    }
-                    loaded += 1;
-                }
+                Ok(handle) => loaded.push((record.id.clone(), handle)),
                 Err(e) => tracing::error!(session = %record.id, "cannot recover: {e}"),
             }
         }
-        loaded
+        for (id, handle) in &loaded {
+            if let Err(e) = handle.settled().await {
+                tracing::error!(session = %id, "recovery did not finish: {e}");
+            }
+        }
+        loaded.len()
     }
 
     /// The sessions that pass `filter`, most recently active first, one page at a time.
