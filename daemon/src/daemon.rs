@@ -199,18 +199,25 @@ fn survive_file_size_limit() {
     }
 }
 
-async fn watch_signals(shutdown: CancellationToken) {
+/// Installs the SIGTERM/SIGINT handlers now (before the daemon says it is ready, so a signal
+/// right after never meets the default action) and returns the task that waits for them.
+fn watch_signals(shutdown: CancellationToken) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop tetherd with `tether daemon stop`");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::error!(
+                "cannot install signal handlers; stop tetherd with `tether daemon stop`"
+            );
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        shutdown.cancel();
     }
-    shutdown.cancel();
 }
