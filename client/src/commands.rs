@@ -307,13 +307,15 @@ pub fn daemon_install(enable: bool) -> anyhow::Result<ExitCode> {
         (None, Some(h)) => std::path::PathBuf::from(h).join(".config/systemd/user"),
         (None, None) => bail!("neither XDG_CONFIG_HOME nor HOME is set"),
     };
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    tether_proto::private::create_dir_all(&dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     for (name, text) in [
         ("tetherd.socket", SOCKET_UNIT),
         ("tetherd.service", SERVICE_UNIT),
     ] {
         let path = dir.join(name);
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        tether_proto::private::write(&path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
         println!("wrote {}", path.display());
     }
     let steps = [
@@ -392,17 +394,25 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
             .ok()
     };
     let dir = socket.parent().unwrap_or(Path::new("/"));
+    let uid = nix::unistd::getuid().as_raw();
+    let rule = connection::path_env().socket_dir_rule(socket);
+    let dir_verdict = tether_proto::private::verify_socket_dir(dir, rule, uid);
     checks.push(match (mode(socket), mode(dir)) {
-        (Some(0o600), Some(0o700)) => check(
+        (_, Some(_)) if dir_verdict.is_err() => check(
+            "socket",
+            "fail",
+            dir_verdict.err().map(|e| e.to_string()).unwrap_or_default(),
+        ),
+        (Some(0o600), Some(d)) => check(
             "socket",
             "ok",
-            format!("{} (0600, directory 0700)", socket.display()),
+            format!("{} (0600, directory {d:04o}, yours)", socket.display()),
         ),
         (Some(m), Some(d)) => check(
             "socket",
             "warn",
             format!(
-                "{} has mode {m:o} (directory {d:o}); expected 0600 and 0700",
+                "{} has mode {m:04o} (directory {d:04o}); expected 0600",
                 socket.display()
             ),
         ),

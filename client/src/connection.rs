@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tether_proto::paths::PathEnv;
+use tether_proto::private::{self, ForeignPeer, UnsafeDir};
 use tether_proto::{
     Capabilities, ClientInfo, ClientKind, InitializeResult, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
     TetherRpcClient,
@@ -39,6 +40,12 @@ pub enum ConnectError {
         /// Why.
         reason: String,
     },
+    /// The socket's directory cannot be trusted.
+    #[error(transparent)]
+    UnsafeDir(#[from] UnsafeDir),
+    /// Another user serves the socket.
+    #[error(transparent)]
+    ForeignPeer(#[from] ForeignPeer),
     /// The daemon answered `initialize` with an error.
     #[error("tetherd refused the connection: {0}")]
     Initialize(String),
@@ -73,10 +80,13 @@ pub async fn connect_as(
     kind: ClientKind,
     name: String,
 ) -> Result<Connection, ConnectError> {
+    let uid = nix::unistd::getuid().as_raw();
+    check_socket_dir(socket, uid)?;
     let stream = match UnixStream::connect(socket).await {
         Ok(s) => s,
         Err(e) if is_absent(&e) && autostart => {
             start_daemon(socket)?;
+            check_socket_dir(socket, uid)?;
             UnixStream::connect(socket)
                 .await
                 .map_err(|e| ConnectError::Connect {
@@ -96,6 +106,19 @@ pub async fn connect_as(
         path: socket.to_owned(),
         reason,
     };
+    // Nothing is sent before we know the daemon is ours.
+    let peer = stream
+        .peer_cred()
+        .map_err(|e| connect_err(format!("cannot tell who serves the socket: {e}")))?
+        .uid();
+    if peer != uid {
+        return Err(ForeignPeer {
+            socket: socket.to_owned(),
+            peer,
+            uid,
+        }
+        .into());
+    }
     let url = Url::parse("ws://tetherd/").map_err(|e| connect_err(e.to_string()))?;
     let (tx, rx) = WsTransportClientBuilder::default()
         .max_request_size(MAX_MESSAGE_BYTES)
@@ -120,6 +143,18 @@ pub async fn connect_as(
         .await
         .map_err(|e| ConnectError::Initialize(e.to_string()))?;
     Ok(Connection { client, hello })
+}
+
+/// The socket's directory, when it exists, must pass the rule both sides apply
+/// ([`tether_proto::private`]); a missing one means no daemon runs yet.
+fn check_socket_dir(socket: &Path, uid: u32) -> Result<(), UnsafeDir> {
+    let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        _ => private::secure_socket_dir(dir, path_env().socket_dir_rule(socket), uid).map(|_| ()),
+    }
 }
 
 fn is_absent(e: &std::io::Error) -> bool {
@@ -147,13 +182,10 @@ fn start_daemon(socket: &Path) -> Result<(), ConnectError> {
         reason,
     };
     let data_dir = path_env().data_dir();
-    std::fs::create_dir_all(&data_dir)
+    private::create_dir_all(&data_dir)
         .map_err(|e| start_err(format!("cannot create {}: {e}", data_dir.display())))?;
     let log_path = data_dir.join("tetherd.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
+    let log = private::open_append(&log_path)
         .map_err(|e| start_err(format!("cannot open {}: {e}", log_path.display())))?;
     let mut child = Command::new(&binary)
         .arg("--detach")

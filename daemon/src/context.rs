@@ -45,12 +45,9 @@ pub fn project_memory(data_dir: &Path, cwd: &Path) -> std::path::PathBuf {
 pub fn remember(memory_file: &Path, note: &str) -> std::io::Result<()> {
     use std::io::Write;
     if let Some(dir) = memory_file.parent() {
-        std::fs::create_dir_all(dir)?;
+        tether_proto::private::create_dir_all(dir)?;
     }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(memory_file)?;
+    let mut f = tether_proto::private::open_append(memory_file)?;
     writeln!(f, "- {}", note.trim())
 }
 

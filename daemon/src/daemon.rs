@@ -51,14 +51,14 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
             tracing::info!("serving on the socket systemd passed");
             l
         }
-        None => Listener::bind(&socket)?,
+        None => Listener::bind(&socket, env.socket_dir_rule(&socket))?,
     };
     let socket = if listener.path().as_os_str().is_empty() {
         socket
     } else {
         listener.path().to_owned()
     };
-    std::fs::create_dir_all(&data_dir).map_err(|e| {
+    tether_proto::private::create_dir_all(&data_dir).map_err(|e| {
         DaemonError::Io(format!(
             "cannot create data directory {}: {e}",
             data_dir.display()
@@ -66,6 +66,8 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     })?;
     survive_file_size_limit();
     let store = Store::open(&data_dir)?;
+    // The store creates its files with the process umask; they are nobody else's to read.
+    tighten_data_dir(&data_dir);
     let epoch = store.next_epoch()?;
     let sessions = Arc::new(Sessions::new(
         store.clone(),
@@ -219,5 +221,18 @@ fn watch_signals(shutdown: CancellationToken) -> impl std::future::Future<Output
             _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
         shutdown.cancel();
+    }
+}
+
+/// Takes group and other permissions off everything in the data directory (an install made
+/// before they were private, or files a library created with the umask), saying so in the log.
+pub fn tighten_data_dir(data_dir: &std::path::Path) {
+    let changed = tether_proto::private::tighten(data_dir);
+    if let Some(first) = changed.first() {
+        tracing::warn!(
+            count = changed.len(),
+            first = %first.display(),
+            "files in the data directory were open to other users; now 0700 directories and 0600 files"
+        );
     }
 }

@@ -23,7 +23,9 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 
 fn data_dir_check(dir: &Path) -> Check {
     let probe = dir.join(format!(".doctor-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&probe, b"ok")) {
+    if let Err(e) = tether_proto::private::create_dir_all(dir)
+        .and_then(|_| tether_proto::private::write(&probe, b"ok"))
+    {
         return check(
             "data directory",
             "fail",
@@ -31,6 +33,18 @@ fn data_dir_check(dir: &Path) -> Check {
         );
     }
     let _ = std::fs::remove_file(&probe);
+    if let Some((path, mode)) = tether_proto::private::first_open_entry(dir) {
+        return check(
+            "data directory",
+            "warn",
+            format!(
+                "{} has mode {mode:04o}: other users may read your sessions; tetherd makes it \
+                 private at its next start (or run `chmod -R go= {}`)",
+                path.display(),
+                dir.display()
+            ),
+        );
+    }
     match free_bytes(dir) {
         Some(free) if free < 512 << 20 => check(
             "data directory",
@@ -44,12 +58,16 @@ fn data_dir_check(dir: &Path) -> Check {
         Some(free) => check(
             "data directory",
             "ok",
-            format!("{} (writable, {} GiB free)", dir.display(), free >> 30),
+            format!(
+                "{} (private, writable, {} GiB free)",
+                dir.display(),
+                free >> 30
+            ),
         ),
         None => check(
             "data directory",
             "ok",
-            format!("{} (writable)", dir.display()),
+            format!("{} (private, writable)", dir.display()),
         ),
     }
 }

@@ -160,7 +160,7 @@ fn init_logging(
     let mut guard = None;
     if to_file {
         let dir = data_dir.join("logs");
-        std::fs::create_dir_all(&dir)
+        tether_proto::private::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
         let keep = config.number("log.keep_days").unwrap_or(7.0).max(1.0) as usize;
         let appender = tracing_appender::rolling::Builder::new()
@@ -175,7 +175,7 @@ fn init_logging(
                     data_dir.join("logs").display()
                 )
             })?;
-        let (writer, g) = tracing_appender::non_blocking(appender);
+        let (writer, g) = tracing_appender::non_blocking(PrivateLog::new(appender, dir));
         guard = Some(g);
         let layer = tracing_subscriber::fmt::layer()
             .with_writer(writer)
@@ -265,5 +265,40 @@ fn doctor(config: &Config, data_dir: &std::path::Path, online: bool, json: bool)
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// The rolling log file, kept private: the appender creates each day's file with the process
+/// umask, so the log directory (0700 itself) is tightened at the first write after a rotation
+/// could have happened.
+struct PrivateLog {
+    inner: tracing_appender::rolling::RollingFileAppender,
+    dir: std::path::PathBuf,
+    next_check: std::time::Instant,
+}
+
+impl PrivateLog {
+    fn new(inner: tracing_appender::rolling::RollingFileAppender, dir: std::path::PathBuf) -> Self {
+        Self {
+            inner,
+            dir,
+            next_check: std::time::Instant::now(),
+        }
+    }
+}
+
+impl std::io::Write for PrivateLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        let now = std::time::Instant::now();
+        if now >= self.next_check {
+            tether_proto::private::tighten(&self.dir);
+            self.next_check = now + std::time::Duration::from_secs(10);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }

@@ -1,14 +1,16 @@
 //! The wire contract between `tetherd` and its clients: the JSON-RPC trait, its params and
 //! results, the session `Event` envelope, ids, error codes and the protocol version.
 //!
-//! Invariant: these are the only wire types; nothing here performs IO. Field names are camelCase
-//! on the wire, params are by-name JSON objects.
+//! Invariant: these are the only wire types; nothing here performs network IO, and the only
+//! filesystem calls are the private-file rules in [`private`] that both sides must apply the same
+//! way. Field names are camelCase on the wire, params are by-name JSON objects.
 #![warn(missing_docs)]
 
 pub mod error;
 pub mod event;
 pub mod ids;
 pub mod paths;
+pub mod private;
 pub mod rpc;
 pub mod types;
 

@@ -3,7 +3,8 @@
 //! Pure functions of the environment they are given, so both sides agree and tests can pass
 //! their own.
 
-use std::path::PathBuf;
+use crate::private::DirRule;
+use std::path::{Path, PathBuf};
 
 /// The environment variables that decide the paths, captured once.
 #[derive(Debug, Clone, Default)]
@@ -51,8 +52,30 @@ impl PathEnv {
         }
         match &self.xdg_runtime_dir {
             Some(dir) => PathBuf::from(dir).join("tether").join("tetherd.sock"),
-            None => PathBuf::from(format!("/tmp/tether-{}", self.uid)).join("tetherd.sock"),
+            None => self.fallback_runtime_dir().join("tetherd.sock"),
         }
+    }
+
+    /// The rule the socket's directory must pass: [`DirRule::Private`] for the directories tether
+    /// chooses by itself (`$XDG_RUNTIME_DIR/tether`, `/tmp/tether-$UID`), [`DirRule::Named`] for
+    /// any other the user named.
+    pub fn socket_dir_rule(&self, socket: &Path) -> DirRule {
+        let dir = socket.parent().unwrap_or(Path::new(""));
+        let own = [
+            self.xdg_runtime_dir
+                .as_ref()
+                .map(|d| PathBuf::from(d).join("tether")),
+            Some(self.fallback_runtime_dir()),
+        ];
+        if own.iter().flatten().any(|d| d == dir) {
+            DirRule::Private
+        } else {
+            DirRule::Named
+        }
+    }
+
+    fn fallback_runtime_dir(&self) -> PathBuf {
+        PathBuf::from(format!("/tmp/tether-{}", self.uid))
     }
 
     /// `$TETHER_HOME`, else `$XDG_DATA_HOME/tether`, else `~/.local/share/tether`.
@@ -95,6 +118,25 @@ mod tests {
         );
         env.tether_socket = Some("/x/s.sock".into());
         assert_eq!(env.socket(), PathBuf::from("/x/s.sock"));
+    }
+
+    #[test]
+    fn only_the_directories_tether_chooses_are_held_to_the_private_rule() {
+        let mut env = PathEnv {
+            uid: 1000,
+            ..Default::default()
+        };
+        assert_eq!(env.socket_dir_rule(&env.socket()), DirRule::Private);
+        env.xdg_runtime_dir = Some("/run/user/1000".into());
+        assert_eq!(env.socket_dir_rule(&env.socket()), DirRule::Private);
+        assert_eq!(
+            env.socket_dir_rule(Path::new("/tmp/tether-1000/tetherd.sock")),
+            DirRule::Private
+        );
+        assert_eq!(
+            env.socket_dir_rule(Path::new("/srv/x/tetherd.sock")),
+            DirRule::Named
+        );
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub struct Daemon {
     pub child: Option<Child>,
     /// Extra environment for the daemon.
     pub env: Vec<(String, String)>,
+    /// The file-creation mask the daemon runs with (the test's own when `None`).
+    pub umask: Option<u32>,
 }
 
 /// The fake Anthropic API on its own runtime, for synchronous tests.
@@ -101,16 +103,22 @@ impl Daemon {
 
     /// Starts a daemon with extra environment (e.g. [`Fake::env`]).
     pub fn start_with(env: Vec<(String, String)>) -> anyhow::Result<Self> {
+        let mut daemon = Self::prepare(env)?;
+        daemon.spawn()?;
+        Ok(daemon)
+    }
+
+    /// A daemon's directories and environment, not started yet ([`Daemon::spawn`] starts it).
+    pub fn prepare(env: Vec<(String, String)>) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("tether-test").tempdir()?;
         std::fs::create_dir_all(dir.path().join("home"))?;
         std::fs::create_dir_all(dir.path().join("work"))?;
-        let mut daemon = Self {
+        Ok(Self {
             dir,
             child: None,
             env,
-        };
-        daemon.spawn()?;
-        Ok(daemon)
+            umask: None,
+        })
     }
 
     /// A directory sessions can use as their cwd.
@@ -155,7 +163,16 @@ impl Daemon {
 
     /// A `tetherd` command on this daemon's socket and data directory.
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(bin("tetherd"));
+        let mut cmd = match self.umask {
+            None => Command::new(bin("tetherd")),
+            Some(mask) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("umask {mask:03o} && exec \"$0\" \"$@\""))
+                    .arg(bin("tetherd"));
+                sh
+            }
+        };
         cmd.arg("--socket")
             .arg(self.socket())
             .arg("--data-dir")

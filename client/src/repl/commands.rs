@@ -274,7 +274,10 @@ impl Repl {
                 } else {
                     arg
                 };
-                match std::fs::write(&file, md.content) {
+                match tether_proto::private::write(
+                    std::path::Path::new(&file),
+                    md.content.as_bytes(),
+                ) {
                     Ok(()) => self.say(&s.dim(&format!("written to {file}"))),
                     Err(e) => self.say(&s.error(&format!("cannot write {file}: {e}"))),
                 }

@@ -143,7 +143,7 @@ impl Validator for Continuation {
 /// Starts the editor thread; send [`Command::ReadLine`] to read a line.
 pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
     if let Some(dir) = setup.history.parent() {
-        std::fs::create_dir_all(dir)?;
+        tether_proto::private::create_dir_all(dir)?;
     }
     let history = FileBackedHistory::with_file(5000, setup.history.clone())
         .map_err(|e| anyhow::anyhow!("cannot open the history {}: {e}", setup.history.display()))?;

@@ -2,10 +2,11 @@
 //! socket files replaced, and a peer-UID check on every connection.
 
 use nix::fcntl::{Flock, FlockArg};
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use tether_proto::private::{self, DirRule};
 use tokio::net::{UnixListener, UnixStream};
 
 /// Why the socket could not be bound.
@@ -19,6 +20,9 @@ pub enum BindError {
         /// The other daemon's pid, as written in the lock file ("unknown" if unreadable).
         pid: String,
     },
+    /// The socket's directory cannot be trusted.
+    #[error(transparent)]
+    UnsafeDir(#[from] tether_proto::private::UnsafeDir),
     /// An IO step failed.
     #[error("{action} {path}: {source}")]
     Io {
@@ -51,26 +55,21 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Binds `path`: creates its directory (0700) if missing, takes the daemon lock
-    /// (`<path>.lock`), replaces a stale socket file, binds with mode 0600.
-    pub fn bind(path: &Path) -> Result<Self, BindError> {
-        if let Some(dir) = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    /// Binds `path`: creates its directory (0700) if missing and checks it under `rule` (never
+    /// a symlink, never another user's), takes the daemon lock (`<path>.lock`, not followed
+    /// through a symlink), replaces a stale socket file, binds with mode 0600.
+    pub fn bind(path: &Path, rule: DirRule) -> Result<Self, BindError> {
+        let uid = nix::unistd::getuid().as_raw();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && private::ensure_socket_dir(dir, rule, uid)?
         {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(io_err("cannot create socket directory", dir))?;
+            tracing::warn!(
+                dir = %dir.display(),
+                "the socket directory was open to other users; its mode is now 0700"
+            );
         }
         let lock_path = lock_path(path);
-        let lock_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
+        let lock_file = private::open_lock(&lock_path, uid)
             .map_err(io_err("cannot open lock file", &lock_path))?;
         let mut lock = match Flock::lock(lock_file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
@@ -93,9 +92,23 @@ impl Listener {
             .and_then(|_| write!(lock, "{}", std::process::id()))
             .map_err(io_err("cannot write lock file", &lock_path))?;
 
-        // We hold the lock, so a socket file left here belongs to a daemon that died.
-        if path.exists() {
-            std::fs::remove_file(path).map_err(io_err("cannot remove stale socket", path))?;
+        // We hold the lock, so a socket left here belongs to a daemon that died. Anything else
+        // by that name (a symlink, a file) is not ours to delete.
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_socket() && meta.uid() == uid => {
+                std::fs::remove_file(path).map_err(io_err("cannot remove stale socket", path))?;
+            }
+            Ok(_) => {
+                return Err(BindError::Io {
+                    action: "refusing to replace",
+                    path: path.to_owned(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        "it is not a socket of yours; remove it if it should not be there",
+                    ),
+                });
+            }
+            Err(_) => {}
         }
         // Bind with a restrictive umask so the socket is never reachable by others, even briefly.
         let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));

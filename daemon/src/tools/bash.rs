@@ -190,7 +190,7 @@ fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<(String
 async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Result<ToolOutput> {
     let cwd = ctx.workspace.cwd();
     let scratch = ctx.workspace.scratch().to_owned();
-    std::fs::create_dir_all(&scratch)?;
+    tether_proto::private::create_dir_all(&scratch)?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let pwd_file = scratch.join(format!("{id}.pwd"));
     let script = format!(
@@ -247,7 +247,8 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
     let mut text = String::from_utf8_lossy(&output).into_owned();
     if text.chars().count() > MAX_OUTPUT_CHARS {
         let full = scratch.join(format!("{id}.log"));
-        let saved = std::fs::write(&full, &output).map(|_| full.display().to_string());
+        let saved =
+            tether_proto::private::write(&full, &output).map(|_| full.display().to_string());
         text = cut_middle(
             &text,
             MAX_OUTPUT_CHARS,

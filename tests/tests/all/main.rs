@@ -1,5 +1,6 @@
 //! All end-to-end suites, in one test binary (one link, parallel tests).
 
+mod access;
 mod chaos;
 mod headless;
 mod operations;
