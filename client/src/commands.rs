@@ -201,6 +201,68 @@ pub async fn attach(
 }
 
 /// `tether daemon status`
+/// `tether models`: the aliases, then one line per model (window, output limit, thinking,
+/// effort levels, price per million tokens).
+pub async fn models(socket: &Path, out: Output) -> anyhow::Result<ExitCode> {
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    let list = conn.client.models_list().await?;
+    if out.json {
+        print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let tokens = |n: u64| {
+        if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
+            format!("{}M", n / 1_000_000)
+        } else {
+            format!("{}k", n / 1000)
+        }
+    };
+    println!("default {}", list.default_model);
+    for a in &list.aliases {
+        println!("  {:<8} → {}", a.alias, a.model);
+    }
+    println!();
+    println!(
+        "{:<22} {:>6} {:>6}  {:<21} {:<26} price $/MTok in/out/cache read",
+        "model", "window", "output", "thinking", "effort"
+    );
+    for m in &list.models {
+        let window = match m.long_context_window {
+            Some(l) => format!("{}/{}", tokens(m.context_window), tokens(l)),
+            None => tokens(m.context_window),
+        };
+        let effort = if m.efforts.is_empty() {
+            "-".to_owned()
+        } else {
+            let d = m.default_effort.as_deref().unwrap_or("");
+            m.efforts
+                .iter()
+                .map(|e| if e == d { format!("{e}*") } else { e.clone() })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let price = match m.price {
+            Some([i, o, _, _, r]) => format!("{i}/{o}/{r}"),
+            None => "unknown (set [models.\"<id>\"] in config.toml)".into(),
+        };
+        let source = if m.source == "built-in" {
+            String::new()
+        } else {
+            format!("  ({})", m.source)
+        };
+        println!(
+            "{:<22} {:>6} {:>6}  {:<21} {:<26} {price}{source}",
+            m.id,
+            window,
+            tokens(u64::from(m.max_output)),
+            m.thinking,
+            effort
+        );
+    }
+    println!("\n* the model's default effort; window a/b: b with the [1m] suffix");
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn daemon_status(socket: &Path, out: Output) -> anyhow::Result<ExitCode> {
     let conn = match connection::connect(socket, false, ClientKind::Script).await {
         Ok(c) => c,

@@ -41,6 +41,9 @@ struct Cli {
     /// With -p: model alias or id.
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
+    /// With -p: effort of each request (low, medium, high, xhigh, max; what the model takes).
+    #[arg(long, value_name = "LEVEL")]
+    effort: Option<String>,
     /// With -p: most model requests per turn.
     #[arg(long, value_name = "N")]
     max_turns: Option<u32>,
@@ -87,6 +90,8 @@ enum Cmd {
         #[arg(long, short = 'n')]
         limit: Option<usize>,
     },
+    /// The models the daemon knows: aliases, windows, thinking, effort levels and prices.
+    Models,
     /// Create a session in the current directory and print its id.
     New {
         /// Its title.
@@ -168,6 +173,11 @@ fn main() -> ExitCode {
     let out = commands::Output { json: cli.json };
     let result = runtime.block_on(async {
         if let Some(prompt) = cli.print.clone() {
+            // `tether -p --model opus "say hi"`: the prompt may follow the flags, as with claude.
+            let prompt = match (prompt.is_empty(), &cli.prompt) {
+                (true, Some(p)) => p.clone(),
+                _ => prompt,
+            };
             let session = match (&cli.session, cli.continue_last) {
                 (Some(id), _) => Some(commands::pick_session(&socket, id).await?),
                 (None, true) => repl::most_recent_here(&socket).await?,
@@ -185,6 +195,9 @@ fn main() -> ExitCode {
                     allowed_tools: cli.allowed_tools.clone(),
                     disallowed_tools: cli.disallowed_tools.clone(),
                     append_system_prompt: cli.append_system_prompt.clone(),
+                    effort: cli.effort.clone(),
+                    // Nobody reads a headless run's thinking; the answer starts sooner without it.
+                    hide_thinking: true,
                 },
                 permission_prompt_command: cli.permission_prompt_command.clone(),
             };
@@ -236,6 +249,7 @@ fn main() -> ExitCode {
                 action: ConfigCmd::Show,
             }) => commands::config_show(&socket, out).await,
             Some(Cmd::Doctor { online }) => commands::doctor(&socket, out, online).await,
+            Some(Cmd::Models) => commands::models(&socket, out).await,
             Some(Cmd::Daemon {
                 action: DaemonCmd::Stop,
             }) => commands::daemon_stop(&socket, out).await,

@@ -641,7 +641,9 @@ impl View {
                     .and_then(|t| seconds_between(&t, &ev.ts))
                     .map(|d| format!(" · {d:.1} s"))
                     .unwrap_or_default();
-                let cost = cost_usd.map(|c| format!(" · ${c:.4}")).unwrap_or_default();
+                let cost = cost_usd
+                    .map(|c| format!(" · ${c:.4}"))
+                    .unwrap_or_else(|| " · cost unknown".into());
                 let tokens = usage.input_tokens
                     + usage.cache_read_input_tokens
                     + usage.cache_creation_input_tokens;

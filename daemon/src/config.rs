@@ -48,9 +48,39 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "max_output_tokens",
-        env: &["TETHER_MAX_OUTPUT_TOKENS"],
-        default: "32000",
-        doc: "max_tokens of each request (capped by the model)",
+        env: &["TETHER_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_MAX_OUTPUT_TOKENS"],
+        default: "0",
+        doc: "max_tokens of each request, capped by the model's limit (0: the model's limit)",
+    },
+    Key {
+        name: "effort",
+        env: &["TETHER_EFFORT", "CLAUDE_CODE_EFFORT_LEVEL"],
+        default: "\"\"",
+        doc: "effort of each request: low, medium, high, xhigh or max, as the model takes (empty: the model's default)",
+    },
+    Key {
+        name: "thinking",
+        env: &["TETHER_THINKING"],
+        default: "\"auto\"",
+        doc: "extended thinking: auto (adaptive where the model has it) or off (where the model allows)",
+    },
+    Key {
+        name: "thinking_budget",
+        env: &["MAX_THINKING_TOKENS"],
+        default: "0",
+        doc: "thinking budget in tokens for models without adaptive thinking (0: they do not think)",
+    },
+    Key {
+        name: "context_editing",
+        env: &["TETHER_CONTEXT_EDITING"],
+        default: "true",
+        doc: "send clear_thinking context edits where the model supports them",
+    },
+    Key {
+        name: "betas",
+        env: &["ANTHROPIC_BETAS"],
+        default: "\"\"",
+        doc: "extra anthropic-beta features for every request, comma-separated",
     },
     Key {
         name: "tool_timeout",
@@ -162,7 +192,52 @@ const DURATIONS: &[&str] = &[
 
 /// Tables that hold lists rather than keys of [`KEYS`]; read by the permission and hook code
 /// for each session, checked here at start.
-const LIST_TABLES: &[&str] = &["permissions", "hooks"];
+const LIST_TABLES: &[&str] = &["permissions", "hooks", "models"];
+
+/// Reads `[models."<id>"]` price tables: `input` and `output` are required, cache rates default
+/// to Anthropic's multipliers (1.25× and 2× for writes, 0.1× for reads).
+fn model_prices(table: &toml::Table) -> Result<Vec<(String, crate::llm::Price)>, String> {
+    let mut out = Vec::new();
+    for (id, v) in table {
+        let Some(t) = v.as_table() else {
+            return Err(format!("models.{id:?} must be a table of prices"));
+        };
+        let rate = |k: &str| -> Result<Option<f64>, String> {
+            match t.get(k) {
+                None => Ok(None),
+                Some(toml::Value::Float(f)) if *f >= 0.0 => Ok(Some(*f)),
+                Some(toml::Value::Integer(i)) if *i >= 0 => Ok(Some(*i as f64)),
+                Some(_) => Err(format!(
+                    "models.{id:?}.{k} must be a price in USD per million tokens"
+                )),
+            }
+        };
+        for k in t.keys() {
+            if !matches!(
+                k.as_str(),
+                "input" | "output" | "cache_write_5m" | "cache_write_1h" | "cache_read"
+            ) {
+                return Err(format!(
+                    "unknown key models.{id:?}.{k} (input, output, cache_write_5m, cache_write_1h, cache_read)"
+                ));
+            }
+        }
+        let (Some(input), Some(output)) = (rate("input")?, rate("output")?) else {
+            return Err(format!("models.{id:?} needs input and output prices"));
+        };
+        out.push((
+            id.clone(),
+            crate::llm::Price::new(
+                input,
+                output,
+                rate("cache_write_5m")?.unwrap_or(input * 1.25),
+                rate("cache_write_1h")?.unwrap_or(input * 2.0),
+                rate("cache_read")?.unwrap_or(input * 0.1),
+            ),
+        ));
+    }
+    Ok(out)
+}
 
 /// Where a value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,6 +352,12 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
             "permission_mode" => PermissionMode::parse(s)
                 .map(|_| ())
                 .ok_or_else(|| format!("{s:?} is not a permission mode (default, acceptEdits, plan, bypassPermissions, dontAsk)")),
+            "effort" if !s.is_empty() && crate::llm::Effort::parse(s).is_none() => Err(format!(
+                "{s:?} is not an effort level (low, medium, high, xhigh, max)"
+            )),
+            "thinking" if !matches!(s.as_str(), "auto" | "off") => {
+                Err(format!("{s:?} must be auto or off"))
+            }
             "log.format" if !matches!(s.as_str(), "text" | "json") => {
                 Err(format!("{s:?} is not a log format (text or json)"))
             }
@@ -495,6 +576,9 @@ impl Config {
             }
             return Ok(());
         }
+        if section == "models" {
+            return model_prices(table).map(|_| ());
+        }
         let json = serde_json::to_value(table).map_err(|e| e.to_string())?;
         let mut hooks = crate::hooks::Hooks::default();
         hooks.add(&json, "[hooks]");
@@ -502,6 +586,16 @@ impl Config {
             Some(p) => Err(p.clone()),
             None => Ok(()),
         }
+    }
+
+    /// Prices of `[models."<id>"]` tables (USD per million tokens), for models the built-in
+    /// catalog does not price or prices differently for this account.
+    pub fn model_prices(&self) -> Vec<(String, crate::llm::Price)> {
+        self.tables
+            .get("models")
+            .and_then(|t| t.as_table())
+            .and_then(|t| model_prices(t).ok())
+            .unwrap_or_default()
     }
 
     fn get(&self, name: &str) -> Option<&toml::Value> {

@@ -3,7 +3,7 @@
 
 use crate::agent::TurnLimits;
 use crate::config::Config;
-use crate::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog, WebFetcher};
+use crate::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog, Reasoning, WebFetcher};
 use crate::rpc::{self, Connections, Listener, RpcApi};
 use crate::session::{Sessions, TurnEnv};
 use crate::store::Store;
@@ -83,6 +83,12 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
+    // Owned here and stopped with the daemon; never in a turn's way.
+    let listing = sessions.env().llm.clone().ok().map(|llm| {
+        let catalog = sessions.env().catalog.clone();
+        let dir = data_dir.clone();
+        tokio::spawn(async move { crate::llm::listing::refresh(&llm, &catalog, &dir).await })
+    });
 
     tracing::info!(socket = %socket.display(), data = %data_dir.display(), epoch, "tetherd serving");
     if options.print_ready {
@@ -110,6 +116,9 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     })
     .await;
 
+    if let Some(task) = listing {
+        task.abort();
+    }
     store.flush().await?;
     drop(listener);
     tracing::info!("tetherd stopped");
@@ -144,7 +153,7 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
     }
     Ok(TurnEnv {
         llm,
-        catalog: ModelCatalog::from_env(config.string("model")),
+        catalog: ModelCatalog::from_env(config.string("model")).with_prices(config.model_prices()),
         tools: crate::tools::builtin(),
         limits,
         data_dir: data_dir.to_owned(),
@@ -156,6 +165,27 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
             .unwrap_or_else(|| "haiku".into()),
         permission_mode: config.permission_mode(),
         log_user_prompts: config.flag("telemetry.log_user_prompts"),
+        reasoning: Reasoning {
+            off: config.string("thinking").as_deref() == Some("off"),
+            budget: config
+                .number("thinking_budget")
+                .filter(|n| *n >= 1.0)
+                .map(|n| n as u32),
+            effort: config
+                .string("effort")
+                .and_then(|e| crate::llm::Effort::parse(&e)),
+            hide_thinking: false,
+            context_editing: config.flag("context_editing"),
+            extra_betas: config
+                .string("betas")
+                .map(|b| {
+                    b.split(',')
+                        .map(|s| s.trim().to_owned())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        },
     })
 }
 

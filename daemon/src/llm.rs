@@ -9,6 +9,7 @@ mod accumulate;
 mod auth;
 mod client;
 mod error;
+pub mod listing;
 mod models;
 mod request;
 mod retry;
@@ -20,9 +21,12 @@ pub use accumulate::{
 pub use auth::{Auth, Credential, custom_headers};
 pub use client::{AnthropicClient, LlmConfig};
 pub use error::{ApiError, ApiErrorKind, LlmError};
-pub use models::{ModelCatalog, ModelInfo, Price, Usage};
+pub use models::{
+    Effort, ListedModel, ModelCatalog, ModelError, ModelInfo, Price, Reasoning, ThinkingKind, Usage,
+};
 pub use request::{
-    CacheControl, Message, MessagesRequest, Role, SystemBlock, Thinking, ToolDefinition,
+    CacheControl, Message, MessagesRequest, Role, SystemBlock, Thinking, ThinkingDisplay,
+    ToolDefinition,
 };
 pub use retry::RetryPolicy;
 pub use web::{Page, WebError, WebFetcher};

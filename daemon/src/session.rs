@@ -74,6 +74,8 @@ pub struct TurnEnv {
     pub permission_mode: PermissionMode,
     /// Whether turn spans carry the prompt text (`OTEL_LOG_USER_PROMPTS`).
     pub log_user_prompts: bool,
+    /// Thinking, effort, context editing and betas from the configuration.
+    pub reasoning: crate::llm::Reasoning,
 }
 
 /// What a new session starts with.
@@ -447,6 +449,7 @@ mod tests {
             delta_retention: None,
             permission_mode: Default::default(),
             log_user_prompts: false,
+            reasoning: Default::default(),
         })
     }
 

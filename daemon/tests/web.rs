@@ -118,7 +118,7 @@ async fn web_fetch_asks_the_fast_model_about_the_page() {
             .is_some_and(|s| s.starts_with("The secret is 7."))
     );
     let req = &fake.message_requests()[0].body;
-    assert_eq!(req["model"], "claude-haiku-4-5");
+    assert_eq!(req["model"], "claude-haiku-5-5");
     let asked = req["messages"][0]["content"][0]["text"]
         .as_str()
         .expect("text");

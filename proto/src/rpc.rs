@@ -32,6 +32,11 @@ pub trait TetherRpc {
     #[method(name = "daemon/doctor", param_kind = map)]
     async fn daemon_doctor(&self, online: Option<bool>) -> RpcResult<Vec<Check>>;
 
+    /// The models this daemon knows (built-in catalog, the API's list, config.toml prices) and
+    /// the aliases.
+    #[method(name = "models/list", param_kind = map)]
+    async fn models_list(&self) -> RpcResult<ModelList>;
+
     /// Drains and stops the daemon after answering.
     #[method(name = "daemon/shutdown", param_kind = map)]
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownResult>;

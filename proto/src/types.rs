@@ -88,6 +88,67 @@ pub struct TurnOptions {
     /// Text added to the end of the system prompt for this turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub append_system_prompt: Option<String>,
+    /// Effort level for this turn (`low`, `medium`, `high`, `xhigh`, `max`; what the model takes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
+    /// Ask the API for no thinking text (`display: omitted`): nobody will read it, and the answer
+    /// starts sooner. Headless runs set it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hide_thinking: bool,
+}
+
+/// What `models/list` answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelList {
+    /// The model of new sessions (alias or id).
+    pub default_model: String,
+    /// Aliases and the model each stands for.
+    pub aliases: Vec<ModelAlias>,
+    /// Every known model.
+    pub models: Vec<ModelEntry>,
+}
+
+/// An alias (`opus`) and the id it resolves to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelAlias {
+    /// The alias.
+    pub alias: String,
+    /// The model id.
+    pub model: String,
+}
+
+/// One model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelEntry {
+    /// The API id.
+    pub id: String,
+    /// Name for people.
+    pub display_name: String,
+    /// `opus`, `sonnet`, `haiku`, `fable`, `mythos`, or empty.
+    pub family: String,
+    /// Context window in tokens.
+    pub context_window: u64,
+    /// The window with `[1m]`, where the model has a longer one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_context_window: Option<u64>,
+    /// Largest `max_tokens`.
+    pub max_output: u32,
+    /// `adaptive`, `adaptive (always on)`, `budget` or `none`.
+    pub thinking: String,
+    /// Effort levels it takes.
+    pub efforts: Vec<String>,
+    /// Its default effort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_effort: Option<String>,
+    /// USD per million tokens: input, output, 5-minute and 1-hour cache writes, cache reads;
+    /// `None` when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<[f64; 5]>,
+    /// `built-in`, `api` or `config`.
+    pub source: String,
 }
 
 /// One configuration key as `daemon/config` reports it.

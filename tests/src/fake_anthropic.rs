@@ -175,7 +175,7 @@ async fn count_tokens(State(state): State<Shared>, headers: HeaderMap, body: Byt
     json_response(200, &json!({"input_tokens": estimate}), &BTreeMap::new())
 }
 
-/// `GET /v1/models`: one page with one model; 401 without a credential, like the API.
+/// `GET /v1/models`: one page with two models, one newer than any catalog; 401 without a credential, like the API.
 async fn models(headers: HeaderMap) -> Response {
     let hmap = header_map(&headers);
     let has_key = ["x-api-key", "authorization"]
@@ -190,8 +190,12 @@ async fn models(headers: HeaderMap) -> Response {
     }
     json_response(
         200,
-        &json!({"data": [{"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet 4.5", "created_at": "2025-09-29T00:00:00Z"}],
-            "has_more": false, "first_id": "claude-sonnet-4-5", "last_id": "claude-sonnet-4-5"}),
+        &json!({"data": [
+                {"type": "model", "id": "claude-sonnet-5-5", "display_name": "Claude Sonnet 5.5", "created_at": "2026-09-29T00:00:00Z", "max_input_tokens": 1_000_000, "max_tokens": 128_000},
+                // A model newer than any catalog: clients learn it from this list.
+                {"type": "model", "id": "claude-nova-1", "display_name": "Claude Nova 1", "created_at": "2026-12-01T00:00:00Z", "max_input_tokens": 2_000_000, "max_tokens": 100_000}
+            ],
+            "has_more": false, "first_id": "claude-sonnet-5-5", "last_id": "claude-nova-1"}),
         &BTreeMap::new(),
     )
 }

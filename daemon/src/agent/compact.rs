@@ -35,6 +35,7 @@ pub struct Compacted {
 #[allow(clippy::too_many_arguments)]
 pub async fn compact(
     llm: &AnthropicClient,
+    catalog: &crate::llm::ModelCatalog,
     model_id: &str,
     tools: &[ToolDefinition],
     history: &mut History,
@@ -68,6 +69,7 @@ pub async fn compact(
     if !request.tools.is_empty() {
         request.tool_choice = Some(json!({"type": "none"}));
     }
+    catalog.shape(&mut request, &crate::llm::Reasoning::internal());
     let request = request.with_cache_breakpoints();
     let tokens_before = history.last_context_tokens;
     let result = llm.stream(&request, &mut |_| {}, cancel).await;

@@ -30,6 +30,8 @@ pub struct Subagents {
     pub tools: Tools,
     /// The parent's limits.
     pub limits: TurnLimits,
+    /// Thinking, effort and betas, as the parent turn asked for them.
+    pub reasoning: crate::llm::Reasoning,
     /// Web pages.
     pub web: Arc<crate::llm::WebFetcher>,
     /// The project's hooks.
@@ -121,6 +123,7 @@ impl Subagents {
             fast_model: self.fast_model.clone(),
             hooks: self.hooks.clone(),
             session_id: self.session_id.clone(),
+            reasoning: self.reasoning.clone(),
         };
         let mut history = History::default();
         history.apply(

@@ -27,7 +27,7 @@ pub const MAX_STOP_HOOK_CONTINUATIONS: u32 = 3;
 /// Limits of a turn.
 #[derive(Debug, Clone)]
 pub struct TurnLimits {
-    /// `max_tokens` of each request (capped by the model's own limit).
+    /// `max_tokens` of each request, capped by the model's own limit; 0 is the model's limit.
     pub max_tokens: u32,
     /// Continuations after `max_tokens`.
     pub max_continuations: u32,
@@ -45,7 +45,7 @@ pub struct TurnLimits {
 impl Default for TurnLimits {
     fn default() -> Self {
         Self {
-            max_tokens: 32_000,
+            max_tokens: 0,
             max_continuations: 3,
             max_requests: 200,
             tool_timeout: Duration::from_secs(600),
@@ -83,6 +83,8 @@ pub struct Turn {
     pub hooks: Arc<crate::hooks::Hooks>,
     /// The session's id (hooks receive it).
     pub session_id: String,
+    /// Thinking, effort and betas asked for (each request takes what its model supports).
+    pub reasoning: crate::llm::Reasoning,
 }
 
 /// How a turn ended.
@@ -175,6 +177,7 @@ impl Turn {
         }
         compact(
             &self.llm,
+            &self.catalog,
             model_id,
             tools,
             history,
@@ -335,11 +338,6 @@ impl Turn {
             if requests > self.limits.max_requests {
                 return Ok(tally.outcome("max_turns", None));
             }
-            let max_tokens = self
-                .catalog
-                .info(&model_id)
-                .map(|m| m.max_output.min(self.limits.max_tokens))
-                .unwrap_or(self.limits.max_tokens);
             let window = self.catalog.info(&model_id).map(|m| m.context_window);
             if let (Some(pct), Some(w)) = (self.limits.auto_compact_percent, window)
                 && history.last_context_tokens as f64 >= pct / 100.0 * w as f64
@@ -351,9 +349,10 @@ impl Turn {
                 self.count(tally, &model_id, &c.usage);
             }
             let mut request =
-                MessagesRequest::new(model_id.clone(), max_tokens, history.messages());
+                MessagesRequest::new(model_id.clone(), self.limits.max_tokens, history.messages());
             request.system = self.system.clone();
             request.tools = tools.clone();
+            self.catalog.shape(&mut request, &self.reasoning);
             let request = request.with_cache_breakpoints();
 
             let mut completed: HashSet<usize> = HashSet::new();

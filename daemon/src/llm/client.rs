@@ -91,7 +91,7 @@ impl AnthropicClient {
     ) -> Result<AssembledMessage, LlmError> {
         let body = serde_json::to_vec(request)
             .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?;
-        let betas = request.betas().join(",");
+        let betas = request.beta_header();
         let mut retry = 0u32;
         let mut reauthenticated = false;
         loop {
@@ -191,6 +191,55 @@ impl AnthropicClient {
         let headers = response.headers().clone();
         let body = response.bytes().await.map_err(transport_error)?;
         Err(LlmError::from_response(status.as_u16(), &headers, &body))
+    }
+
+    /// The models the API offers (`GET /v1/models`, every page).
+    pub async fn list_models(&self) -> Result<Vec<super::ListedModel>, LlmError> {
+        let base = self
+            .endpoint
+            .replace("/v1/messages", "/v1/models?limit=1000");
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..20 {
+            let url = match &after {
+                Some(id) => format!("{base}&after_id={id}"),
+                None => base.clone(),
+            };
+            let mut req = self.http.get(url).headers(self.headers.clone());
+            req = match self.auth.credential().await? {
+                Credential::ApiKey(k) => req.header("x-api-key", k.expose()),
+                Credential::Bearer(t) => {
+                    req.header("authorization", format!("Bearer {}", t.expose()))
+                }
+            };
+            let response = tokio::time::timeout(self.config.connect_timeout * 6, req.send())
+                .await
+                .map_err(|_| LlmError::Timeout("no answer from the API".into()))?
+                .map_err(transport_error)?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let body = response.bytes().await.map_err(transport_error)?;
+            if !status.is_success() {
+                return Err(LlmError::from_response(status.as_u16(), &headers, &body));
+            }
+            #[derive(serde::Deserialize)]
+            struct Page {
+                #[serde(default)]
+                data: Vec<super::ListedModel>,
+                #[serde(default)]
+                has_more: bool,
+                #[serde(default)]
+                last_id: Option<String>,
+            }
+            let page: Page = serde_json::from_slice(&body)
+                .map_err(|e| LlmError::Config(format!("GET /v1/models answered: {e}")))?;
+            out.extend(page.data);
+            match (page.has_more, page.last_id) {
+                (true, Some(last)) => after = Some(last),
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 
     async fn attempt(

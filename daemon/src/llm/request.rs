@@ -94,7 +94,23 @@ pub enum Thinking {
         budget_tokens: u32,
     },
     /// The model decides how much to think.
-    Adaptive,
+    Adaptive {
+        /// What thinking blocks carry back.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        display: Option<ThinkingDisplay>,
+    },
+}
+
+/// `thinking.display`: what comes back in thinking blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThinkingDisplay {
+    /// A summary of the thinking.
+    Summarized,
+    /// Empty thinking text (the signature still carries it): the answer starts sooner.
+    Omitted,
+    /// Only the short updates the model writes between tool calls.
+    Updates,
 }
 
 /// A streaming Messages API request.
@@ -127,8 +143,17 @@ pub struct MessagesRequest {
     /// Sampling temperature.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// `{effort}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<Value>,
+    /// `{edits: […]}`: context editing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_management: Option<Value>,
     /// Always true: tether streams.
     pub stream: bool,
+    /// The `anthropic-beta` features this request uses (a header, not part of the body).
+    #[serde(skip)]
+    pub betas: Vec<String>,
 }
 
 /// Block types that accept a `cache_control` breakpoint.
@@ -148,7 +173,10 @@ impl MessagesRequest {
             metadata: None,
             stop_sequences: Vec::new(),
             temperature: None,
+            output_config: None,
+            context_management: None,
             stream: true,
+            betas: Vec::new(),
         }
     }
 
@@ -188,9 +216,10 @@ impl MessagesRequest {
         self
     }
 
-    /// The `anthropic-beta` features this request needs (none for the stable API).
-    pub fn betas(&self) -> Vec<&'static str> {
-        Vec::new()
+    /// The `anthropic-beta` header's value: the features this request uses, in order, once
+    /// each (empty for the stable API).
+    pub fn beta_header(&self) -> String {
+        self.betas.join(",")
     }
 }
 

@@ -69,6 +69,19 @@ fn non_empty(field: &str, value: Option<String>) -> Result<Option<String>, Error
 }
 
 impl RpcApi {
+    /// A model name that can be sent (an alias or an id); a typo is refused with the aliases.
+    fn checked_model(&self, model: Option<String>) -> Result<Option<String>, ErrorObjectOwned> {
+        let model = non_empty("model", model)?;
+        if let Some(m) = &model {
+            self.sessions
+                .env()
+                .catalog
+                .check(m)
+                .map_err(|e| invalid_params(e.to_string()))?;
+        }
+        Ok(model)
+    }
+
     fn check_running(&self) -> Result<(), ErrorObjectOwned> {
         if self.shutdown.is_cancelled() {
             return Err(ErrorCode::DaemonShuttingDown.with_message("tetherd is shutting down"));
@@ -139,6 +152,56 @@ impl TetherRpcServer for RpcApi {
         Ok(crate::doctor::checks(&self.config, &self.data_dir, llm, online.unwrap_or(false)).await)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "models/list"))]
+    async fn models_list(&self) -> RpcResult<tether_proto::ModelList> {
+        let env = self.sessions.env();
+        let catalog = &env.catalog;
+        let models = catalog
+            .list()
+            .into_iter()
+            .map(|m| tether_proto::ModelEntry {
+                id: m.id,
+                display_name: m.display_name,
+                family: m.family.to_owned(),
+                context_window: m.context_window,
+                long_context_window: m.long_context,
+                max_output: m.max_output,
+                thinking: match m.thinking {
+                    crate::llm::ThinkingKind::Adaptive {
+                        always_on: true, ..
+                    } => "adaptive (always on)".into(),
+                    crate::llm::ThinkingKind::Adaptive { .. } => "adaptive".into(),
+                    crate::llm::ThinkingKind::Budget => "budget".into(),
+                    crate::llm::ThinkingKind::None => "none".into(),
+                },
+                efforts: m.efforts.iter().map(|e| e.as_str().to_owned()).collect(),
+                default_effort: m.default_effort.map(|e| e.as_str().to_owned()),
+                price: m.price.map(|p| {
+                    [
+                        p.input,
+                        p.output,
+                        p.cache_write_5m,
+                        p.cache_write_1h,
+                        p.cache_read,
+                    ]
+                }),
+                source: m.source.to_owned(),
+            })
+            .collect();
+        Ok(tether_proto::ModelList {
+            default_model: catalog.default_model().to_owned(),
+            aliases: catalog
+                .aliases()
+                .into_iter()
+                .map(|(alias, model)| tether_proto::ModelAlias {
+                    alias: alias.to_owned(),
+                    model,
+                })
+                .collect(),
+            models,
+        })
+    }
+
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "daemon/shutdown"))]
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownResult> {
         tracing::info!("shutdown requested over RPC");
@@ -168,7 +231,7 @@ impl TetherRpcServer for RpcApi {
         let new = NewSession {
             cwd,
             title: non_empty("title", title)?,
-            model: non_empty("model", model)?,
+            model: self.checked_model(model)?,
             permission_mode,
         };
         let session_id = self
@@ -215,7 +278,7 @@ impl TetherRpcServer for RpcApi {
         self.check_running()?;
         let change = Configure {
             title: non_empty("title", title)?,
-            model: non_empty("model", model)?,
+            model: self.checked_model(model)?,
             permission_mode,
             on_no_controller,
         };

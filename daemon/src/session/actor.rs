@@ -1749,6 +1749,22 @@ impl SessionActor {
                 return self.finish_command(turn_id, None);
             }
             Some(SlashCommand::Model(Some(name))) => {
+                if let Err(e) = self.env.catalog.check(&name) {
+                    let message = e.to_string();
+                    let _ = self.emit_in(
+                        EventKind::Error {
+                            code: "unknown_model".into(),
+                            message: message.clone(),
+                        },
+                        Some(turn_id.clone()),
+                    );
+                    let error = TurnError {
+                        code: "unknown_model".into(),
+                        message,
+                        retryable: false,
+                    };
+                    return self.finish_command(turn_id, Some(error));
+                }
                 self.record.model = name.clone();
                 self.record_dirty = true;
                 self.system = None;
@@ -1840,6 +1856,31 @@ impl SessionActor {
             }
         }
 
+        let effort = q.options.effort.as_deref().filter(|e| !e.trim().is_empty());
+        let checked = self.env.catalog.check(&model).and_then(|()| match effort {
+            Some(e) => self.env.catalog.check_effort(&model, e).map(|_| ()),
+            None => Ok(()),
+        });
+        if let Err(e) = checked {
+            let code = match e {
+                crate::llm::ModelError::UnknownAlias { .. } => "unknown_model",
+                crate::llm::ModelError::Effort { .. } => "invalid_effort",
+            };
+            let message = e.to_string();
+            let _ = self.emit_in(
+                EventKind::Error {
+                    code: code.into(),
+                    message: message.clone(),
+                },
+                Some(turn_id.clone()),
+            );
+            let error = TurnError {
+                code: code.into(),
+                message,
+                retryable: false,
+            };
+            return self.finish_command(turn_id, Some(error));
+        }
         let job = match compact_instructions {
             Some(instructions) => TurnJob::Compact(instructions),
             None => TurnJob::Run,
@@ -1923,6 +1964,15 @@ impl SessionActor {
         {
             system.push(crate::llm::SystemBlock::text(extra.clone()));
         }
+        let mut reasoning = self.env.reasoning.clone();
+        reasoning.hide_thinking = options.hide_thinking;
+        if let Some(e) = options
+            .effort
+            .as_deref()
+            .and_then(crate::llm::Effort::parse)
+        {
+            reasoning.effort = Some(e);
+        }
         let child_tools: Vec<String> = tools
             .names()
             .into_iter()
@@ -1938,6 +1988,7 @@ impl SessionActor {
             system: system.clone(),
             tools: tools.subset(&child_tools),
             limits: limits.clone(),
+            reasoning: reasoning.clone(),
             web: self.env.web.clone(),
             fast_model: self.env.fast_model.clone(),
             authorizer: Arc::new(ActorSink {
@@ -1959,6 +2010,7 @@ impl SessionActor {
             session_id: self.record.id.0.clone(),
             web: self.env.web.clone(),
             fast_model: self.env.fast_model.clone(),
+            reasoning,
         };
         let history = self.history.clone();
         let sink = Arc::new(ActorSink {

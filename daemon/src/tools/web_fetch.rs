@@ -65,6 +65,8 @@ impl Tool for WebFetch {
             request.system = vec![SystemBlock::text(
                 "You read web pages for a coding agent and answer precisely and briefly.",
             )];
+            net.catalog
+                .shape(&mut request, &crate::llm::Reasoning::internal());
             let cancel = ctx.cancel.child_token();
             let result = net.llm.stream(&request, &mut |_| {}, &cancel).await;
             match result {

@@ -36,6 +36,117 @@ fn blocks(message: &Value) -> Vec<Value> {
     }
 }
 
+/// Betas the fake knows; any other in `anthropic-beta` is refused as the API refuses it.
+const KNOWN_BETAS: &[&str] = &[
+    "interleaved-thinking-2025-05-14",
+    "context-management-2025-06-27",
+    "effort-2025-11-24",
+    "context-1m-2025-08-07",
+    "thinking-display-updates-2026-08-18",
+    "prompt-caching-2024-07-31",
+    "extended-cache-ttl-2025-04-11",
+    "web-search-2025-03-05",
+];
+
+/// `thinking`, `output_config.effort` and `context_management` in the shapes the API takes, with
+/// the betas they need.
+fn check_features(headers: &BTreeMap<String, String>, body: &Value) -> Verdict {
+    let betas: Vec<&str> = headers
+        .get("anthropic-beta")
+        .map(|b| {
+            b.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(unknown) = betas.iter().find(|b| !KNOWN_BETAS.contains(b)) {
+        return bad(format!(
+            "Unexpected value(s) `{unknown}` for the `anthropic-beta` header. Please consult our documentation at docs.claude.com or try again without the header."
+        ));
+    }
+    let max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
+    match &body["thinking"] {
+        Value::Null => {}
+        t => match t["type"].as_str() {
+            Some("enabled") => match t["budget_tokens"].as_u64() {
+                Some(b) if b >= 1024 && b < max_tokens => {}
+                Some(b) if b >= max_tokens => {
+                    return bad(format!(
+                        "`max_tokens` must be greater than `thinking.budget_tokens`. Got max_tokens={max_tokens} and budget_tokens={b}"
+                    ));
+                }
+                _ => {
+                    return bad(
+                        "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+                    );
+                }
+            },
+            Some("adaptive") => match t.get("display").map(|d| d.as_str()) {
+                None | Some(Some("summarized" | "omitted")) => {}
+                Some(Some("updates")) if betas.contains(&"thinking-display-updates-2026-08-18") => {
+                }
+                Some(Some("updates")) => {
+                    return bad(
+                        "thinking.adaptive.display: \"updates\" requires the thinking-display-updates-2026-08-18 beta",
+                    );
+                }
+                Some(other) => {
+                    return bad(format!(
+                        "thinking.adaptive.display: Input should be 'summarized', 'omitted' or 'updates', got {other:?}"
+                    ));
+                }
+            },
+            Some("disabled") => {}
+            _ => {
+                return bad(
+                    "thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled', 'adaptive'",
+                );
+            }
+        },
+    }
+    if let Some(effort) = body.get("output_config").and_then(|c| c.get("effort")) {
+        if !matches!(
+            effort.as_str(),
+            Some("low" | "medium" | "high" | "xhigh" | "max")
+        ) {
+            return bad(format!(
+                "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max', got {effort}"
+            ));
+        }
+        if !betas.contains(&"effort-2025-11-24") {
+            return bad("output_config.effort: this field requires the effort-2025-11-24 beta");
+        }
+    }
+    if let Some(cm) = body.get("context_management") {
+        if !betas.contains(&"context-management-2025-06-27") {
+            return bad(
+                "context_management: Extra inputs are not permitted (this field requires the context-management-2025-06-27 beta)",
+            );
+        }
+        let Some(edits) = cm["edits"].as_array() else {
+            return bad("context_management.edits: Input should be a valid list");
+        };
+        for (i, e) in edits.iter().enumerate() {
+            match e["type"].as_str() {
+                Some("clear_thinking_20251015") if body["thinking"].is_object() => {}
+                Some("clear_thinking_20251015") => {
+                    return bad(format!(
+                        "context_management.edits.{i}: clear_thinking requires thinking to be enabled"
+                    ));
+                }
+                Some("clear_tool_uses_20250919") => {}
+                _ => {
+                    return bad(format!(
+                        "context_management.edits.{i}.type: unknown edit type"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks headers and body; `signatures` maps every thinking signature the fake issued to its
 /// text, so a thinking block sent back altered is caught.
 pub fn validate(
@@ -96,6 +207,7 @@ pub fn validate(
             }
         }
     }
+    check_features(headers, body)?;
     let breakpoints = count_cache_control(&body["system"])
         + count_cache_control(&body["tools"])
         + count_cache_control(&body["messages"]);

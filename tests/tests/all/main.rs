@@ -3,6 +3,7 @@
 mod access;
 mod chaos;
 mod headless;
+mod models;
 mod operations;
 mod permissions;
 mod sessions;

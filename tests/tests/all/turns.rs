@@ -100,7 +100,7 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
     let reqs = fake.server.message_requests();
     assert_eq!(reqs.len(), 1);
     let body = &reqs[0].body;
-    assert_eq!(body["model"], "claude-sonnet-4-5");
+    assert_eq!(body["model"], "claude-sonnet-5-5");
     assert_eq!(
         body["messages"],
         json!([{"role": "user", "content": [{"type": "text", "text": "say hi", "cache_control": {"type": "ephemeral"}}]}])
@@ -437,14 +437,20 @@ fn without_credentials_a_turn_fails_clearly_and_the_session_survives() -> anyhow
 #[test]
 fn auto_compaction_near_the_context_limit_continues_from_the_summary() -> anyhow::Result<()> {
     let mut big = Step::text("Long answer.");
-    big.usage = Some(json!({"input_tokens": 185_000}));
+    big.usage = Some(json!({"input_tokens": 950_000}));
     let (fake, _daemon, mut c, session) = setup(Script::of([
         big,
         Step::text("SUMMARY: the user asked for a long answer and got it."),
         Step::text("Short answer."),
     ]))?;
     c.start_turn(&session, "first question")?;
-    c.events_until("turn_ended")?;
+    let first = c.events_until("turn_ended")?;
+    let usage = of_type(&first, "usage_updated");
+    assert_eq!(
+        usage.last().map(|u| u["data"]["contextPercent"].clone()),
+        Some(json!(95.0)),
+        "950k of Sonnet 5.5's 1M window"
+    );
     let events = run_turn(&mut c, &session, "second question")?;
     let t = types(&events);
     assert!(
@@ -452,7 +458,7 @@ fn auto_compaction_near_the_context_limit_continues_from_the_summary() -> anyhow
         "{t:?}"
     );
     let done = of_type(&events, "compaction_completed")[0];
-    assert_eq!(done["data"]["tokensBefore"], 185_000);
+    assert_eq!(done["data"]["tokensBefore"], 950_000);
     assert_eq!(stop_reason(&events), "end_turn");
     let reqs = fake.server.message_requests();
     assert_eq!(reqs.len(), 3);
@@ -473,7 +479,7 @@ fn auto_compaction_near_the_context_limit_continues_from_the_summary() -> anyhow
 fn kill_9_during_compaction_keeps_the_full_history_and_the_next_turn_compacts_again()
 -> anyhow::Result<()> {
     let mut big = Step::text("Long answer.");
-    big.usage = Some(json!({"input_tokens": 185_000}));
+    big.usage = Some(json!({"input_tokens": 950_000}));
     let fake = Fake::start(Script::of([
         big,
         Step::text("SUMMARY: never finished").stall_after(3),
@@ -564,7 +570,7 @@ fn overloaded_after_retries_falls_back_to_the_fallback_model() -> anyhow::Result
     assert_eq!(fb.len(), 1, "{:?}", types(&events));
     assert_eq!(
         fb[0]["data"],
-        json!({"from": "claude-sonnet-4-5", "to": "claude-haiku-4-5"})
+        json!({"from": "claude-sonnet-5-5", "to": "claude-haiku-5-5"})
     );
     assert_eq!(stop_reason(&events), "end_turn");
     let models: Vec<Value> = fake
@@ -575,7 +581,7 @@ fn overloaded_after_retries_falls_back_to_the_fallback_model() -> anyhow::Result
         .collect();
     assert_eq!(
         models,
-        [json!("claude-sonnet-4-5"), json!("claude-haiku-4-5")]
+        [json!("claude-sonnet-5-5"), json!("claude-haiku-5-5")]
     );
     Ok(())
 }
@@ -638,7 +644,7 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
     let reqs = fake.server.message_requests();
     assert_eq!(reqs.len(), 3, "commands make no API calls");
     assert_eq!(
-        reqs[1].body["model"], "claude-haiku-4-5",
+        reqs[1].body["model"], "claude-haiku-5-5",
         "the custom command's model"
     );
     let msgs = reqs[1].body["messages"].as_array().context("messages")?;
@@ -654,7 +660,7 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
             .contains("the tests live in tests/all"),
         "the note is in memory"
     );
-    assert_eq!(reqs[2].body["model"], "claude-opus-4-5");
+    assert_eq!(reqs[2].body["model"], "claude-opus-5-5");
     no_rejections(&fake);
     Ok(())
 }
