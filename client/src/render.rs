@@ -58,6 +58,7 @@ pub fn event_line(ev: &Event) -> String {
         EventKind::SessionConfigured {
             title,
             model,
+            effort,
             permission_mode,
             on_no_controller,
             by: who,
@@ -68,6 +69,11 @@ pub fn event_line(ev: &Event) -> String {
             }
             if let Some(m) = model {
                 parts.push(format!("model {m}"));
+            }
+            match effort.as_deref() {
+                Some("") => parts.push("effort: the model's default".into()),
+                Some(e) => parts.push(format!("effort {e}")),
+                None => {}
             }
             if let Some(m) = permission_mode {
                 parts.push(format!("mode {}", m.as_str()));

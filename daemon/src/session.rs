@@ -157,6 +157,7 @@ impl Sessions {
             model: new
                 .model
                 .unwrap_or_else(|| self.env.catalog.default_model().to_owned()),
+            effort: None,
             permission_mode: new.permission_mode.unwrap_or(self.env.permission_mode),
             on_no_controller: Default::default(),
             status: SessionStatus::Idle,

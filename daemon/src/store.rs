@@ -58,6 +58,9 @@ pub struct SessionRecord {
     pub cwd: String,
     /// Model alias or id.
     pub model: String,
+    /// Effort level chosen for the session (`/effort`); `None`: the configured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
     /// Permission mode.
     pub permission_mode: PermissionMode,
     /// What permission requests do while no controller is attached.

@@ -95,6 +95,9 @@ pub enum EventKind {
         /// New model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
+        /// New effort level (`""`: back to the model's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        effort: Option<String>,
         /// New permission mode.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         permission_mode: Option<PermissionMode>,

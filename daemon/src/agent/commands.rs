@@ -13,6 +13,8 @@ pub enum SlashCommand {
     Compact(Option<String>),
     /// `/model [name]`: show or change the model.
     Model(Option<String>),
+    /// `/effort [level]`: show or set the session's effort level (`default` resets it).
+    Effort(Option<String>),
     /// `/cost`: the session's usage and cost.
     Cost,
     /// A custom command: its prompt (arguments substituted) and settings.
@@ -31,7 +33,7 @@ pub enum SlashCommand {
 }
 
 /// The built-in commands, for error messages and completion.
-pub const BUILTIN: &[&str] = &["clear", "compact", "model", "cost"];
+pub const BUILTIN: &[&str] = &["clear", "compact", "model", "effort", "cost"];
 
 /// Reads the command in `input`, if its first text item is one. Custom commands are looked up
 /// in `<cwd>/.claude/commands/` and then `<home>/.claude/commands/` (`a:b` → `a/b.md`).
@@ -58,6 +60,7 @@ pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<Sla
         "clear" => SlashCommand::Clear,
         "compact" => SlashCommand::Compact(arg),
         "model" => SlashCommand::Model(arg),
+        "effort" => SlashCommand::Effort(arg),
         "cost" => SlashCommand::Cost,
         _ => match custom(cwd, home, name, args) {
             Some(c) => c,
@@ -114,6 +117,10 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
         ("clear", "start the conversation over"),
         ("compact", "[instructions]: summarize to free context"),
         ("model", "[name]: show or set the model"),
+        (
+            "effort",
+            "[level]: show or set the effort (low … max, default)",
+        ),
         ("cost", "tokens and cost of this session"),
     ];
     let mut out: Vec<tether_proto::CommandInfo> = builtin
@@ -307,6 +314,11 @@ mod tests {
                     "builtin"
                 ),
                 ("model", "[name]: show or set the model", "builtin"),
+                (
+                    "effort",
+                    "[level]: show or set the effort (low … max, default)",
+                    "builtin"
+                ),
                 ("cost", "tokens and cost of this session", "builtin"),
                 (
                     "deploy",

@@ -800,6 +800,7 @@ impl SessionActor {
                 let kind = EventKind::SessionConfigured {
                     title,
                     model,
+                    effort: None,
                     permission_mode,
                     on_no_controller,
                     by,
@@ -936,6 +937,7 @@ impl SessionActor {
                     let _ = self.emit(EventKind::SessionConfigured {
                         title: Some(title),
                         model: None,
+                        effort: None,
                         permission_mode: None,
                         on_no_controller: None,
                         by: None,
@@ -1772,6 +1774,69 @@ impl SessionActor {
                     EventKind::SessionConfigured {
                         title: None,
                         model: Some(name.clone()),
+                        effort: None,
+                        permission_mode: None,
+                        on_no_controller: None,
+                        by: Some(q.by),
+                    },
+                    Some(turn_id.clone()),
+                );
+                return self.finish_command(turn_id, None);
+            }
+            Some(SlashCommand::Effort(None)) => {
+                let info = self.env.catalog.info(&model);
+                let levels = info
+                    .as_ref()
+                    .map(|i| {
+                        i.efforts
+                            .iter()
+                            .map(|e| e.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .filter(|l| !l.is_empty());
+                let current = self
+                    .record
+                    .effort
+                    .clone()
+                    .or_else(|| self.env.reasoning.effort.map(|e| e.as_str().to_owned()))
+                    .or_else(|| {
+                        info.as_ref()
+                            .and_then(|i| i.default_effort)
+                            .map(|e| format!("{} (the model's default)", e.as_str()))
+                    });
+                let text = match (current, levels) {
+                    (Some(c), Some(l)) => format!("effort: {c}; {model} takes {l}"),
+                    _ => format!("{model} has no effort setting"),
+                };
+                self.notice(&turn_id, text);
+                return self.finish_command(turn_id, None);
+            }
+            Some(SlashCommand::Effort(Some(level))) => {
+                let reset = matches!(level.as_str(), "default" | "auto");
+                if !reset && let Err(e) = self.env.catalog.check_effort(&model, &level) {
+                    let message = e.to_string();
+                    let _ = self.emit_in(
+                        EventKind::Error {
+                            code: "invalid_effort".into(),
+                            message: message.clone(),
+                        },
+                        Some(turn_id.clone()),
+                    );
+                    let error = TurnError {
+                        code: "invalid_effort".into(),
+                        message,
+                        retryable: false,
+                    };
+                    return self.finish_command(turn_id, Some(error));
+                }
+                self.record.effort = (!reset).then(|| level.clone());
+                self.record_dirty = true;
+                let _ = self.emit_in(
+                    EventKind::SessionConfigured {
+                        title: None,
+                        model: None,
+                        effort: Some(if reset { String::new() } else { level }),
                         permission_mode: None,
                         on_no_controller: None,
                         by: Some(q.by),
@@ -1966,9 +2031,11 @@ impl SessionActor {
         }
         let mut reasoning = self.env.reasoning.clone();
         reasoning.hide_thinking = options.hide_thinking;
+        // The turn's own level, else the session's (`/effort`), else the configured one.
         if let Some(e) = options
             .effort
             .as_deref()
+            .or(self.record.effort.as_deref())
             .and_then(crate::llm::Effort::parse)
         {
             reasoning.effort = Some(e);

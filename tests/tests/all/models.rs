@@ -273,3 +273,48 @@ fn an_unknown_beta_is_reported_clearly_and_not_retried() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn effort_set_with_a_slash_command_sticks_to_the_session() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("one"), Step::text("two")]))?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    c.start_turn(&session, "/effort sideways")?;
+    let events = c.events_until("turn_ended")?;
+    let err = events
+        .iter()
+        .find(|e| e["type"] == "error")
+        .context("an error event")?;
+    assert_eq!(err["data"]["code"], "invalid_effort");
+    assert!(
+        err["data"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("claude-sonnet-5-5") && m.contains("xhigh")),
+        "{err}"
+    );
+    c.start_turn(&session, "/effort xhigh")?;
+    let events = c.events_until("turn_ended")?;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "session_configured" && e["data"]["effort"] == "xhigh"),
+        "every client sees the change"
+    );
+    c.start_turn(&session, "go")?;
+    c.events_until("turn_ended")?;
+    // It survives a restart.
+    daemon.terminate()?;
+    daemon.spawn()?;
+    let mut c = daemon.ndjson()?;
+    c.watch(&session)?;
+    c.start_turn(&session, "again")?;
+    c.events_until("turn_ended")?;
+    let reqs = fake.server.message_requests();
+    assert_eq!(reqs.len(), 2, "commands never reach the model");
+    for r in &reqs {
+        assert_eq!(r.body["output_config"]["effort"], "xhigh");
+    }
+    Ok(())
+}
