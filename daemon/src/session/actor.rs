@@ -1460,6 +1460,23 @@ impl SessionActor {
     }
 
     /// Ends a turn that was handled without the model (a command).
+    /// Ends a turn the daemon refused before any model call: an `error` event, then the end.
+    fn refuse(&mut self, turn_id: TurnId, code: &str, message: String) {
+        let _ = self.emit_in(
+            EventKind::Error {
+                code: code.into(),
+                message: message.clone(),
+            },
+            Some(turn_id.clone()),
+        );
+        let error = TurnError {
+            code: code.into(),
+            message,
+            retryable: false,
+        };
+        self.finish_command(turn_id, Some(error))
+    }
+
     fn finish_command(&mut self, turn_id: TurnId, error: Option<TurnError>) {
         let outcome = TurnOutcome {
             stop_reason: if error.is_some() { "error" } else { "command" }.into(),
@@ -1752,20 +1769,7 @@ impl SessionActor {
             }
             Some(SlashCommand::Model(Some(name))) => {
                 if let Err(e) = self.env.catalog.check(&name) {
-                    let message = e.to_string();
-                    let _ = self.emit_in(
-                        EventKind::Error {
-                            code: "unknown_model".into(),
-                            message: message.clone(),
-                        },
-                        Some(turn_id.clone()),
-                    );
-                    let error = TurnError {
-                        code: "unknown_model".into(),
-                        message,
-                        retryable: false,
-                    };
-                    return self.finish_command(turn_id, Some(error));
+                    return self.refuse(turn_id, "unknown_model", e.to_string());
                 }
                 self.record.model = name.clone();
                 self.record_dirty = true;
@@ -1815,20 +1819,7 @@ impl SessionActor {
             Some(SlashCommand::Effort(Some(level))) => {
                 let reset = matches!(level.as_str(), "default" | "auto");
                 if !reset && let Err(e) = self.env.catalog.check_effort(&model, &level) {
-                    let message = e.to_string();
-                    let _ = self.emit_in(
-                        EventKind::Error {
-                            code: "invalid_effort".into(),
-                            message: message.clone(),
-                        },
-                        Some(turn_id.clone()),
-                    );
-                    let error = TurnError {
-                        code: "invalid_effort".into(),
-                        message,
-                        retryable: false,
-                    };
-                    return self.finish_command(turn_id, Some(error));
+                    return self.refuse(turn_id, "invalid_effort", e.to_string());
                 }
                 self.record.effort = (!reset).then(|| level.clone());
                 self.record_dirty = true;
@@ -1931,20 +1922,7 @@ impl SessionActor {
                 crate::llm::ModelError::UnknownAlias { .. } => "unknown_model",
                 crate::llm::ModelError::Effort { .. } => "invalid_effort",
             };
-            let message = e.to_string();
-            let _ = self.emit_in(
-                EventKind::Error {
-                    code: code.into(),
-                    message: message.clone(),
-                },
-                Some(turn_id.clone()),
-            );
-            let error = TurnError {
-                code: code.into(),
-                message,
-                retryable: false,
-            };
-            return self.finish_command(turn_id, Some(error));
+            return self.refuse(turn_id, code, e.to_string());
         }
         let job = match compact_instructions {
             Some(instructions) => TurnJob::Compact(instructions),

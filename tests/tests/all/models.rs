@@ -16,6 +16,13 @@ fn headless(daemon: &Daemon, args: &[&str]) -> anyhow::Result<std::process::Outp
         .output()?)
 }
 
+/// A headless run that must fail; its stderr.
+fn refused(daemon: &Daemon, args: &[&str]) -> anyhow::Result<String> {
+    let out = headless(daemon, args)?;
+    anyhow::ensure!(!out.status.success(), "{args:?} was accepted: {out:?}");
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 fn betas(headers: &std::collections::BTreeMap<String, String>) -> Vec<String> {
     headers
         .get("anthropic-beta")
@@ -153,30 +160,23 @@ fn effort_is_sent_when_asked_and_names_and_levels_a_model_lacks_are_refused() ->
         "xhigh"
     );
 
-    let out = headless(&daemon, &["--model", "opuss", "go"])?;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&daemon, &["--model", "opuss", "go"])?;
     assert!(
         err.contains("opuss") && err.contains("sonnet") && err.contains("fable"),
         "lists the aliases: {err}"
     );
-
-    let out = headless(
+    let err = refused(
         &daemon,
         &["--model", "claude-haiku-4-5", "--effort", "low", "go"],
     )?;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("claude-haiku-4-5") && err.contains("effort"),
         "names the model: {err}"
     );
-    let out = headless(
+    let err = refused(
         &daemon,
         &["--model", "claude-opus-4-6", "--effort", "xhigh", "go"],
     )?;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("low, medium, high, max"),
         "says what it takes: {err}"
