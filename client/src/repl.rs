@@ -10,7 +10,7 @@ mod paste;
 mod prompt;
 mod quiet;
 
-pub use commands::{CLIENT_COMMANDS, DaemonCommands};
+pub use commands::{CLIENT_COMMANDS, DaemonCommands, ModelNames};
 
 use crate::commands::Output;
 use crate::connection::{self, Connection};
@@ -94,6 +94,7 @@ struct Repl {
     live_drawn: std::cell::RefCell<Vec<String>>,
     /// The daemon's slash commands for this session.
     commands: DaemonCommands,
+    models: ModelNames,
 }
 
 fn client_name() -> String {
@@ -167,6 +168,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let data_dir = connection::path_env().data_dir();
     let pasted = Arc::new(std::sync::Mutex::new(paste::Pasted::default()));
     let commands = DaemonCommands::default();
+    let models = ModelNames::default();
     let to_editor = editor::spawn(editor::Setup {
         printer: printer.clone(),
         status: status.clone(),
@@ -176,6 +178,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         input: input_tx,
         pasted: pasted.clone(),
         commands: commands.clone(),
+        models: models.clone(),
     })?;
     let me = conn.hello.connection_id;
     let mut repl = Repl {
@@ -204,6 +207,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         pasted,
         live_drawn: Default::default(),
         commands: commands.clone(),
+        models,
     };
     repl.refresh_commands().await;
     repl.refresh_status().await;
@@ -401,6 +405,23 @@ impl Repl {
             .await
         {
             *self.commands.lock().unwrap_or_else(|p| p.into_inner()) = list;
+        }
+        if let Ok(list) = self.conn.client.models_list().await {
+            let names = list
+                .aliases
+                .iter()
+                .map(|a| (a.alias.clone(), a.model.clone()))
+                .chain(list.models.iter().map(|m| {
+                    let w = m.context_window;
+                    let window = if w >= 1_000_000 && w.is_multiple_of(1_000_000) {
+                        format!("{}M", w / 1_000_000)
+                    } else {
+                        format!("{}k", w / 1000)
+                    };
+                    (m.id.clone(), format!("{} · {window}", m.display_name))
+                }))
+                .collect();
+            *self.models.lock().unwrap_or_else(|p| p.into_inner()) = names;
         }
     }
 

@@ -49,6 +49,10 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
 /// completion; read from `session/commands` when the session changes.
 pub type DaemonCommands = Arc<std::sync::Mutex<Vec<tether_proto::CommandInfo>>>;
 
+/// The models the daemon knows, as `(name, description)` for `/model` completion: aliases
+/// first, then ids; read from `models/list` with the commands.
+pub type ModelNames = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
 impl Repl {
     /// Handles a submitted line; returns whether to exit. A command that fails says why and
     /// the prompt returns.

@@ -6,7 +6,7 @@
 
 use super::paste::{Keys, Pasted};
 use super::prompt::{Status, TetherPrompt};
-use super::{CLIENT_COMMANDS, DaemonCommands, Input};
+use super::{CLIENT_COMMANDS, DaemonCommands, Input, ModelNames};
 use reedline::{
     ColumnarMenu, Completer, Emacs, FileBackedHistory, KeyCode, KeyModifiers, MenuBuilder,
     Reedline, ReedlineEvent, ReedlineMenu, Signal, Span, Suggestion, ValidationResult, Validator,
@@ -40,6 +40,8 @@ pub struct Setup {
     pub pasted: Arc<Mutex<Pasted>>,
     /// The daemon's commands, for completion.
     pub commands: DaemonCommands,
+    /// The daemon's models, for `/model` completion.
+    pub models: ModelNames,
 }
 
 /// `<data dir>/history/<hash of the project directory>`: one history per project.
@@ -61,7 +63,18 @@ const TOGGLE_THINKING: &str = "\u{1}toggle-thinking";
 struct Complete {
     cwd: PathBuf,
     commands: DaemonCommands,
+    models: ModelNames,
 }
+
+/// What `/effort` takes (the daemon checks it against the model).
+const EFFORTS: &[(&str, &str)] = &[
+    ("low", "fastest"),
+    ("medium", ""),
+    ("high", ""),
+    ("xhigh", "newer models"),
+    ("max", "as much as it takes"),
+    ("default", "the model's own"),
+];
 
 impl Completer for Complete {
     fn complete(&mut self, line: &str, pos: usize) -> Vec<Suggestion> {
@@ -72,6 +85,38 @@ impl Completer for Complete {
             .unwrap_or(0);
         let word = &before[start..];
         let span = Span::new(start, pos);
+        let argument = |values: Vec<(String, String)>| -> Vec<Suggestion> {
+            values
+                .into_iter()
+                .filter(|(v, _)| v.starts_with(word))
+                .map(|(value, d)| Suggestion {
+                    value,
+                    description: (!d.is_empty()).then_some(d),
+                    span,
+                    append_whitespace: true,
+                    ..Default::default()
+                })
+                .collect()
+        };
+        match before[..start].trim_end() {
+            "/model" => {
+                let models = self
+                    .models
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                return argument(models);
+            }
+            "/effort" => {
+                return argument(
+                    EFFORTS
+                        .iter()
+                        .map(|(e, d)| ((*e).to_owned(), (*d).to_owned()))
+                        .collect(),
+                );
+            }
+            _ => {}
+        }
         if start == 0 && word.starts_with('/') {
             let daemon: Vec<(String, String)> = self
                 .commands
@@ -185,6 +230,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         .with_completer(Box::new(Complete {
             cwd: setup.cwd,
             commands: setup.commands,
+            models: setup.models,
         }))
         .with_menu(ReedlineMenu::EngineCompleter(Box::new(menu)))
         .with_edit_mode(Box::new(Keys::new(

@@ -1838,11 +1838,11 @@ impl SessionActor {
             }
             Some(SlashCommand::Cost) => {
                 let u = self.history.usage;
-                let cost = self
-                    .history
-                    .cost_usd
-                    .map(|c| format!("${c:.4}"))
-                    .unwrap_or_else(|| "unknown (a model without a price was used)".into());
+                let cost = match self.history.cost_usd {
+                    Some(c) => format!("${c:.4}"),
+                    None if u == TokenUsage::default() => "$0.0000".into(),
+                    None => "unknown (a model without a price was used)".into(),
+                };
                 self.notice(
                     &turn_id,
                     format!(

@@ -455,6 +455,33 @@ fn ctrl_t_opens_the_thinking_of_the_last_reply() -> anyhow::Result<()> {
 }
 
 #[test]
+fn model_completes_from_the_daemons_catalog_and_switches_the_session() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Opus here.")]).titling("Models"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "/cost"])?;
+    a.want("› ")?;
+    a.send(b"/model claude-opus-5")?;
+    a.send(b"\t")?;
+    a.want("Claude Opus 5 · 1M")?;
+    a.send(b"\r")?;
+    a.want("claude-opus-5-5")?;
+    a.send(b"\r")?;
+    a.want("model claude-opus-5-5")?;
+    a.want("› ")?;
+    a.send(b"hi\r")?;
+    a.want("Opus here.")?;
+    let reqs = fake.server.message_requests();
+    let turn = reqs
+        .iter()
+        .find(|r| r.body["messages"][0]["content"][0]["text"] == "hi")
+        .context("the turn's request")?;
+    assert_eq!(turn.body["model"], "claude-opus-5-5");
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
+
+#[test]
 fn the_transcript_follows_a_terminal_resize() -> anyhow::Result<()> {
     let paragraph = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi \
                      omicron pi rho sigma tau upsilon phi chi psi omega and then the end.";
