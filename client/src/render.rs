@@ -207,6 +207,22 @@ pub fn event_line(ev: &Event) -> String {
                 .unwrap_or_else(|| "cost unknown".into())
         ),
         EventKind::HistoryCleared {} => "conversation cleared".into(),
+        EventKind::SystemPrompt { git, memory, .. } => format!(
+            "context fixed for this session: instructions, environment{}{}",
+            if git.is_some() { ", git" } else { "" },
+            if memory.is_some() { ", memory" } else { "" }
+        ),
+        EventKind::ContextUpdated { date, git, memory } => {
+            let parts: Vec<&str> = [
+                date.as_ref().map(|_| "date"),
+                git.as_ref().map(|_| "git"),
+                memory.as_ref().map(|_| "memory"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            format!("the model is told what changed: {}", parts.join(", "))
+        }
         EventKind::TurnRecovered {
             action,
             interrupted_tools,

@@ -77,6 +77,12 @@ const KEYS: &[Key] = &[
         doc: "send clear_thinking context edits where the model supports them",
     },
     Key {
+        name: "cache_ttl",
+        env: &["TETHER_CACHE_TTL"],
+        default: "\"auto\"",
+        doc: "prompt-cache lifetime of the stable prefix: auto (1h for interactive turns, 5m for scripts), 5m or 1h",
+    },
+    Key {
         name: "betas",
         env: &["ANTHROPIC_BETAS"],
         default: "\"\"",
@@ -355,6 +361,9 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
             "effort" if !s.is_empty() && crate::llm::Effort::parse(s).is_none() => Err(format!(
                 "{s:?} is not an effort level (low, medium, high, xhigh, max)"
             )),
+            "cache_ttl" if !matches!(s.as_str(), "auto" | "5m" | "1h") => {
+                Err(format!("{s:?} must be auto, 5m or 1h"))
+            }
             "thinking" if !matches!(s.as_str(), "auto" | "off") => {
                 Err(format!("{s:?} must be auto or off"))
             }

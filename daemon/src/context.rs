@@ -1,8 +1,9 @@
 //! What the model is told besides the conversation: our system prompt, the environment, the
 //! user's memory files (CLAUDE.md, AGENTS.md, with `@imports`) and a git snapshot.
 //!
-//! Invariant: built once per session and reused byte for byte, so prompt caching hits; git2 runs
-//! on `spawn_blocking`.
+//! Invariant: gathered at a session's first model turn into its prompt prefix, which is logged
+//! and sent byte for byte ever after (so prompt caching hits); what changes later goes to the
+//! tail of the conversation as an update. git2 runs on `spawn_blocking`.
 
 mod git;
 mod memory;
@@ -51,12 +52,24 @@ pub fn remember(memory_file: &Path, note: &str) -> std::io::Result<()> {
     writeln!(f, "- {}", note.trim())
 }
 
-/// The system prompt blocks for a session in `cwd`; `project_memory` is tether's own notes file.
-pub async fn system_prompt(
-    cwd: &Path,
-    model: &str,
-    project_memory: Option<&Path>,
-) -> Vec<SystemBlock> {
+/// What the model is told besides the conversation, gathered now: the parts a session's prompt
+/// prefix is made of ([`EventKind::SystemPrompt`](tether_proto::EventKind::SystemPrompt)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+    /// Tether's instructions.
+    pub instructions: String,
+    /// Working directory, platform, date.
+    pub environment: String,
+    /// Today's date (it is part of `environment`).
+    pub date: String,
+    /// The git snapshot, when `cwd` is in a repository.
+    pub git: Option<String>,
+    /// The memory files, when there are any.
+    pub memory: Option<String>,
+}
+
+/// Gathers the context of a session in `cwd`; `project_memory` is tether's own notes file.
+pub async fn gather(cwd: &Path, project_memory: Option<&Path>) -> Context {
     let cwd_owned = cwd.to_owned();
     let snapshot = tokio::task::spawn_blocking(move || git::snapshot(&cwd_owned))
         .await
@@ -76,6 +89,7 @@ pub async fn system_prompt(
     .await
     .unwrap_or_default();
 
+    let date = today();
     let mut env = String::new();
     env.push_str("# Environment\n");
     env.push_str(&format!("Working directory: {}\n", cwd.display()));
@@ -84,17 +98,12 @@ pub async fn system_prompt(
         std::env::consts::OS,
         std::env::consts::ARCH
     ));
-    env.push_str(&format!("Date: {}\n", today()));
-    env.push_str(&format!("Model: {model}\n"));
+    env.push_str(&format!("Date: {date}\n"));
     env.push_str(&format!(
         "Git repository: {}\n",
         if snapshot.is_some() { "yes" } else { "no" }
     ));
-    let mut blocks = vec![SystemBlock::text(SYSTEM_PROMPT), SystemBlock::text(env)];
-    if let Some(s) = snapshot {
-        blocks.push(SystemBlock::text(s.render()));
-    }
-    if !memory.is_empty() {
+    let memory = (!memory.is_empty()).then(|| {
         let mut text = String::from(
             "# Memory\nInstructions the user keeps for you. Follow them; they override your defaults.\n",
         );
@@ -105,9 +114,48 @@ pub async fn system_prompt(
                 m.text.trim_end()
             ));
         }
-        blocks.push(SystemBlock::text(text));
+        text
+    });
+    Context {
+        instructions: SYSTEM_PROMPT.to_owned(),
+        environment: env,
+        date,
+        git: snapshot.map(|s| s.render()),
+        memory,
     }
-    blocks
+}
+
+/// The system prompt blocks of a prefix: instructions, environment, git, memory.
+pub fn blocks(
+    instructions: &str,
+    environment: &str,
+    git: Option<&str>,
+    memory: Option<&str>,
+) -> Vec<SystemBlock> {
+    [Some(instructions), Some(environment), git, memory]
+        .into_iter()
+        .flatten()
+        .map(SystemBlock::text)
+        .collect()
+}
+
+/// The text a [`ContextUpdated`](tether_proto::EventKind::ContextUpdated) adds to the next user
+/// message.
+pub fn update_text(date: Option<&str>, git: Option<&str>, memory: Option<&str>) -> String {
+    let mut text = String::from(
+        "<context-update>\nSince the start of this session the context changed; this replaces what the system prompt says about it.\n",
+    );
+    if let Some(d) = date {
+        text.push_str(&format!("\nDate: {d}\n"));
+    }
+    if let Some(g) = git {
+        text.push_str(&format!("\n{}\n", g.trim_end()));
+    }
+    if let Some(m) = memory {
+        text.push_str(&format!("\n{}\n", m.trim_end()));
+    }
+    text.push_str("</context-update>");
+    text
 }
 
 fn today() -> String {

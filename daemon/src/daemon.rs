@@ -3,7 +3,9 @@
 
 use crate::agent::TurnLimits;
 use crate::config::Config;
-use crate::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog, Reasoning, WebFetcher};
+use crate::llm::{
+    AnthropicClient, Auth, CacheTtl, LlmConfig, ModelCatalog, RequestPolicy, WebFetcher,
+};
 use crate::rpc::{self, Connections, Listener, RpcApi};
 use crate::session::{Sessions, TurnEnv};
 use crate::store::Store;
@@ -165,7 +167,12 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
             .unwrap_or_else(|| "haiku".into()),
         permission_mode: config.permission_mode(),
         log_user_prompts: config.flag("telemetry.log_user_prompts"),
-        reasoning: Reasoning {
+        cache_ttl: match config.string("cache_ttl").as_deref() {
+            Some("1h") => Some(CacheTtl::OneHour),
+            Some("5m") => Some(CacheTtl::FiveMinutes),
+            _ => None,
+        },
+        policy: RequestPolicy {
             off: config.string("thinking").as_deref() == Some("off"),
             budget: config
                 .number("thinking_budget")
@@ -176,6 +183,7 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
                 .and_then(|e| crate::llm::Effort::parse(&e)),
             hide_thinking: false,
             context_editing: config.flag("context_editing"),
+            prefix_ttl: CacheTtl::FiveMinutes,
             extra_betas: config
                 .string("betas")
                 .map(|b| {

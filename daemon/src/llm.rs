@@ -22,10 +22,11 @@ pub use auth::{Auth, Credential, custom_headers};
 pub use client::{AnthropicClient, LlmConfig};
 pub use error::{ApiError, ApiErrorKind, LlmError};
 pub use models::{
-    Effort, ListedModel, ModelCatalog, ModelError, ModelInfo, Price, Reasoning, ThinkingKind, Usage,
+    Effort, ListedModel, ModelCatalog, ModelError, ModelInfo, Price, RequestPolicy, ThinkingKind,
+    Usage,
 };
 pub use request::{
-    CacheControl, Message, MessagesRequest, Role, SystemBlock, Thinking, ThinkingDisplay,
+    CacheControl, CacheTtl, Message, MessagesRequest, Role, SystemBlock, Thinking, ThinkingDisplay,
     ToolDefinition,
 };
 pub use retry::RetryPolicy;

@@ -75,7 +75,10 @@ pub struct TurnEnv {
     /// Whether turn spans carry the prompt text (`OTEL_LOG_USER_PROMPTS`).
     pub log_user_prompts: bool,
     /// Thinking, effort, context editing and betas from the configuration.
-    pub reasoning: crate::llm::Reasoning,
+    pub policy: crate::llm::RequestPolicy,
+    /// The stable prefix's cache lifetime (`cache_ttl`); `None` (`auto`): an hour for turns a
+    /// person started, 5 minutes for scripts.
+    pub cache_ttl: Option<crate::llm::CacheTtl>,
 }
 
 /// What a new session starts with.
@@ -450,7 +453,8 @@ mod tests {
             delta_retention: None,
             permission_mode: Default::default(),
             log_user_prompts: false,
-            reasoning: Default::default(),
+            policy: Default::default(),
+            cache_ttl: None,
         })
     }
 

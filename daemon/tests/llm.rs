@@ -170,7 +170,7 @@ fn hello_request() -> MessagesRequest {
     let mut req =
         MessagesRequest::new("claude-sonnet-4-5", 1024, vec![Message::user_text("hello")]);
     req.system = vec![SystemBlock::text("You are terse.")];
-    req.with_cache_breakpoints()
+    req.with_cache_breakpoints(tether_daemon::llm::CacheTtl::FiveMinutes)
 }
 
 async fn run(
@@ -426,7 +426,8 @@ async fn a_conversation_with_thinking_tools_and_results_passes_the_api_rules() {
     });
     let first = client
         .stream(
-            &req.clone().with_cache_breakpoints(),
+            &req.clone()
+                .with_cache_breakpoints(tether_daemon::llm::CacheTtl::FiveMinutes),
             &mut |_| {},
             &CancellationToken::new(),
         )
@@ -453,7 +454,7 @@ async fn a_conversation_with_thinking_tools_and_results_passes_the_api_rules() {
     req.messages = messages;
     let second = client
         .stream(
-            &req.with_cache_breakpoints(),
+            &req.with_cache_breakpoints(tether_daemon::llm::CacheTtl::FiveMinutes),
             &mut |_| {},
             &CancellationToken::new(),
         )

@@ -323,6 +323,33 @@ pub enum EventKind {
     },
     /// The conversation history was cleared (`/clear`); the log keeps it.
     HistoryCleared {},
+    /// The session's prompt prefix, captured at its first model turn and sent verbatim ever
+    /// after — across restarts, unloads and model changes — so the prompt cache keeps it.
+    SystemPrompt {
+        /// Tether's instructions.
+        instructions: String,
+        /// Working directory, platform, date.
+        environment: String,
+        /// The git snapshot (branch, status, recent commits).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        git: Option<String>,
+        /// The memory files (CLAUDE.md, AGENTS.md, project notes).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory: Option<String>,
+    },
+    /// What changed since the prefix (or the last update) was captured; it joins the next user
+    /// message, at the tail of the conversation, so the prefix stays cached.
+    ContextUpdated {
+        /// Today's date, when it changed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        date: Option<String>,
+        /// The git snapshot now, when it changed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        git: Option<String>,
+        /// The memory files now, when they changed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory: Option<String>,
+    },
     /// The history is being summarized to free context.
     CompactionStarted {
         /// `auto`, `manual` or `prompt_too_long`.
@@ -413,6 +440,8 @@ impl EventKind {
             Self::Continuation { .. } => "continuation",
             Self::UsageUpdated { .. } => "usage_updated",
             Self::HistoryCleared {} => "history_cleared",
+            Self::SystemPrompt { .. } => "system_prompt",
+            Self::ContextUpdated { .. } => "context_updated",
             Self::CompactionStarted { .. } => "compaction_started",
             Self::CompactionCompleted { .. } => "compaction_completed",
             Self::ModelFallback { .. } => "model_fallback",

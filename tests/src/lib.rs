@@ -291,6 +291,14 @@ pub struct Ndjson {
     next_id: u64,
 }
 
+impl Drop for Ndjson {
+    /// The reader thread holds a clone of the socket: shut it down so the daemon sees the
+    /// client leave.
+    fn drop(&mut self) {
+        let _ = self.writer.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl Ndjson {
     /// Connects to a socket.
     pub fn connect(socket: &Path) -> anyhow::Result<Self> {

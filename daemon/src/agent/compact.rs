@@ -69,8 +69,8 @@ pub async fn compact(
     if !request.tools.is_empty() {
         request.tool_choice = Some(json!({"type": "none"}));
     }
-    catalog.shape(&mut request, &crate::llm::Reasoning::internal());
-    let request = request.with_cache_breakpoints();
+    catalog.shape(&mut request, &crate::llm::RequestPolicy::internal());
+    let request = request.with_cache_breakpoints(crate::llm::CacheTtl::FiveMinutes);
     let tokens_before = history.last_context_tokens;
     let result = llm.stream(&request, &mut |_| {}, cancel).await;
     let failure = match result {

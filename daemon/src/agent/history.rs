@@ -46,7 +46,60 @@ pub struct History {
     >,
     /// Rules added by `allow_session` / `allow_always` answers.
     pub session_rules: Vec<String>,
+    /// The session's prompt prefix, once captured (`system_prompt`).
+    pub prefix: Option<Prefix>,
+    /// What the conversation has told the model of the parts that change: the prefix's, then
+    /// each update's; back to the prefix's when the conversation is cleared or compacted.
+    pub told: Told,
     turns_ended: u64,
+}
+
+/// A session's prompt prefix, as logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prefix {
+    /// Tether's instructions.
+    pub instructions: String,
+    /// Working directory, platform, date.
+    pub environment: String,
+    /// The git snapshot.
+    pub git: Option<String>,
+    /// The memory files.
+    pub memory: Option<String>,
+}
+
+impl Prefix {
+    /// The system blocks, byte for byte as at capture.
+    pub fn blocks(&self) -> Vec<crate::llm::SystemBlock> {
+        crate::context::blocks(
+            &self.instructions,
+            &self.environment,
+            self.git.as_deref(),
+            self.memory.as_deref(),
+        )
+    }
+
+    fn told(&self) -> Told {
+        Told {
+            date: self
+                .environment
+                .lines()
+                .find_map(|l| l.strip_prefix("Date: "))
+                .map(str::to_owned),
+            git: self.git.clone(),
+            memory: self.memory.clone(),
+        }
+    }
+}
+
+/// The changing parts of the context as the model last heard them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Told {
+    /// The date.
+    pub date: Option<String>,
+    /// The git snapshot.
+    pub git: Option<String>,
+    /// The memory files.
+    pub memory: Option<String>,
 }
 
 fn is_empty_text(block: &Value) -> bool {
@@ -138,6 +191,36 @@ impl History {
                 self.messages.clear();
                 self.pending.clear();
                 self.last_context_tokens = 0;
+                self.told = self.prefix.as_ref().map(Prefix::told).unwrap_or_default();
+            }
+            EventKind::SystemPrompt {
+                instructions,
+                environment,
+                git,
+                memory,
+            } => {
+                let prefix = Prefix {
+                    instructions: instructions.clone(),
+                    environment: environment.clone(),
+                    git: git.clone(),
+                    memory: memory.clone(),
+                };
+                self.told = prefix.told();
+                self.prefix = Some(prefix);
+            }
+            EventKind::ContextUpdated { date, git, memory } => {
+                let text =
+                    crate::context::update_text(date.as_deref(), git.as_deref(), memory.as_deref());
+                self.push(Role::User, vec![json!({"type": "text", "text": text})]);
+                if date.is_some() {
+                    self.told.date = date.clone();
+                }
+                if git.is_some() {
+                    self.told.git = git.clone();
+                }
+                if memory.is_some() {
+                    self.told.memory = memory.clone();
+                }
             }
             EventKind::CompactionCompleted {
                 summary,
@@ -148,6 +231,7 @@ impl History {
                 self.pending.clear();
                 self.last_context_tokens = *tokens_after;
                 self.compaction_failures = 0;
+                self.told = self.prefix.as_ref().map(Prefix::told).unwrap_or_default();
                 self.push(
                     Role::User,
                     vec![json!({"type": "text", "text": format!("{SUMMARY_PREFIX}{summary}")})],

@@ -31,7 +31,7 @@ pub struct Subagents {
     /// The parent's limits.
     pub limits: TurnLimits,
     /// Thinking, effort and betas, as the parent turn asked for them.
-    pub reasoning: crate::llm::Reasoning,
+    pub policy: crate::llm::RequestPolicy,
     /// Web pages.
     pub web: Arc<crate::llm::WebFetcher>,
     /// The project's hooks.
@@ -123,7 +123,7 @@ impl Subagents {
             fast_model: self.fast_model.clone(),
             hooks: self.hooks.clone(),
             session_id: self.session_id.clone(),
-            reasoning: self.reasoning.clone(),
+            policy: self.policy.clone(),
         };
         let mut history = History::default();
         history.apply(

@@ -54,7 +54,7 @@ pub async fn generate(
     request.system = vec![SystemBlock::text(
         "You name coding sessions so that a list of them is easy to scan.",
     )];
-    catalog.shape(&mut request, &crate::llm::Reasoning::internal());
+    catalog.shape(&mut request, &crate::llm::RequestPolicy::internal());
     let answer = llm
         .stream(&request, &mut |_| {}, &CancellationToken::new())
         .await

@@ -84,7 +84,7 @@ pub struct Turn {
     /// The session's id (hooks receive it).
     pub session_id: String,
     /// Thinking, effort and betas asked for (each request takes what its model supports).
-    pub reasoning: crate::llm::Reasoning,
+    pub policy: crate::llm::RequestPolicy,
 }
 
 /// How a turn ended.
@@ -352,8 +352,8 @@ impl Turn {
                 MessagesRequest::new(model_id.clone(), self.limits.max_tokens, history.messages());
             request.system = self.system.clone();
             request.tools = tools.clone();
-            self.catalog.shape(&mut request, &self.reasoning);
-            let request = request.with_cache_breakpoints();
+            self.catalog.shape(&mut request, &self.policy);
+            let request = request.with_cache_breakpoints(self.policy.prefix_ttl);
 
             let mut completed: HashSet<usize> = HashSet::new();
             let result = {

@@ -408,10 +408,11 @@ pub enum ModelError {
     },
 }
 
-/// How the turn wants the model to think, before the model's own abilities are applied.
+/// What a turn asks of its requests — thinking, effort, context editing, betas, cache lifetime —
+/// before each model's own abilities are applied ([`ModelCatalog::shape`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Reasoning {
-    /// `false` turns thinking off where the model allows it.
+pub struct RequestPolicy {
+    /// Turns thinking off where the model allows it.
     pub off: bool,
     /// Budget for models that think with a budget (`MAX_THINKING_TOKENS`); `None`: they do not
     /// think.
@@ -425,9 +426,12 @@ pub struct Reasoning {
     pub context_editing: bool,
     /// Betas added to every request (`ANTHROPIC_BETAS`, config `betas`).
     pub extra_betas: Vec<String>,
+    /// How long the stable prefix (tools, system) stays cached; the moving tail always gets 5
+    /// minutes.
+    pub prefix_ttl: super::request::CacheTtl,
 }
 
-impl Reasoning {
+impl RequestPolicy {
     /// For the daemon's own requests (titles, compaction, page reading): no thinking where it
     /// can be turned off, and none shown where it cannot.
     pub fn internal() -> Self {
@@ -622,7 +626,7 @@ impl ModelCatalog {
     /// Shapes `request` for its model: the bare id (no `[1m]`), `max_tokens` capped by the
     /// model's limit, thinking, effort and context editing as the model takes them, and the
     /// betas those need. `max_tokens` of 0 means the model's own limit.
-    pub fn shape(&self, request: &mut MessagesRequest, reasoning: &Reasoning) {
+    pub fn shape(&self, request: &mut MessagesRequest, policy: &RequestPolicy) {
         let info = self.info(&request.model);
         let long = request.model.ends_with(LONG_CONTEXT_SUFFIX);
         if long {
@@ -640,8 +644,8 @@ impl ModelCatalog {
             betas.push(CONTEXT_1M_BETA.into());
         }
         let thinks = match info.as_ref().map(|i| i.thinking) {
-            Some(ThinkingKind::Adaptive { always_on, updates }) if always_on || !reasoning.off => {
-                let display = if reasoning.hide_thinking {
+            Some(ThinkingKind::Adaptive { always_on, updates }) if always_on || !policy.off => {
+                let display = if policy.hide_thinking {
                     ThinkingDisplay::Omitted
                 } else if updates {
                     betas.push(THINKING_UPDATES_BETA.into());
@@ -654,7 +658,7 @@ impl ModelCatalog {
                 });
                 true
             }
-            Some(ThinkingKind::Budget) if !reasoning.off => match reasoning.budget {
+            Some(ThinkingKind::Budget) if !policy.off => match policy.budget {
                 // The API wants 1024 ≤ budget < max_tokens.
                 Some(b) if request.max_tokens > 1024 => {
                     request.thinking = Some(Thinking::Enabled {
@@ -671,7 +675,7 @@ impl ModelCatalog {
             request.temperature = None;
         }
         if let Some(i) = info.as_ref().filter(|i| !i.efforts.is_empty()) {
-            let effort = reasoning
+            let effort = policy
                 .effort
                 .filter(|e| i.efforts.contains(e))
                 .or(i.default_effort);
@@ -680,13 +684,13 @@ impl ModelCatalog {
                 betas.push(EFFORT_BETA.into());
             }
         }
-        if thinks && reasoning.context_editing && info.as_ref().is_some_and(|i| i.context_editing) {
+        if thinks && policy.context_editing && info.as_ref().is_some_and(|i| i.context_editing) {
             request.context_management = Some(serde_json::json!({
                 "edits": [{"type": "clear_thinking_20251015", "keep": "all"}]
             }));
             betas.push(CONTEXT_MANAGEMENT_BETA.into());
         }
-        for b in &reasoning.extra_betas {
+        for b in &policy.extra_betas {
             let b = b.trim();
             if !b.is_empty() && !betas.iter().any(|x| x == b) {
                 betas.push(b.to_owned());
@@ -733,9 +737,9 @@ mod tests {
     use super::*;
     use crate::llm::Message;
 
-    fn shaped(c: &ModelCatalog, model: &str, reasoning: &Reasoning) -> serde_json::Value {
+    fn shaped(c: &ModelCatalog, model: &str, policy: &RequestPolicy) -> serde_json::Value {
         let mut req = MessagesRequest::new(c.resolve(model), 0, vec![Message::user_text("hi")]);
-        c.shape(&mut req, reasoning);
+        c.shape(&mut req, policy);
         let mut v = serde_json::to_value(&req).expect("serializes");
         v["betas"] = serde_json::json!(req.betas);
         v
@@ -797,9 +801,9 @@ mod tests {
     #[test]
     fn each_model_gets_the_thinking_effort_and_betas_it_takes() {
         let c = ModelCatalog::default();
-        let r = Reasoning {
+        let r = RequestPolicy {
             context_editing: true,
-            ..Reasoning::default()
+            ..RequestPolicy::default()
         };
         let opus = shaped(&c, "opus", &r);
         assert_eq!(opus["model"], "claude-opus-5-5");
@@ -833,7 +837,7 @@ mod tests {
         let hidden = shaped(
             &c,
             "sonnet",
-            &Reasoning {
+            &RequestPolicy {
                 hide_thinking: true,
                 effort: Some(Effort::Low),
                 ..r.clone()
@@ -849,7 +853,7 @@ mod tests {
         let budget = shaped(
             &c,
             "claude-haiku-4-5",
-            &Reasoning {
+            &RequestPolicy {
                 budget: Some(10_000),
                 ..r.clone()
             },
@@ -860,7 +864,7 @@ mod tests {
         );
 
         // Off where allowed; Opus 5.5 thinks whatever is asked.
-        let off = Reasoning {
+        let off = RequestPolicy {
             off: true,
             ..r.clone()
         };

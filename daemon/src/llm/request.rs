@@ -35,16 +35,42 @@ impl Message {
     }
 }
 
-/// `cache_control: {type: ephemeral}`.
+/// `cache_control: {type: ephemeral, ttl?}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CacheControl {
     #[serde(rename = "type")]
     kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'static str>,
 }
 
 impl CacheControl {
     /// The ephemeral (5-minute) breakpoint.
-    pub const EPHEMERAL: Self = Self { kind: "ephemeral" };
+    pub const EPHEMERAL: Self = Self {
+        kind: "ephemeral",
+        ttl: None,
+    };
+
+    /// A breakpoint with this lifetime.
+    pub fn with(ttl: CacheTtl) -> Self {
+        match ttl {
+            CacheTtl::FiveMinutes => Self::EPHEMERAL,
+            CacheTtl::OneHour => Self {
+                kind: "ephemeral",
+                ttl: Some("1h"),
+            },
+        }
+    }
+}
+
+/// How long a cache entry lives: 5 minutes (writes 1.25× input) or an hour (writes 2×).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CacheTtl {
+    /// The default.
+    #[default]
+    FiveMinutes,
+    /// For prefixes that must survive a pause.
+    OneHour,
 }
 
 /// A text block of the system prompt.
@@ -180,21 +206,24 @@ impl MessagesRequest {
         }
     }
 
-    /// Places the prompt-caching breakpoints: the last system block, the last tool, and the
-    /// last cacheable block of the last message; any other breakpoint in the messages is removed,
-    /// so a request never carries more than 3 (the API allows 4).
-    pub fn with_cache_breakpoints(mut self) -> Self {
+    /// Places the prompt-caching breakpoints: the last tool and the last system block (the
+    /// stable prefix, cached for `prefix_ttl`), and the last cacheable block of the last message
+    /// (the moving tail, 5 minutes); any other breakpoint in the messages is removed, so a
+    /// request never carries more than 3 (the API allows 4). Longer lifetimes come first in the
+    /// prefix order (tools, system, messages), as the API requires.
+    pub fn with_cache_breakpoints(mut self, prefix_ttl: CacheTtl) -> Self {
+        let prefix = CacheControl::with(prefix_ttl);
         for block in &mut self.system {
             block.cache_control = None;
         }
         if let Some(last) = self.system.last_mut() {
-            last.cache_control = Some(CacheControl::EPHEMERAL);
+            last.cache_control = Some(prefix);
         }
         for tool in &mut self.tools {
             tool.cache_control = None;
         }
         if let Some(last) = self.tools.last_mut() {
-            last.cache_control = Some(CacheControl::EPHEMERAL);
+            last.cache_control = Some(prefix);
         }
         for message in &mut self.messages {
             for block in &mut message.content {
@@ -278,12 +307,22 @@ mod tests {
                 cache_control: None,
             },
         ];
-        let req = req.with_cache_breakpoints();
+        let req = req.with_cache_breakpoints(CacheTtl::OneHour);
         let v = serde_json::to_value(&req).expect("serializes");
         assert_eq!(count_breakpoints(&v), 3);
-        assert!(v["system"][1]["cache_control"].is_object());
-        assert!(v["tools"][1]["cache_control"].is_object());
-        assert!(v["messages"][2]["content"][1]["cache_control"].is_object());
+        assert_eq!(
+            v["system"][1]["cache_control"],
+            json!({"type": "ephemeral", "ttl": "1h"})
+        );
+        assert_eq!(
+            v["tools"][1]["cache_control"],
+            json!({"type": "ephemeral", "ttl": "1h"})
+        );
+        assert_eq!(
+            v["messages"][2]["content"][1]["cache_control"],
+            json!({"type": "ephemeral"}),
+            "the tail keeps 5 minutes"
+        );
         assert!(
             v["messages"][0]["content"][0]
                 .get("cache_control")

@@ -11,7 +11,6 @@ use crate::agent::{
     History, PermissionAsk, SinkError, SlashCommand, Turn, TurnOutcome, TurnSink, Verdict,
     Workspace,
 };
-use crate::llm::SystemBlock;
 use crate::store::{EventLog, SessionRecord, Store};
 use futures::FutureExt;
 use std::collections::VecDeque;
@@ -368,7 +367,8 @@ struct SessionActor {
     history: History,
     running: Option<Running>,
     queue: VecDeque<Queued>,
-    system: Option<Vec<SystemBlock>>,
+    /// Whether this actor has run the SessionStart hooks (once per load).
+    session_started: bool,
     workspace: Arc<Workspace>,
     /// Permission requests waiting for an answer.
     waiting: std::collections::HashMap<String, Waiting>,
@@ -407,6 +407,9 @@ struct Launch {
     /// The user's prompt text, recorded on the turn span when prompts may be logged.
     prompt: Option<String>,
     options: TurnOptions,
+    /// Started by a person's client (not a script): pauses are likely, so a long-lived cache
+    /// pays.
+    interactive: bool,
 }
 
 /// What a launched turn does.
@@ -641,7 +644,7 @@ pub(super) fn spawn(
         history: loaded.history,
         running: None,
         queue: VecDeque::new(),
-        system: None,
+        session_started: false,
         workspace,
         waiting: Default::default(),
         reported: Default::default(),
@@ -787,7 +790,6 @@ impl SessionActor {
                 }
                 if let Some(m) = &model {
                     self.record.model = m.clone();
-                    self.system = None;
                 }
                 if let Some(m) = permission_mode {
                     self.record.permission_mode = m;
@@ -1460,6 +1462,42 @@ impl SessionActor {
     }
 
     /// Ends a turn that was handled without the model (a command).
+    /// Fixes the session's prompt prefix at its first model turn (`system_prompt`); at a later
+    /// fresh turn (`tail`), tells the model what changed since — date, git, memory — at the tail
+    /// of the conversation (`context_updated`), never in the prefix. A resumed turn gets no
+    /// update: its next message must start with tool results.
+    async fn settle_context(&mut self, turn_id: &TurnId, cwd: &std::path::Path, tail: bool) {
+        if self.history.prefix.is_some() && !tail {
+            return;
+        }
+        let notes = crate::context::project_memory(&self.env.data_dir, cwd);
+        let now = crate::context::gather(cwd, Some(&notes)).await;
+        let kind = if self.history.prefix.is_none() {
+            EventKind::SystemPrompt {
+                instructions: now.instructions,
+                environment: now.environment,
+                git: now.git,
+                memory: now.memory,
+            }
+        } else {
+            let told = &self.history.told;
+            // A part that went away is said to be gone, not left as it was.
+            let changed = |was: &Option<String>, is: Option<String>, gone: &str| {
+                (was.as_ref() != is.as_ref()).then(|| is.unwrap_or_else(|| gone.to_owned()))
+            };
+            let date = (told.date.as_deref() != Some(now.date.as_str())).then(|| now.date.clone());
+            let git = changed(&told.git, now.git, "# Git\n(not a git repository any more)");
+            let memory = changed(&told.memory, now.memory, "# Memory\n(no memory files now)");
+            if date.is_none() && git.is_none() && memory.is_none() {
+                return;
+            }
+            EventKind::ContextUpdated { date, git, memory }
+        };
+        if let Err(e) = self.emit_in(kind, Some(turn_id.clone())) {
+            tracing::error!(session = %self.record.id, "could not log the session's context: {e}");
+        }
+    }
+
     /// Ends a turn the daemon refused before any model call: an `error` event, then the end.
     fn refuse(&mut self, turn_id: TurnId, code: &str, message: String) {
         let _ = self.emit_in(
@@ -1575,6 +1613,7 @@ impl SessionActor {
                 job: TurnJob::Resume(calls),
                 prompt: None,
                 options: TurnOptions::default(),
+                interactive: true,
             };
             self.launch(turn_id, plan).await;
             return;
@@ -1682,7 +1721,8 @@ impl SessionActor {
         let (mut content, mut notices) = (content, notices);
         let mut blocked = None;
         if command.is_none() || matches!(command, Some(SlashCommand::Custom { .. })) {
-            if self.system.is_none() && hooks.has("SessionStart") {
+            if !self.session_started && hooks.has("SessionStart") {
+                self.session_started = true;
                 let input = serde_json::json!({"session_id": self.record.id.0, "cwd": cwd, "source": "startup"});
                 let outcome = hooks
                     .run("SessionStart", Some("startup"), input, &cwd)
@@ -1773,7 +1813,6 @@ impl SessionActor {
                 }
                 self.record.model = name.clone();
                 self.record_dirty = true;
-                self.system = None;
                 let _ = self.emit_in(
                     EventKind::SessionConfigured {
                         title: None,
@@ -1803,7 +1842,7 @@ impl SessionActor {
                     .record
                     .effort
                     .clone()
-                    .or_else(|| self.env.reasoning.effort.map(|e| e.as_str().to_owned()))
+                    .or_else(|| self.env.policy.effort.map(|e| e.as_str().to_owned()))
                     .or_else(|| {
                         info.as_ref()
                             .and_then(|i| i.default_effort)
@@ -1856,7 +1895,6 @@ impl SessionActor {
                 let file = crate::context::project_memory(&self.env.data_dir, &cwd);
                 match crate::context::remember(&file, &note) {
                     Ok(()) => {
-                        self.system = None;
                         self.notice(&turn_id, format!("noted in {}", file.display()));
                         return self.finish_command(turn_id, None);
                     }
@@ -1944,6 +1982,7 @@ impl SessionActor {
             job,
             prompt,
             options: q.options.clone(),
+            interactive: q.by.kind != tether_proto::ClientKind::Script,
         };
         self.launch(turn_id, plan).await;
     }
@@ -1957,6 +1996,7 @@ impl SessionActor {
             job,
             prompt,
             options,
+            interactive,
         } = plan;
         let cwd = std::path::PathBuf::from(&self.record.cwd);
         let cancel = CancellationToken::new();
@@ -1993,13 +2033,15 @@ impl SessionActor {
                 return self.finish_command(turn_id, Some(error));
             }
         };
-        if self.system.is_none() {
-            let notes = crate::context::project_memory(&self.env.data_dir, &cwd);
-            self.system =
-                Some(crate::context::system_prompt(&cwd, &self.record.model, Some(&notes)).await);
-        }
+        self.settle_context(&turn_id, &cwd, matches!(job, TurnJob::Run))
+            .await;
         let Some(tx) = self.me.upgrade() else { return };
-        let mut system = self.system.clone().unwrap_or_default();
+        let mut system = self
+            .history
+            .prefix
+            .as_ref()
+            .map(|p| p.blocks())
+            .unwrap_or_default();
         if let Some(extra) = options
             .append_system_prompt
             .as_ref()
@@ -2007,8 +2049,13 @@ impl SessionActor {
         {
             system.push(crate::llm::SystemBlock::text(extra.clone()));
         }
-        let mut reasoning = self.env.reasoning.clone();
-        reasoning.hide_thinking = options.hide_thinking;
+        let mut policy = self.env.policy.clone();
+        policy.hide_thinking = options.hide_thinking;
+        policy.prefix_ttl = self.env.cache_ttl.unwrap_or(if interactive {
+            crate::llm::CacheTtl::OneHour
+        } else {
+            crate::llm::CacheTtl::FiveMinutes
+        });
         // The turn's own level, else the session's (`/effort`), else the configured one.
         if let Some(e) = options
             .effort
@@ -2016,7 +2063,7 @@ impl SessionActor {
             .or(self.record.effort.as_deref())
             .and_then(crate::llm::Effort::parse)
         {
-            reasoning.effort = Some(e);
+            policy.effort = Some(e);
         }
         let child_tools: Vec<String> = tools
             .names()
@@ -2033,7 +2080,7 @@ impl SessionActor {
             system: system.clone(),
             tools: tools.subset(&child_tools),
             limits: limits.clone(),
-            reasoning: reasoning.clone(),
+            policy: policy.clone(),
             web: self.env.web.clone(),
             fast_model: self.env.fast_model.clone(),
             authorizer: Arc::new(ActorSink {
@@ -2055,7 +2102,7 @@ impl SessionActor {
             session_id: self.record.id.0.clone(),
             web: self.env.web.clone(),
             fast_model: self.env.fast_model.clone(),
-            reasoning,
+            policy,
         };
         let history = self.history.clone();
         let sink = Arc::new(ActorSink {

@@ -66,7 +66,7 @@ impl Tool for WebFetch {
                 "You read web pages for a coding agent and answer precisely and briefly.",
             )];
             net.catalog
-                .shape(&mut request, &crate::llm::Reasoning::internal());
+                .shape(&mut request, &crate::llm::RequestPolicy::internal());
             let cancel = ctx.cancel.child_token();
             let result = net.llm.stream(&request, &mut |_| {}, &cancel).await;
             match result {

@@ -655,10 +655,14 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
     );
     assert_eq!(msgs[0]["content"][0]["text"], "Say hello to Ada politely.");
     assert!(
-        reqs[1].body["system"]
+        msgs[0]["content"]
             .to_string()
             .contains("the tests live in tests/all"),
-        "the note is in memory"
+        "the note reaches the model at the tail: {msgs:?}"
+    );
+    assert_eq!(
+        reqs[1].body["system"], reqs[0].body["system"],
+        "the prompt prefix never changes"
     );
     assert_eq!(reqs[2].body["model"], "claude-opus-5-5");
     no_rejections(&fake);
