@@ -7,6 +7,7 @@
 //! faults: a mid-stream `error` event, a cut connection, a stall, slow chunks. One chunk is one
 //! SSE event.
 
+pub mod cache;
 mod script;
 mod validate;
 
@@ -47,6 +48,11 @@ struct Inner {
     /// signature → thinking text, for every thinking block served.
     signatures: HashMap<String, String>,
     served: u64,
+    /// The simulated prompt cache, when the script asks for one.
+    cache: Option<cache::PromptCache>,
+    /// The fake's clock: real time since start plus what tests skipped ahead.
+    started: Option<std::time::Instant>,
+    clock_offset: std::time::Duration,
 }
 
 type Shared = Arc<Mutex<Inner>>;
@@ -65,7 +71,10 @@ pub struct FakeAnthropic {
 impl FakeAnthropic {
     /// Starts a server on `127.0.0.1:port` (0 = any free port) with `script`.
     pub async fn start_on(script: Script, port: u16) -> anyhow::Result<Self> {
-        let mut inner = Inner::default();
+        let mut inner = Inner {
+            cache: script.simulate_cache.then(cache::PromptCache::default),
+            ..Inner::default()
+        };
         for step in script.responses {
             inner.responses.push_back(step);
         }
@@ -112,6 +121,11 @@ impl FakeAnthropic {
     /// The port.
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// Moves the fake's clock ahead, as if `by` passed (cache entries expire by it).
+    pub fn advance(&self, by: std::time::Duration) {
+        lock(&self.state).clock_offset += by;
     }
 
     /// Appends a response to the script.
@@ -285,7 +299,19 @@ fn serve_step(state: &Shared, step: Step, request: &Value) -> Response {
         inner.served += 1;
         inner.served
     };
-    let events = match step.events(model, serial) {
+    let billed = {
+        let mut inner = lock(state);
+        let now = inner
+            .started
+            .get_or_insert_with(std::time::Instant::now)
+            .elapsed()
+            + inner.clock_offset;
+        inner
+            .cache
+            .as_mut()
+            .map(|c| c.account(request, now).to_json())
+    };
+    let events = match step.events(model, serial, billed.as_ref()) {
         Ok(e) => e,
         Err(e) => {
             return json_response(

@@ -15,6 +15,10 @@ pub struct Script {
     /// Served whenever a request matches, before `responses`.
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// Bill input as the API's prompt cache would ([`super::cache`]); a step's own `usage`
+    /// still wins.
+    #[serde(default)]
+    pub simulate_cache: bool,
 }
 
 impl Script {
@@ -23,7 +27,14 @@ impl Script {
         Self {
             responses: responses.into_iter().collect(),
             rules: Vec::new(),
+            simulate_cache: false,
         }
+    }
+
+    /// Bills input through the simulated prompt cache.
+    pub fn with_prompt_cache(mut self) -> Self {
+        self.simulate_cache = true;
+        self
     }
 
     /// Answers the daemon's session-title requests (sessions created without a title) with
@@ -201,7 +212,14 @@ impl Step {
     }
 
     /// The SSE events of this step, each a complete chunk of text.
-    pub fn events(&self, model: &str, serial: u64) -> anyhow::Result<Vec<String>> {
+    /// The SSE events of this step; `billed` is the input usage the prompt cache computed, used
+    /// unless the step sets its own.
+    pub fn events(
+        &self,
+        model: &str,
+        serial: u64,
+        billed: Option<&Value>,
+    ) -> anyhow::Result<Vec<String>> {
         if let Some(path) = &self.sse_file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
@@ -213,11 +231,20 @@ impl Step {
         if let Some(events) = &self.events {
             return Ok(events.iter().map(render).collect());
         }
-        Ok(self.shorthand(model, serial).iter().map(render).collect())
+        Ok(self
+            .shorthand(model, serial, billed)
+            .iter()
+            .map(render)
+            .collect())
     }
 
-    fn shorthand(&self, model: &str, serial: u64) -> Vec<Value> {
+    fn shorthand(&self, model: &str, serial: u64, billed: Option<&Value>) -> Vec<Value> {
         let mut usage = json!({"input_tokens": 25, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1});
+        if let (Some(Value::Object(b)), Value::Object(u)) = (billed, &mut usage) {
+            for (k, v) in b {
+                u.insert(k.clone(), v.clone());
+            }
+        }
         if let (Some(Value::Object(extra)), Value::Object(u)) = (&self.usage, &mut usage) {
             for (k, v) in extra {
                 u.insert(k.clone(), v.clone());

@@ -147,6 +147,35 @@ fn check_features(headers: &BTreeMap<String, String>, body: &Value) -> Verdict {
     Ok(())
 }
 
+/// A breakpoint with the 1-hour lifetime may not follow one with 5 minutes in prefix order
+/// (tools, system, messages).
+fn check_ttl_order(body: &Value) -> Verdict {
+    fn walk(v: &Value, out: &mut Vec<bool>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(cc) = m.get("cache_control") {
+                    out.push(cc.get("ttl").and_then(Value::as_str) == Some("1h"));
+                }
+                for (k, x) in m {
+                    if k != "cache_control" {
+                        walk(x, out);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut hours = Vec::new();
+    for part in ["tools", "system", "messages"] {
+        walk(&body[part], &mut hours);
+    }
+    if hours.windows(2).any(|w| !w[0] && w[1]) {
+        return bad("a ttl='1h' cache_control block must not come after a ttl='5m' one");
+    }
+    Ok(())
+}
+
 /// Checks headers and body; `signatures` maps every thinking signature the fake issued to its
 /// text, so a thinking block sent back altered is caught.
 pub fn validate(
@@ -208,6 +237,7 @@ pub fn validate(
         }
     }
     check_features(headers, body)?;
+    check_ttl_order(body)?;
     let breakpoints = count_cache_control(&body["system"])
         + count_cache_control(&body["tools"])
         + count_cache_control(&body["messages"]);

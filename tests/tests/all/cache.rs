@@ -210,3 +210,61 @@ fn interactive_turns_cache_the_prefix_for_an_hour_and_scripts_for_five_minutes()
     }
     Ok(())
 }
+
+fn billed(body_usage: &Value) -> (u64, u64, u64) {
+    let n = |k: &str| body_usage[k].as_u64().unwrap_or(0);
+    (
+        n("inputTokens"),
+        n("cacheCreationInputTokens"),
+        n("cacheReadInputTokens"),
+    )
+}
+
+#[test]
+fn the_prefix_is_read_from_the_cache_after_a_restart_and_after_a_six_minute_pause()
+-> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of((0..4).map(|i| Step::text(format!("reply {i}")))).with_prompt_cache(),
+    )?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut c = terminal(&daemon)?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    let usage_of = |events: &[Value]| -> anyhow::Result<(u64, u64, u64)> {
+        let ended = events.last().context("turn_ended")?;
+        Ok(billed(&ended["data"]["usage"]))
+    };
+    let (_, written, read) = usage_of(&turn(&mut c, &session, "one")?)?;
+    assert!(
+        written > 1000 && read == 0,
+        "the first turn writes the prefix"
+    );
+    let (_, _, read) = usage_of(&turn(&mut c, &session, "two")?)?;
+    assert!(
+        read >= written,
+        "the second reads all the first wrote: {read} < {written}"
+    );
+
+    daemon.terminate()?;
+    daemon.spawn()?;
+    let mut c = terminal(&daemon)?;
+    c.watch(&session)?;
+    let (_, _, read) = usage_of(&turn(&mut c, &session, "after a restart")?)?;
+    assert!(read >= written, "a restart keeps the prefix cached: {read}");
+
+    fake.server.advance(Duration::from_secs(6 * 60));
+    let (_, rewritten, read) = usage_of(&turn(&mut c, &session, "after a pause")?)?;
+    assert!(
+        read >= written / 2 && rewritten < written,
+        "the hour-long prefix outlives a 6-minute pause: read {read}, wrote {rewritten}"
+    );
+    let snapshot = c.call("session/get", json!({"sessionId": session}))?;
+    assert!(
+        snapshot["costUsd"].as_f64().is_some_and(|c| c > 0.0),
+        "{snapshot}"
+    );
+    for r in fake.server.message_requests() {
+        assert!(r.rejected.is_none(), "{:?}", r.rejected);
+    }
+    Ok(())
+}

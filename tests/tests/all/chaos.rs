@@ -255,6 +255,7 @@ fn chaos_kills_lose_nothing_any_client_was_shown() -> anyhow::Result<()> {
         .unwrap_or(45);
     let script = Script {
         responses: Vec::new(),
+        simulate_cache: false,
         rules: vec![
             Rule {
                 last_user_matches: None,
