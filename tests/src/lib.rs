@@ -34,12 +34,15 @@ pub fn bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("TETHER_BIN_DIR") {
         return PathBuf::from(dir);
     }
-    // target/<profile>/deps/<test binary> → target/<profile>
+    // target/<profile>/deps/<test binary> → target/<profile>; a bench binary sits in
+    // target/<profile> itself.
     let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("target directory")
-        .to_owned()
+    let dir = exe.parent().expect("target directory");
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("target directory").to_owned()
+    } else {
+        dir.to_owned()
+    }
 }
 
 /// Path of one of the project's binaries, failing clearly when it was not built.
