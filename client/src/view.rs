@@ -647,8 +647,19 @@ impl View {
                 let tokens = usage.input_tokens
                     + usage.cache_read_input_tokens
                     + usage.cache_creation_input_tokens;
+                // How much of the input the prompt cache served (and wrote), when it did.
+                let cached = match (
+                    usage.cache_read_input_tokens,
+                    usage.cache_creation_input_tokens,
+                ) {
+                    (0, 0) => String::new(),
+                    (read, written) => format!(
+                        " ({}% cached, {written} written)",
+                        (read * 100).checked_div(tokens).unwrap_or(0)
+                    ),
+                };
                 let line = format!(
-                    "─ {stop_reason}{took} · {tokens} in / {} out tokens{cost}",
+                    "─ {stop_reason}{took} · {tokens} in{cached} / {} out tokens{cost}",
                     usage.output_tokens
                 );
                 if let Some(e) = error

@@ -342,3 +342,45 @@ fn ctrl_t_opens_the_latest_thinking_and_folds_it_again() {
     );
     assert_eq!(view.toggle_thinking(), "thinking is folded\n");
 }
+
+#[test]
+fn the_turn_footer_says_how_much_the_cache_served_and_an_unknown_cost() {
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(1)));
+    let ended = |usage: TokenUsage, cost_usd: Option<f64>| {
+        at(
+            2,
+            "2026-12-01T10:00:01.000Z",
+            EventKind::TurnEnded {
+                stop_reason: "end_turn".into(),
+                usage,
+                cost_usd,
+                error: None,
+            },
+        )
+    };
+    let cached = view.feed(&ended(
+        TokenUsage {
+            input_tokens: 100,
+            output_tokens: 10,
+            cache_creation_input_tokens: 300,
+            cache_read_input_tokens: 9600,
+        },
+        Some(0.01),
+    ));
+    assert!(
+        cached.contains("10000 in (96% cached, 300 written) / 10 out tokens · $0.0100"),
+        "{cached}"
+    );
+    let unknown = view.feed(&ended(
+        TokenUsage {
+            input_tokens: 5,
+            output_tokens: 1,
+            ..Default::default()
+        },
+        None,
+    ));
+    assert!(
+        unknown.contains("5 in / 1 out tokens · cost unknown"),
+        "{unknown}"
+    );
+}

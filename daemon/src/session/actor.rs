@@ -1882,10 +1882,30 @@ impl SessionActor {
                     None if u == TokenUsage::default() => "$0.0000".into(),
                     None => "unknown (a model without a price was used)".into(),
                 };
+                let all =
+                    u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
+                // What the cache reads would have cost as plain input, at this model's prices.
+                let saving = self
+                    .env
+                    .catalog
+                    .info(&model)
+                    .and_then(|i| i.price)
+                    .map(|p| {
+                        let saved = u.cache_read_input_tokens as f64 * (p.input - p.cache_read)
+                            / 1_000_000.0;
+                        format!(
+                            ", saving about ${saved:.4} at {}'s prices",
+                            self.env.catalog.resolve(&model)
+                        )
+                    })
+                    .unwrap_or_default();
+                let share = (u.cache_read_input_tokens * 100)
+                    .checked_div(all)
+                    .unwrap_or(0);
                 self.notice(
                     &turn_id,
                     format!(
-                        "session cost {cost}; tokens: {} input, {} output, {} cache writes, {} cache reads",
+                        "session cost {cost}; tokens: {} input, {} output, {} cache writes, {} cache reads; the cache served {share}% of input{saving}",
                         u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens
                     ),
                 );

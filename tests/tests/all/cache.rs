@@ -258,6 +258,16 @@ fn the_prefix_is_read_from_the_cache_after_a_restart_and_after_a_six_minute_paus
         read >= written / 2 && rewritten < written,
         "the hour-long prefix outlives a 6-minute pause: read {read}, wrote {rewritten}"
     );
+    let cost = turn(&mut c, &session, "/cost")?;
+    let said = cost
+        .iter()
+        .find(|e| e["type"] == "notice")
+        .and_then(|e| e["data"]["message"].as_str())
+        .context("a /cost notice")?;
+    assert!(
+        said.contains("the cache served") && said.contains("saving about $"),
+        "{said}"
+    );
     let snapshot = c.call("session/get", json!({"sessionId": session}))?;
     assert!(
         snapshot["costUsd"].as_f64().is_some_and(|c| c > 0.0),
