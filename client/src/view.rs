@@ -658,6 +658,11 @@ impl View {
                         (read * 100).checked_div(tokens).unwrap_or(0)
                     ),
                 };
+                let stop_reason = match stop_reason.as_str() {
+                    "cancelled" => "interrupted",
+                    "interrupted_by_restart" => "interrupted by a daemon restart",
+                    other => other,
+                };
                 let line = format!(
                     "─ {stop_reason}{took} · {tokens} in{cached} / {} out tokens{cost}",
                     usage.output_tokens

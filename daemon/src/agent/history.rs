@@ -15,6 +15,12 @@ use tether_proto::{EventKind, TokenUsage, TurnId};
 pub const SUMMARY_PREFIX: &str = "This session continues an earlier conversation that was summarized to free context. \
 The summary:\n\n";
 
+/// What the next prompt is prefixed with after the user interrupted the model.
+pub const INTERRUPTED_BY_USER: &str = "[Request interrupted by user]";
+
+/// What the next prompt is prefixed with after a daemon stop cut the model off.
+pub const INTERRUPTED_BY_RESTART: &str = "[Request interrupted: the agent stopped and restarted]";
+
 /// What a tool result says when the log has none for a call (a crash or cancel before it).
 pub const MISSING_RESULT: &str = "interrupted: no result was recorded for this tool call";
 
@@ -51,6 +57,8 @@ pub struct History {
     /// What the conversation has told the model of the parts that change: the prefix's, then
     /// each update's; back to the prefix's when the conversation is cleared or compacted.
     pub told: Told,
+    /// The last turn was interrupted: the next prompt says so first.
+    interrupted: Option<&'static str>,
     turns_ended: u64,
 }
 
@@ -144,6 +152,9 @@ impl History {
                 if let (Some(c), Some(t)) = (client_turn_id, turn_id) {
                     self.client_turns.insert(c.clone(), t.clone());
                 }
+                if let Some(marker) = self.interrupted.take() {
+                    self.push(Role::User, vec![json!({"type": "text", "text": marker})]);
+                }
                 self.push(Role::User, content.clone());
             }
             EventKind::AssistantBlockCompleted { block, .. } if !is_empty_text(block) => {
@@ -175,10 +186,27 @@ impl History {
                 self.push(Role::User, vec![json!({"type": "text", "text": prompt})]);
             }
             EventKind::TurnEnded {
-                usage, cost_usd, ..
+                usage,
+                cost_usd,
+                stop_reason,
+                ..
             } => {
-                // A reply cut off by cancel or failure never joins the history.
-                self.pending.clear();
+                // An interrupted reply keeps the text it got to (never a half tool call), and
+                // the next prompt says it was interrupted; a failed one leaves nothing.
+                let pending = std::mem::take(&mut self.pending);
+                let marker = match stop_reason.as_str() {
+                    "cancelled" => Some(INTERRUPTED_BY_USER),
+                    "interrupted_by_restart" => Some(INTERRUPTED_BY_RESTART),
+                    _ => None,
+                };
+                if let Some(marker) = marker {
+                    let said: Vec<Value> = pending
+                        .into_iter()
+                        .filter(|b| b["type"] == "text")
+                        .collect();
+                    self.push(Role::Assistant, said);
+                    self.interrupted = Some(marker);
+                }
                 self.usage.add(usage);
                 self.cost_usd = match (self.turns_ended, self.cost_usd, cost_usd) {
                     (0, _, c) => *c,
@@ -192,6 +220,7 @@ impl History {
                 self.pending.clear();
                 self.last_context_tokens = 0;
                 self.told = self.prefix.as_ref().map(Prefix::told).unwrap_or_default();
+                self.interrupted = None;
             }
             EventKind::SystemPrompt {
                 instructions,
@@ -456,7 +485,7 @@ mod tests {
     }
 
     #[test]
-    fn failed_attempts_and_cancelled_replies_leave_no_trace() {
+    fn failed_attempts_leave_no_trace_and_an_interrupted_reply_keeps_its_text() {
         let mut h = History::default();
         h.apply(&turn("one"), None);
         h.apply(&block(json!({"type": "text", "text": "first try"})), None);
@@ -475,23 +504,42 @@ mod tests {
         h.apply(&turn("two"), None);
         h.apply(&block(json!({"type": "text", "text": "cut"})), None);
         h.apply(
-            &EventKind::TurnEnded {
-                stop_reason: "cancelled".into(),
-                usage: TokenUsage::default(),
-                cost_usd: None,
-                error: None,
-            },
+            &block(json!({"type": "tool_use", "id": "half", "name": "Read", "input": {}})),
             None,
         );
+        let ended = |stop: &str| EventKind::TurnEnded {
+            stop_reason: stop.into(),
+            usage: TokenUsage::default(),
+            cost_usd: None,
+            error: None,
+        };
+        h.apply(&ended("cancelled"), None);
         h.apply(&turn("three"), None);
         let msgs = h.messages();
-        assert_eq!(msgs.len(), 3);
+        assert_eq!(msgs.len(), 5, "{msgs:?}");
         assert_eq!(
             msgs[1].content,
             vec![json!({"type": "text", "text": "second"})]
         );
-        // "two" and "three" merge into one user message.
-        assert_eq!(msgs[2].content.len(), 2);
+        assert_eq!(
+            msgs[3].content,
+            vec![json!({"type": "text", "text": "cut"})],
+            "the text it got to, never a call without its result"
+        );
+        assert_eq!(
+            msgs[4].content,
+            vec![
+                json!({"type": "text", "text": INTERRUPTED_BY_USER}),
+                json!({"type": "text", "text": "three"})
+            ]
+        );
+        // A failed turn leaves nothing; the next prompt joins the failed one's.
+        h.apply(&block(json!({"type": "text", "text": "doomed"})), None);
+        h.apply(&ended("error"), None);
+        h.apply(&turn("four"), None);
+        let msgs = h.messages();
+        assert_eq!(msgs.len(), 5);
+        assert_eq!(msgs[4].content.len(), 3);
     }
 
     #[test]

@@ -356,26 +356,38 @@ impl Turn {
             let request = request.with_cache_breakpoints(self.policy.prefix_ttl);
 
             let mut completed: HashSet<usize> = HashSet::new();
+            // Text blocks still being written, so a cancel can keep what was said.
+            let mut partial: std::collections::BTreeMap<usize, String> = Default::default();
             let result = {
                 let sink = sink.clone();
                 let history = &mut *history;
                 let completed = &mut completed;
+                let partial = &mut partial;
                 let mut on_update = move |update: StreamUpdate| {
                     let event = match update {
                         StreamUpdate::MessageStarted { .. } | StreamUpdate::MessageDelta { .. } => {
                             return;
                         }
                         StreamUpdate::BlockStarted { index, block } => {
+                            if block["type"] == "text" {
+                                let start = block["text"].as_str().unwrap_or("").to_owned();
+                                partial.insert(index, start);
+                            }
                             EventKind::AssistantBlockStarted {
                                 index: index as u32,
                                 kind: block["type"].as_str().unwrap_or("unknown").to_owned(),
                                 block,
                             }
                         }
-                        StreamUpdate::TextDelta { index, text } => EventKind::TextDelta {
-                            index: index as u32,
-                            text,
-                        },
+                        StreamUpdate::TextDelta { index, text } => {
+                            if let Some(p) = partial.get_mut(&index) {
+                                p.push_str(&text);
+                            }
+                            EventKind::TextDelta {
+                                index: index as u32,
+                                text,
+                            }
+                        }
                         StreamUpdate::ThinkingDelta { index, thinking } => {
                             EventKind::ThinkingDelta {
                                 index: index as u32,
@@ -391,6 +403,7 @@ impl Turn {
                         },
                         StreamUpdate::BlockCompleted { index, block } => {
                             completed.insert(index);
+                            partial.remove(&index);
                             EventKind::AssistantBlockCompleted {
                                 index: index as u32,
                                 block,
@@ -403,6 +416,7 @@ impl Turn {
                             discarded,
                         } => {
                             completed.clear();
+                            partial.clear();
                             EventKind::Retrying {
                                 attempt,
                                 delay_ms: delay.as_millis() as u64,
@@ -420,7 +434,22 @@ impl Turn {
             };
             let message = match result {
                 Ok(m) => m,
-                Err(LlmError::Cancelled) => return Ok(tally.outcome("cancelled", None)),
+                Err(LlmError::Cancelled) => {
+                    // What the model already said stays in the conversation, cut where it
+                    // stopped, so the next prompt does not ask it all again.
+                    for (index, text) in partial {
+                        if text.trim().is_empty() {
+                            continue;
+                        }
+                        let event = EventKind::AssistantBlockCompleted {
+                            index: index as u32,
+                            block: serde_json::json!({"type": "text", "text": text}),
+                        };
+                        history.apply(&event, None);
+                        sink.commit(event).await?;
+                    }
+                    return Ok(tally.outcome("cancelled", None));
+                }
                 Err(e)
                     if !compacted_for_length
                         && e.api().is_some_and(|a| {

@@ -292,7 +292,7 @@ fn ctrl_c_cancels_a_running_turn_and_the_prompt_returns() -> anyhow::Result<()> 
     let mut a = tether(&daemon, &["--", "start something slow"])?;
     a.want("Working on it.")?;
     a.send([3u8])?;
-    a.want("─ cancelled")?;
+    a.want("─ interrupted")?;
     a.want("› ")?;
     a.send_line("again")?;
     a.want("Fresh answer.")?;
@@ -535,7 +535,7 @@ fn a_paste_during_a_turn_waits_unechoed_for_the_prompt_and_stays_one_prompt() ->
         );
     }
     a.send([3u8])?;
-    a.want("─ cancelled")?;
+    a.want("─ interrupted")?;
     a.want("[pasted 6 lines #1]")?;
     a.send("\r")?;
     a.want("Got all six.")?;

@@ -303,16 +303,22 @@ fn cancel_mid_stream_then_the_next_turn_works() -> anyhow::Result<()> {
     assert_eq!(stop_reason(&events), "end_turn");
     let reqs = fake.server.message_requests();
     let msgs = reqs[1].body["messages"].as_array().context("messages")?;
-    assert_eq!(
-        msgs.len(),
-        1,
-        "the cancelled reply left nothing behind: {msgs:?}"
+    // The model knows what it already said and that it was interrupted.
+    assert_eq!(msgs.len(), 3, "{msgs:?}");
+    assert_eq!(msgs[0]["content"][0]["text"], "first");
+    assert_eq!(msgs[1]["role"], "assistant");
+    let said = msgs[1]["content"][0]["text"]
+        .as_str()
+        .context("partial text")?;
+    assert!(
+        !said.is_empty() && "This reply will never finish because it stalls".starts_with(said),
+        "the partial reply as it was cut: {said:?}"
     );
     assert_eq!(
-        msgs[0]["content"].as_array().map(Vec::len),
-        Some(2),
-        "both prompts, one user message"
+        msgs[2]["content"][0]["text"],
+        "[Request interrupted by user]"
     );
+    assert_eq!(msgs[2]["content"][1]["text"], "second");
     no_rejections(&fake);
     Ok(())
 }
@@ -709,11 +715,22 @@ fn history_survives_a_restart_and_a_turn_cut_by_kill_9_is_ended() -> anyhow::Res
     let msgs = reqs[2].body["messages"].as_array().context("messages")?;
     assert_eq!(msgs[0]["content"][0]["text"], "what is the answer?");
     assert_eq!(msgs[1]["content"][0]["text"], "Remember: the answer is 42.");
-    assert_eq!(
-        msgs.len(),
-        3,
-        "the cut reply is not in the history: {msgs:?}"
+    // The model sees what it had said when the daemon died, and that it was cut off.
+    assert_eq!(msgs.len(), 5, "{msgs:?}");
+    assert_eq!(msgs[2]["content"][0]["text"], "tell me more");
+    assert!(
+        msgs[3]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("This reply") && t.contains("cut off")),
+        "{msgs:?}"
     );
+    assert!(
+        msgs[4]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("[Request interrupted")),
+        "{msgs:?}"
+    );
+    assert_eq!(msgs[4]["content"][1]["text"], "are you there?");
     no_rejections(&fake);
     Ok(())
 }
