@@ -93,15 +93,27 @@ fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
         .collect()
 }
 
-/// Whether every simple command of a Bash call is allowed by `rules`.
-fn all_parts_allowed(rules: &[Rule], command: &str) -> bool {
-    let parts = split_command(command);
-    !parts.is_empty()
-        && parts.iter().all(|p| {
-            rules
-                .iter()
-                .any(|r| r.covers("Bash") && r.matches_command(p))
-        })
+/// Whether an allow rule covers one simple command.
+fn part_allowed(rules: &[Rule], part: &str) -> bool {
+    rules
+        .iter()
+        .any(|r| r.covers("Bash") && r.matches_command(part))
+}
+
+/// Whether a simple command only reads inside the working directories.
+fn part_reads(part: &str, roots: &[PathBuf]) -> bool {
+    // Only absolute paths inside the roots pass; `~` and `..` never do.
+    shell::is_read_only(part, &|arg| {
+        let p = Path::new(arg);
+        p.is_absolute() && !arg.split('/').any(|s| s == "..") && inside(p, roots)
+    })
+}
+
+/// The working directories a call may touch without asking.
+fn roots_of(rules: &RuleSet, call: &Call<'_>) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = call.roots.to_vec();
+    roots.extend(rules.additional_dirs.iter().cloned());
+    roots
 }
 
 /// The decision for `call` under `mode` and `rules`.
@@ -109,7 +121,16 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     if let Some(rule) = matching(&rules.deny, call).first() {
         return Decision::Deny(format!("denied by the permission rule {}", rule.text));
     }
-    if mode == PermissionMode::Plan && !call.read_only {
+    let roots = roots_of(rules, call);
+    let command = call.input["command"].as_str().unwrap_or("");
+    let parts = if call.tool == "Bash" {
+        split_command(command)
+    } else {
+        Vec::new()
+    };
+    // A Bash call whose every part only reads is a read-only call.
+    let bash_reads = !parts.is_empty() && parts.iter().all(|p| part_reads(p, &roots));
+    if mode == PermissionMode::Plan && !call.read_only && !bash_reads {
         return Decision::Deny(format!(
             "the session is in plan mode: {} changes things and is not run. Finish the plan and present it; \
              the user will switch modes to carry it out",
@@ -122,15 +143,19 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     if mode == PermissionMode::BypassPermissions {
         return Decision::Allow;
     }
+    // Every part of a compound command must be allowed: by a rule, or because it only reads.
     let allowed = match call.tool {
-        "Bash" => all_parts_allowed(&rules.allow, call.input["command"].as_str().unwrap_or("")),
+        "Bash" => {
+            !parts.is_empty()
+                && parts
+                    .iter()
+                    .all(|p| part_allowed(&rules.allow, p) || part_reads(p, &roots))
+        }
         _ => !matching(&rules.allow, call).is_empty(),
     };
     if allowed {
         return Decision::Allow;
     }
-    let mut roots: Vec<PathBuf> = call.roots.to_vec();
-    roots.extend(rules.additional_dirs.iter().cloned());
     let path = call_path(call);
     let in_workspace = path.as_ref().is_none_or(|p| inside(p, &roots));
     if call.read_only && call.tool != "WebFetch" && in_workspace {
@@ -148,20 +173,53 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     Decision::Ask
 }
 
-/// The rule an `allow_session` / `allow_always` answer adds for this call.
+/// The rule for one simple command: its program (and subcommand) as a prefix, or the exact
+/// command when it redirects output (a prefix would allow writing anywhere).
+fn bash_rule(part: &str) -> String {
+    if part.contains('>') {
+        return format!("Bash({part})");
+    }
+    let words: Vec<&str> = part.split_whitespace().take(2).collect();
+    let prefix = if words.len() == 2 && !words[1].starts_with('-') && !words[1].contains('/') {
+        words.join(" ")
+    } else {
+        words.first().copied().unwrap_or("").to_owned()
+    };
+    format!("Bash({prefix}:*)")
+}
+
+/// The rules an `allow_session` / `allow_always` answer adds for this call: for a compound
+/// Bash command, one for each part that neither a rule allows nor only reads, so the same
+/// command runs without asking next time.
+pub fn suggest_rules(call: &Call<'_>, rules: &RuleSet) -> Vec<String> {
+    if call.tool != "Bash" {
+        return vec![suggest_rule(call)];
+    }
+    let roots = roots_of(rules, call);
+    let cmd = call.input["command"].as_str().unwrap_or("");
+    let mut out: Vec<String> = Vec::new();
+    for part in split_command(cmd) {
+        if part_allowed(&rules.allow, &part) || part_reads(&part, &roots) {
+            continue;
+        }
+        let rule = bash_rule(&part);
+        if !out.contains(&rule) {
+            out.push(rule);
+        }
+    }
+    if out.is_empty() {
+        out.push(bash_rule(cmd.trim()));
+    }
+    out
+}
+
+/// The rule an `allow_session` / `allow_always` answer adds for this call (for Bash: its first
+/// part; see [`suggest_rules`] for every part).
 pub fn suggest_rule(call: &Call<'_>) -> String {
     match call.tool {
         "Bash" => {
             let cmd = call.input["command"].as_str().unwrap_or("");
-            let first = split_command(cmd).into_iter().next().unwrap_or_default();
-            let words: Vec<&str> = first.split_whitespace().take(2).collect();
-            let prefix =
-                if words.len() == 2 && !words[1].starts_with('-') && !words[1].contains('/') {
-                    words.join(" ")
-                } else {
-                    words.first().copied().unwrap_or("").to_owned()
-                };
-            format!("Bash({prefix}:*)")
+            bash_rule(&split_command(cmd).into_iter().next().unwrap_or_default())
         }
         "WebFetch" => match host_of(call.input["url"].as_str().unwrap_or("")) {
             Some(h) => format!("WebFetch(domain:{h})"),

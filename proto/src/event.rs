@@ -260,8 +260,13 @@ pub enum EventKind {
         preview: String,
         /// The answers it takes.
         options: Vec<String>,
-        /// The rule `allow_session` / `allow_always` would add.
+        /// The rule `allow_session` / `allow_always` would add (for a compound command, every
+        /// rule of `rules`, comma-separated, for people).
         rule: String,
+        /// Each rule those answers add: one per part of a compound command that no rule allows
+        /// and that does more than read.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rules: Vec<String>,
     },
     /// A permission request was answered (or cancelled with its turn).
     PermissionResolved {
@@ -275,9 +280,12 @@ pub enum EventKind {
         /// The message given with a denial.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
-        /// The rule added (allow_session, allow_always).
+        /// The rule added (allow_session, allow_always); comma-separated when several were.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rule: Option<String>,
+        /// Each rule added.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rules: Vec<String>,
     },
     /// A turn the daemon's stop cut short was repaired on restart.
     TurnRecovered {

@@ -280,12 +280,15 @@ impl History {
                 decision,
                 resolved_by,
                 rule,
+                rules,
                 ..
             } => {
                 self.pending_permissions.remove(request_id);
                 self.resolved_permissions
                     .insert(request_id.clone(), (*decision, resolved_by.clone()));
-                if let Some(rule) = rule {
+                if !rules.is_empty() {
+                    self.session_rules.extend(rules.iter().cloned());
+                } else if let Some(rule) = rule {
                     self.session_rules.push(rule.clone());
                 }
             }

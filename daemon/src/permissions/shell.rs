@@ -1,6 +1,7 @@
 //! Splitting a shell command into the simple commands a rule is matched against: `&&`, `||`,
 //! `;`, `|`, `&`, newlines, and the insides of `( … )`, `$( … )` and backquotes. Quotes are
-//! respected; this is a splitter for permission checks, not a shell.
+//! respected; this is a splitter for permission checks, not a shell. Also which simple commands
+//! only look (`ls`, `cat`, `git status`, …), which run without asking as Claude Code's do.
 
 /// The simple commands of `command`, trimmed, in order.
 pub fn split(command: &str) -> Vec<String> {
@@ -63,9 +64,147 @@ pub fn split(command: &str) -> Vec<String> {
     parts
 }
 
+/// Commands that only read, whatever their (checked) arguments.
+const READ_ONLY: &[&str] = &[
+    "ls", "cat", "head", "tail", "wc", "pwd", "echo", "printf", "date", "which", "whoami", "uname",
+    "file", "stat", "du", "df", "tree", "basename", "dirname", "realpath", "grep", "egrep",
+    "fgrep", "rg", "find", "true", "hostname", "id", "cut", "diff", "cmp",
+];
+
+/// `git` subcommands that only read.
+const GIT_READ_ONLY: &[&str] = &[
+    "status",
+    "diff",
+    "log",
+    "show",
+    "branch",
+    "rev-parse",
+    "ls-files",
+    "blame",
+    "describe",
+    "shortlog",
+    "grep",
+];
+
+/// Arguments that make a reading command write or run something, per program.
+fn writing_args(program: &str) -> &'static [&'static str] {
+    match program {
+        "find" => &[
+            "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprintf", "-fprint0",
+            "-fls",
+        ],
+        "rg" => &["--pre", "--pre-glob"],
+        "git" => &["--output", "--ext-diff", "--textconv"],
+        "date" => &["-s", "--set"],
+        "tree" => &["-o"],
+        _ => &[],
+    }
+}
+
+/// The words of a simple command (quotes removed), or `None` when it redirects output, which
+/// makes any command a writer.
+fn words(command: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut quote: Option<char> = None;
+    let mut any = false;
+    for c in command.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                any = true;
+            }
+            (None, '>') => return None,
+            (None, c) if c.is_whitespace() => {
+                if any || !word.is_empty() {
+                    out.push(std::mem::take(&mut word));
+                }
+                any = false;
+            }
+            (None, c) => word.push(c),
+        }
+    }
+    if any || !word.is_empty() {
+        out.push(word);
+    }
+    Some(out)
+}
+
+/// Whether `command` (one simple command, as [`split`] gives it) only reads: a read-only
+/// program (`git` with a read-only subcommand), no output redirection, no argument that writes
+/// or runs something, and no path argument outside `inside` (absolute paths, `~`, `..`).
+pub fn is_read_only(command: &str, inside: &dyn Fn(&str) -> bool) -> bool {
+    let Some(words) = words(command) else {
+        return false;
+    };
+    let Some((program, args)) = words.split_first() else {
+        return false;
+    };
+    let writers = writing_args(program);
+    let args = match program.as_str() {
+        "git" => match args.split_first() {
+            Some((sub, rest)) if GIT_READ_ONLY.contains(&sub.as_str()) => rest,
+            _ => return false,
+        },
+        p if READ_ONLY.contains(&p) => args,
+        _ => return false,
+    };
+    args.iter().all(|a| {
+        let flag = a.split('=').next().unwrap_or(a);
+        let is_path = a.starts_with('/') || a.starts_with('~') || a.split('/').any(|p| p == "..");
+        !writers.contains(&flag) && (!is_path || inside(a))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_only_commands_are_told_apart_from_writers() {
+        let inside = |p: &str| p.starts_with("/work/");
+        for ok in [
+            "ls -la",
+            "cat README.md",
+            "git status",
+            "git diff --stat",
+            "git log -5 --oneline",
+            "date",
+            "pwd",
+            "grep -rn 'a > b' src",
+            "cat /work/x.txt",
+            "echo hi",
+            "find . -name '*.rs'",
+            "grep -o x y",
+            "du -sh .",
+        ] {
+            assert!(is_read_only(ok, &inside), "{ok}");
+        }
+        for no in [
+            "echo x > f",
+            "cat a >> b",
+            "rm -rf x",
+            "git push",
+            "git -c core.pager=sh diff",
+            "git diff --output=/tmp/x",
+            "find . -delete",
+            "find . -exec rm {} ;",
+            "rg --pre ./evil x",
+            "cat /etc/shadow",
+            "cat ../../secret",
+            "cat ~/.ssh/id_rsa",
+            "FOO=1 ls",
+            "env ls",
+            "date -s 2020-01-01",
+            "sort -o out in",
+            "tree -o out",
+            "",
+        ] {
+            assert!(!is_read_only(no, &inside), "{no:?}");
+        }
+    }
 
     #[test]
     fn table() {

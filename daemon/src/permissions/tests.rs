@@ -59,6 +59,7 @@ fn decision_table() {
         &[],
     );
     let cd = rules(&["Bash(cd:*)", "Bash(ls:*)"], &[], &["Bash(rm:*)"]);
+    let exact = rules(&["Bash(echo x > f)"], &[], &[]);
     let env = rules(
         &["Read", "Edit(src/**)"],
         &["Edit(src/secret/**)"],
@@ -79,10 +80,22 @@ fn decision_table() {
         (Default, &npm, "Bash", bash("npm run testing"), 'K'),
         (Default, &npm, "Bash", bash("npm run build"), 'K'),
         (Default, &npm, "Bash", bash("git diff HEAD~1"), 'A'),
-        (Default, &npm, "Bash", bash("git diff"), 'K'),
-        (Default, &npm, "Bash", bash("git status"), 'K'),
+        // Commands that only read inside the working directories need no rule.
+        (Default, &npm, "Bash", bash("git diff"), 'A'),
+        (Default, &npm, "Bash", bash("git status"), 'A'),
         (Default, &npm, "Bash", bash("ls"), 'A'),
-        (Default, &npm, "Bash", bash("ls -la"), 'K'),
+        (Default, &npm, "Bash", bash("ls -la"), 'A'),
+        (Default, &none, "Bash", bash("ls -la && date"), 'A'),
+        (Default, &none, "Bash", bash("cat /proj/README.md | wc -l"), 'A'),
+        (Default, &none, "Bash", bash("cat /etc/passwd"), 'K'),
+        (Default, &none, "Bash", bash("cat ../x"), 'K'),
+        (Default, &none, "Bash", bash("echo x > f && cat f"), 'K'),
+        (Default, &none, "Bash", bash("git status && git push"), 'K'),
+        (Default, &none, "Bash", bash("find . -delete"), 'K'),
+        (Default, &exact, "Bash", bash("echo x > f && cat f"), 'A'),
+        (Default, &exact, "Bash", bash("echo y > f && cat f"), 'K'),
+        (Plan, &none, "Bash", bash("git log -3"), 'A'),
+        (Plan, &none, "Bash", bash("rm x"), 'D'),
         // Compound commands: every part must be allowed; any denied part denies.
         (Default, &npm, "Bash", bash("npm run test && git diff x"), 'A'),
         (Default, &npm, "Bash", bash("npm run test && rm -rf /"), 'K'),
@@ -92,15 +105,16 @@ fn decision_table() {
         (Default, &cd, "Bash", bash("cd x && rm -rf y"), 'D'),
         (Default, &cd, "Bash", bash("ls || rm a"), 'D'),
         (Default, &cd, "Bash", bash("(cd sub && rm -rf .)"), 'D'),
-        (Default, &cd, "Bash", bash("echo 'rm -rf /'"), 'K'),
+        (Default, &cd, "Bash", bash("echo 'rm -rf /'"), 'A'),
         (Default, &cd, "Bash", bash("rm"), 'D'),
         (Default, &cd, "Bash", bash("rmdir x"), 'K'),
         (BypassPermissions, &cd, "Bash", bash("cd x && rm -rf y"), 'D'),
         (BypassPermissions, &cd, "Bash", bash("make"), 'A'),
         (DontAsk, &cd, "Bash", bash("make"), 'D'),
         (DontAsk, &cd, "Bash", bash("cd a && ls"), 'A'),
-        (Plan, &cd, "Bash", bash("ls"), 'D'),
-        (AcceptEdits, &none, "Bash", bash("ls"), 'K'),
+        (Plan, &cd, "Bash", bash("ls"), 'A'),
+        (AcceptEdits, &none, "Bash", bash("ls"), 'A'),
+        (AcceptEdits, &none, "Bash", bash("make"), 'K'),
         // Bare tool rules and ask over allow.
         (Default, &tools, "Bash", bash("anything at all"), 'A'),
         (Default, &tools, "Bash", bash("git push origin main"), 'K'),
@@ -219,6 +233,40 @@ fn suggestions_and_always_rules_merge_into_local_settings() {
         roots: &roots,
     };
     assert_eq!(suggest_rule(&call), "Bash(npm run:*)");
+    let none = RuleSet::default();
+    assert_eq!(
+        suggest_rules(&call, &none),
+        vec!["Bash(npm run:*)"],
+        "echo only reads"
+    );
+    let compound = |c: &str| json!({"command": c});
+    let with = |input: &Value, set: &RuleSet| {
+        suggest_rules(
+            &Call {
+                tool: "Bash",
+                input,
+                read_only: false,
+                cwd: Path::new(ROOT),
+                roots: &roots,
+            },
+            set,
+        )
+    };
+    assert_eq!(
+        with(&compound("echo x > f && cat f"), &none),
+        vec!["Bash(echo x > f)"],
+        "a redirect is allowed exactly, never as a prefix"
+    );
+    assert_eq!(
+        with(&compound("npm run build && make && make && ls"), &none),
+        vec!["Bash(npm run:*)", "Bash(make:*)"],
+        "one rule per part that needs one"
+    );
+    let make = rules(&["Bash(make:*)"], &[], &[]);
+    assert_eq!(
+        with(&compound("make && cargo test"), &make),
+        vec!["Bash(cargo test:*)"]
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join(".claude")).expect("mkdir");
     std::fs::write(

@@ -379,7 +379,8 @@ struct SessionActor {
 
 struct Waiting {
     turn_id: TurnId,
-    rule: String,
+    /// The rules an `allow_session` / `allow_always` answer adds.
+    rules: Vec<String>,
     reply: oneshot::Sender<Result<Verdict, SinkError>>,
 }
 
@@ -1101,7 +1102,7 @@ impl SessionActor {
         ask: PermissionAsk,
         reply: oneshot::Sender<Result<Verdict, SinkError>>,
     ) {
-        use crate::permissions::{Call, Decision, decide, suggest_rule};
+        use crate::permissions::{Call, Decision, decide, suggest_rules};
         let logged = self
             .history
             .pending_permissions
@@ -1110,16 +1111,22 @@ impl SessionActor {
             .map(|(id, p)| {
                 (
                     id.clone(),
-                    p["rule"].as_str().unwrap_or_default().to_owned(),
+                    match p["rules"].as_array() {
+                        Some(list) if !list.is_empty() => list
+                            .iter()
+                            .filter_map(|r| r.as_str().map(str::to_owned))
+                            .collect(),
+                        _ => vec![p["rule"].as_str().unwrap_or_default().to_owned()],
+                    },
                 )
             });
-        if let Some((request_id, rule)) = logged {
+        if let Some((request_id, rules)) = logged {
             // A request an earlier daemon logged (the turn was resumed) stays open as it was.
             self.await_answer(
                 request_id,
                 Waiting {
                     turn_id,
-                    rule,
+                    rules,
                     reply,
                 },
             );
@@ -1172,7 +1179,7 @@ impl SessionActor {
             Decision::Ask => {
                 let request_id = format!("perm_{}", uuid::Uuid::new_v4().simple());
                 let tool_name = ask.tool.clone();
-                let rule = suggest_rule(&call);
+                let suggested = suggest_rules(&call, &rules);
                 let preview = crate::tools::preview(&ask.tool, &ask.input, &cwd);
                 let event = EventKind::PermissionRequested {
                     request_id: request_id.clone(),
@@ -1183,7 +1190,8 @@ impl SessionActor {
                     options: ["allow_once", "allow_session", "allow_always", "deny"]
                         .map(String::from)
                         .to_vec(),
-                    rule: rule.clone(),
+                    rule: suggested.join(", "),
+                    rules: suggested.clone(),
                 };
                 if let Err(e) = self.emit_in(event, Some(turn_id.clone())) {
                     let _ = reply.send(Err(SinkError(e.to_string())));
@@ -1193,7 +1201,7 @@ impl SessionActor {
                     request_id,
                     Waiting {
                         turn_id,
-                        rule,
+                        rules: suggested,
                         reply,
                     },
                 );
@@ -1292,22 +1300,28 @@ impl SessionActor {
             decision,
             resolved_by: by.clone(),
             message: message.clone(),
-            rule: adds_rule.then(|| waiting.rule.clone()),
+            rule: adds_rule.then(|| waiting.rules.join(", ")),
+            rules: if adds_rule {
+                waiting.rules.clone()
+            } else {
+                Vec::new()
+            },
         };
         self.emit_in(event, Some(waiting.turn_id.clone()))?;
         if decision == PermissionDecision::AllowAlways {
             let root = std::path::PathBuf::from(&self.record.cwd);
-            let note = match crate::permissions::remember_always(&root, &waiting.rule) {
-                Ok(file) => format!("{} is now allowed in {}", waiting.rule, file.display()),
-                Err(e) => format!(
-                    "{} is allowed for this session, but could not be saved: {e}",
-                    waiting.rule
-                ),
-            };
-            let _ = self.emit(EventKind::Notice {
-                level: "info".into(),
-                message: note,
-            });
+            for rule in &waiting.rules {
+                let note = match crate::permissions::remember_always(&root, rule) {
+                    Ok(file) => format!("{rule} is now allowed in {}", file.display()),
+                    Err(e) => {
+                        format!("{rule} is allowed for this session, but could not be saved: {e}")
+                    }
+                };
+                let _ = self.emit(EventKind::Notice {
+                    level: "info".into(),
+                    message: note,
+                });
+            }
         }
         let verdict = match decision {
             PermissionDecision::Deny => Verdict::Deny(match message.filter(|m| !m.trim().is_empty()) {
@@ -1356,6 +1370,7 @@ impl SessionActor {
                         resolved_by: None,
                         message: None,
                         rule: None,
+                        rules: Vec::new(),
                     },
                     Some(w.turn_id),
                 );
@@ -1634,6 +1649,7 @@ impl SessionActor {
                     resolved_by: None,
                     message: Some("the daemon stopped while this request was pending".into()),
                     rule: None,
+                    rules: Vec::new(),
                 },
                 Some(turn_id.clone()),
             );

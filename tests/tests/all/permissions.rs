@@ -8,7 +8,7 @@ use tether_tests::{Daemon, Fake, Ndjson};
 
 fn echo_turn() -> Vec<Step> {
     vec![
-        Step::default().tool_use("Bash", json!({"command": "echo from-the-tool"})),
+        Step::default().tool_use("Bash", json!({"command": "xargs echo from-the-tool"})),
         Step::text("done"),
     ]
 }
@@ -72,8 +72,8 @@ fn the_first_controller_answer_wins_and_everyone_sees_who() -> anyhow::Result<()
         let asked = c.events_until("permission_requested")?;
         let req = asked.last().context("request")?;
         assert_eq!(req["data"]["tool"], "Bash");
-        assert_eq!(req["data"]["preview"], "echo from-the-tool");
-        assert_eq!(req["data"]["rule"], "Bash(echo from-the-tool:*)");
+        assert_eq!(req["data"]["preview"], "xargs echo from-the-tool");
+        assert_eq!(req["data"]["rule"], "Bash(xargs echo:*)");
         request_ids.push(req["data"]["requestId"].clone());
     }
     assert!(request_ids.windows(2).all(|w| w[0] == w[1]));
@@ -148,8 +148,8 @@ fn a_request_outlives_its_clients_and_a_later_client_answers() -> anyhow::Result
 fn a_pending_request_survives_kill_9_and_answering_it_resumes_the_turn() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([
         Step::default()
-            .tool_use("Bash", json!({"command": "echo from-the-tool"}))
-            .tool_use("Bash", json!({"command": "echo second-tool"})),
+            .tool_use("Bash", json!({"command": "xargs echo from-the-tool"}))
+            .tool_use("Bash", json!({"command": "xargs echo second-tool"})),
         Step::text("both ran"),
         Step::text("after the restart"),
     ]))?;
@@ -212,7 +212,7 @@ fn a_pending_request_survives_kill_9_and_answering_it_resumes_the_turn() -> anyh
     let first_calls = calls_logged
         .iter()
         .filter(|e| {
-            e["type"] == "tool_call" && e["data"]["input"]["command"] == "echo from-the-tool"
+            e["type"] == "tool_call" && e["data"]["input"]["command"] == "xargs echo from-the-tool"
         })
         .count();
     assert_eq!(first_calls, 1, "the call is logged once and run once");
@@ -229,9 +229,9 @@ fn a_pending_request_survives_kill_9_and_answering_it_resumes_the_turn() -> anyh
 #[test]
 fn allow_always_is_saved_and_deny_messages_reach_the_model() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([
-        Step::default().tool_use("Bash", json!({"command": "echo one"})),
+        Step::default().tool_use("Bash", json!({"command": "touch one"})),
         Step::text("ok"),
-        Step::default().tool_use("Bash", json!({"command": "echo two"})),
+        Step::default().tool_use("Bash", json!({"command": "touch two"})),
         Step::text("ok again"),
         Step::default().tool_use("Bash", json!({"command": "rm -rf build"})),
         Step::text("understood"),
@@ -243,18 +243,18 @@ fn allow_always_is_saved_and_deny_messages_reach_the_model() -> anyhow::Result<(
 
     c.start_turn(&session, "first")?;
     let req = next_request(&mut c)?;
-    assert_eq!(req["rule"], "Bash(echo one:*)");
+    assert_eq!(req["rule"], "Bash(touch one:*)");
     respond(&mut c, &session, &req, json!({"decision": "allow_always"}))?;
     c.events_until("turn_ended")?;
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(
         daemon.workdir().join(".claude/settings.local.json"),
     )?)?;
-    assert_eq!(saved["permissions"]["allow"], json!(["Bash(echo one:*)"]));
+    assert_eq!(saved["permissions"]["allow"], json!(["Bash(touch one:*)"]));
 
     // A call the settings file allows does not ask (the file is read on every check).
     std::fs::write(
         daemon.workdir().join(".claude/settings.local.json"),
-        r#"{"permissions": {"allow": ["Bash(echo:*)"]}}"#,
+        r#"{"permissions": {"allow": ["Bash(touch:*)"]}}"#,
     )?;
     c.start_turn(&session, "second")?;
     let events = c.events_until("turn_ended")?;
@@ -450,7 +450,7 @@ fn the_rules_in_effect_are_listed_with_where_each_comes_from() -> anyhow::Result
         json!([
             {"kind": "deny", "rule": "Read(./.env)", "source": file},
             {"kind": "allow", "rule": "Edit(src/**)", "source": file},
-            {"kind": "allow", "rule": "Bash(echo from-the-tool:*)", "source": "session"},
+            {"kind": "allow", "rule": "Bash(xargs echo:*)", "source": "session"},
         ])
     );
     let problems = rules["problems"].as_array().context("problems")?;
@@ -467,5 +467,53 @@ fn the_rules_in_effect_are_listed_with_where_each_comes_from() -> anyhow::Result
         json!({"sessionId": "00000000-0000-0000-0000-000000000000"}),
     )?;
     assert!(unknown["error"]["message"].is_string(), "{unknown}");
+    Ok(())
+}
+
+#[test]
+fn always_allowing_a_compound_command_covers_every_part_and_read_only_commands_never_ask()
+-> anyhow::Result<()> {
+    let compound = "echo x > f && cat f";
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": compound})),
+        Step::text("first"),
+        Step::default().tool_use("Bash", json!({"command": compound})),
+        Step::text("second"),
+        Step::default().tool_use("Bash", json!({"command": "ls -la && date && pwd"})),
+        Step::text("third"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
+    c.watch(&session)?;
+
+    c.start_turn(&session, "write and show")?;
+    let req = next_request(&mut c)?;
+    assert_eq!(
+        req["rules"],
+        json!(["Bash(echo x > f)"]),
+        "cat only reads: {req}"
+    );
+    respond(&mut c, &session, &req, json!({"decision": "allow_always"}))?;
+    c.events_until("turn_ended")?;
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(
+        daemon.workdir().join(".claude/settings.local.json"),
+    )?)?;
+    assert_eq!(saved["permissions"]["allow"], json!(["Bash(echo x > f)"]));
+
+    for prompt in ["again", "look around"] {
+        c.start_turn(&session, prompt)?;
+        let events = c.events_until("turn_ended")?;
+        assert!(
+            !events.iter().any(|e| e["type"] == "permission_requested"),
+            "{prompt}: asked again"
+        );
+        let result = events
+            .iter()
+            .find(|e| e["type"] == "tool_result")
+            .context("result")?;
+        assert_eq!(result["data"]["isError"], false, "{result}");
+    }
+    assert_eq!(std::fs::read_to_string(daemon.workdir().join("f"))?, "x\n");
     Ok(())
 }

@@ -185,7 +185,7 @@ fn only_session(daemon: &Daemon) -> anyhow::Result<String> {
 
 fn echo_script(reply: &str) -> Script {
     Script::of([
-        Step::text("Running it.").tool_use("Bash", json!({"command": "echo from-the-pty"})),
+        Step::text("Running it.").tool_use("Bash", json!({"command": "xargs echo from-the-pty"})),
         Step::text(reply),
     ])
     .titling("Echo in a terminal")
@@ -204,7 +204,7 @@ fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow:
     let mut a = tether(&daemon, &[])?;
     a.want("› ")?;
     a.send_line("run the echo")?;
-    a.want("● Bash(echo from-the-pty)")?;
+    a.want("● Bash(xargs echo from-the-pty)")?;
     a.want("Allow Bash?")?;
     a.want("(n)")?;
     a.send("y")?;
