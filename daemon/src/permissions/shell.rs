@@ -94,9 +94,16 @@ fn writing_args(program: &str) -> &'static [&'static str] {
             "-fls",
         ],
         "rg" => &["--pre", "--pre-glob"],
-        "git" => &["--output", "--ext-diff", "--textconv"],
+        "git" => &[
+            "--output",
+            "--ext-diff",
+            "--textconv",
+            "-O",
+            "--open-files-in-pager",
+        ],
         "date" => &["-s", "--set"],
         "tree" => &["-o"],
+        "file" => &["-C", "--compile"],
         _ => &[],
     }
 }
@@ -144,10 +151,24 @@ pub fn is_read_only(command: &str, inside: &dyn Fn(&str) -> bool) -> bool {
     };
     let writers = writing_args(program);
     let args = match program.as_str() {
+        // `git branch NAME` creates and `-d` deletes: only the listing forms read.
         "git" => match args.split_first() {
+            Some((sub, rest))
+                if sub == "branch"
+                    && !rest.iter().all(|a| {
+                        matches!(
+                            a.as_str(),
+                            "-a" | "-r" | "-v" | "-vv" | "--all" | "--list" | "--show-current"
+                        )
+                    }) =>
+            {
+                return false;
+            }
             Some((sub, rest)) if GIT_READ_ONLY.contains(&sub.as_str()) => rest,
             _ => return false,
         },
+        // With an argument it sets the name.
+        "hostname" if !args.is_empty() => return false,
         p if READ_ONLY.contains(&p) => args,
         _ => return false,
     };
@@ -178,6 +199,8 @@ mod tests {
             "echo hi",
             "find . -name '*.rs'",
             "grep -o x y",
+            "git branch -a",
+            "git branch",
             "du -sh .",
         ] {
             assert!(is_read_only(ok, &inside), "{ok}");
@@ -200,6 +223,11 @@ mod tests {
             "date -s 2020-01-01",
             "sort -o out in",
             "tree -o out",
+            "git branch -D main",
+            "git branch new-one",
+            "git grep -O x",
+            "hostname evil",
+            "file -C -m x",
             "",
         ] {
             assert!(!is_read_only(no, &inside), "{no:?}");
