@@ -286,17 +286,50 @@ impl Repl {
                     Err(e) => self.say(&s.error(&format!("cannot write {file}: {e}"))),
                 }
             }
-            _ => {
-                let input = self
-                    .pasted
+            c if c.starts_with('/') && c.len() > 1 && !c[1..].contains('/') => {
+                // A command neither this client nor the daemon has: say so with the one list.
+                self.refresh_commands().await;
+                let daemon: Vec<String> = self
+                    .commands
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .expand(&text);
-                self.submit(input).await;
-                return Ok(false);
+                    .iter()
+                    .map(|d| format!("/{}", d.name))
+                    .collect();
+                let known = CLIENT_COMMANDS
+                    .iter()
+                    .map(|(n, _)| n.split_whitespace().next().unwrap_or(n).to_owned())
+                    .chain(daemon.iter().cloned())
+                    .any(|n| n == c);
+                if known {
+                    return self.send_text(&text).await;
+                }
+                let mut all: Vec<String> = CLIENT_COMMANDS
+                    .iter()
+                    .map(|(n, _)| n.split_whitespace().next().unwrap_or(n).to_owned())
+                    .chain(daemon)
+                    .collect();
+                all.sort();
+                all.dedup();
+                self.say(&s.error(&format!(
+                    "✗ unknown command {c}; the commands are {} (/help says what each does)",
+                    all.join(" ")
+                )));
             }
+            _ => return self.send_text(&text).await,
         }
         self.edit();
+        Ok(false)
+    }
+
+    /// Sends a line as a turn (the daemon handles its own slash commands).
+    async fn send_text(&mut self, text: &str) -> anyhow::Result<bool> {
+        let input = self
+            .pasted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expand(text);
+        self.submit(input).await;
         Ok(false)
     }
 

@@ -1953,9 +1953,13 @@ impl SessionActor {
                 }
             }
             Some(SlashCommand::Unknown(name)) => {
+                let all: Vec<String> = crate::agent::list_commands(&cwd, home.as_deref())
+                    .into_iter()
+                    .map(|c| format!("/{}", c.name))
+                    .collect();
                 let message = format!(
-                    "unknown command /{name}; the commands are /{} and custom commands in .claude/commands/",
-                    crate::agent::BUILTIN_COMMANDS.join(", /")
+                    "unknown command /{name}; this session's commands are {} (custom ones live in .claude/commands/)",
+                    all.join(" ")
                 );
                 let _ = self.emit_in(
                     EventKind::Error {

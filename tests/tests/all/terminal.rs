@@ -482,6 +482,29 @@ fn model_completes_from_the_daemons_catalog_and_switches_the_session() -> anyhow
 }
 
 #[test]
+fn an_unknown_command_is_refused_with_the_one_list_of_commands() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([]).titling("Commands"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &[])?;
+    a.want("› ")?;
+    a.send_line("/nope")?;
+    a.want("unknown command /nope; the commands are ")?;
+    {
+        let shown = a.shown.lock().unwrap_or_else(|p| p.into_inner());
+        for listed in ["/help", "/allow", "/model", "/effort", "/compact", "/cost"] {
+            assert!(shown.0.contains(listed), "{listed} missing: {}", shown.0);
+        }
+    }
+    assert!(
+        fake.server.message_requests().is_empty(),
+        "nothing reached the model"
+    );
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
+
+#[test]
 fn the_transcript_follows_a_terminal_resize() -> anyhow::Result<()> {
     let paragraph = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi \
                      omicron pi rho sigma tau upsilon phi chi psi omega and then the end.";
