@@ -37,6 +37,8 @@ pub struct Headless {
     pub options: TurnOptions,
     /// A command that answers permission requests (JSON in, JSON out).
     pub permission_prompt_command: Option<String>,
+    /// Title of a new session (`-n`); else the prompt's first line.
+    pub name: Option<String>,
 }
 
 /// The first line of a prompt, shortened to a title.
@@ -137,6 +139,8 @@ struct Totals {
     /// A turn's price was unknown: the total is too.
     cost_unknown: bool,
     num_turns: u64,
+    /// The calls refused for want of an answer, as Claude Code lists them.
+    denials: Vec<Value>,
 }
 
 impl Totals {
@@ -161,25 +165,36 @@ impl Totals {
         )
     }
 
+    /// The result object in Claude Code's shape (its field names, its `subtype`s), plus
+    /// tether's `error` (code, message, retryable) when the run failed.
     fn result(&self, session: &SessionId, started: Instant) -> Value {
-        json!({
+        let subtype = match (self.ok(), self.stop_reason.as_str()) {
+            (true, _) => "success",
+            (false, "max_turns") => "error_max_turns",
+            (false, _) => "error_during_execution",
+        };
+        let mut result = json!({
             "type": "result",
-            "subtype": if self.ok() { "success" } else { "error" },
-            "isError": !self.ok(),
+            "subtype": subtype,
+            "is_error": !self.ok(),
+            "duration_ms": started.elapsed().as_millis() as u64,
+            "num_turns": self.num_turns,
             "result": self.result,
-            "sessionId": session,
-            "stopReason": self.stop_reason,
+            "stop_reason": self.stop_reason,
+            "session_id": session,
+            "total_cost_usd": (!self.cost_unknown).then_some(self.cost),
             "usage": {
-                "inputTokens": self.input,
-                "outputTokens": self.output,
-                "cacheReadInputTokens": self.cache_read,
-                "cacheCreationInputTokens": self.cache_creation,
+                "input_tokens": self.input,
+                "cache_creation_input_tokens": self.cache_creation,
+                "cache_read_input_tokens": self.cache_read,
+                "output_tokens": self.output,
             },
-            "costUsd": (!self.cost_unknown).then_some(self.cost),
-            "numTurns": self.num_turns,
-            "durationMs": started.elapsed().as_millis() as u64,
-            "error": self.error,
-        })
+            "permission_denials": self.denials,
+        });
+        if let Some(e) = self.error.as_ref().filter(|e| !e.is_null()) {
+            result["error"] = e.clone();
+        }
+        result
     }
 }
 
@@ -226,7 +241,12 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         // Headless sessions are titled by their prompt: no extra model call for a script.
         None => {
             conn.client
-                .session_new(cwd, Some(title_of(&first)), h.model, mode)
+                .session_new(
+                    cwd,
+                    Some(h.name.clone().unwrap_or_else(|| title_of(&first))),
+                    h.model,
+                    mode,
+                )
                 .await?
                 .session_id
         }
@@ -316,6 +336,13 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                             Some("headless run: nobody can approve this call; allow it with --allowedTools, a permission rule or --permission-mode".into()),
                         ),
                     };
+                    if decision == PermissionDecision::Deny {
+                        totals.denials.push(json!({
+                            "tool_name": data["tool"],
+                            "tool_use_id": data["toolCallId"],
+                            "tool_input": data["input"],
+                        }));
+                    }
                     if decision == PermissionDecision::Deny && format != "stream-json" {
                         eprintln!(
                             "tether: denied {}: {}",

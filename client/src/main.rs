@@ -41,6 +41,16 @@ struct Cli {
     /// With -p: model alias or id.
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
+    /// With -p: run every tool call without asking (the bypassPermissions mode), as with
+    /// claude's flag of the same name.
+    #[arg(long, conflicts_with = "permission_mode")]
+    dangerously_skip_permissions: bool,
+    /// With -p: the new session's title (default: the prompt's first line).
+    #[arg(short = 'n', long, value_name = "NAME")]
+    name: Option<String>,
+    /// Accepted for claude's scripts (stream-json output is always complete).
+    #[arg(long)]
+    verbose: bool,
     /// With -p: effort of each request (low, medium, high, xhigh, max; what the model takes).
     #[arg(long, value_name = "LEVEL")]
     effort: Option<String>,
@@ -187,8 +197,13 @@ fn main() -> ExitCode {
                 prompt: Some(prompt).filter(|p| !p.is_empty()),
                 format: cli.output_format.clone(),
                 input_format: cli.input_format.clone(),
-                permission_mode: cli.permission_mode.clone(),
+                permission_mode: if cli.dangerously_skip_permissions {
+                    Some("bypassPermissions".into())
+                } else {
+                    cli.permission_mode.clone()
+                },
                 model: cli.model.clone(),
+                name: cli.name.clone(),
                 session,
                 options: tether_proto::TurnOptions {
                     max_turns: cli.max_turns,

@@ -36,8 +36,19 @@ fn print_mode_json_and_denied_permissions() -> anyhow::Result<()> {
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout).context("one JSON object")?;
     assert_eq!(result["result"], "I could not run it.");
-    assert_eq!(result["stopReason"], "end_turn");
-    assert!(result["costUsd"].as_f64().is_some_and(|c| c > 0.0));
+    assert_eq!(result["stop_reason"], "end_turn");
+    assert_eq!(result["subtype"], "success");
+    assert_eq!(result["is_error"], false);
+    assert!(result["total_cost_usd"].as_f64().is_some_and(|c| c > 0.0));
+    assert!(
+        result["session_id"].as_str().is_some_and(|s| s.len() == 36),
+        "jq .session_id works: {result}"
+    );
+    assert_eq!(result["permission_denials"][0]["tool_name"], "Bash");
+    assert_eq!(
+        result["permission_denials"][0]["tool_input"]["command"],
+        "touch created-by-the-model"
+    );
     assert!(
         !daemon.workdir().join("created-by-the-model").exists(),
         "the call was denied"
@@ -174,16 +185,16 @@ fn print_mode_options_reach_the_turn_and_stdin_prompts_continue_the_session() ->
     let result: Value = serde_json::from_slice(&out.stdout).context("one JSON result")?;
     assert_eq!(result["type"], "result");
     assert_eq!(result["result"], "second done");
-    assert_eq!(result["numTurns"], 3, "three model replies in all");
-    assert!(result["durationMs"].as_u64().is_some());
+    assert_eq!(result["num_turns"], 3, "three model replies in all");
+    assert!(result["duration_ms"].as_u64().is_some());
     assert!(
-        result["usage"]["inputTokens"]
+        result["usage"]["input_tokens"]
             .as_u64()
             .is_some_and(|n| n > 0)
     );
-    let session = result["sessionId"]
+    let session = result["session_id"]
         .as_str()
-        .context("sessionId")?
+        .context("session_id")?
         .to_owned();
     let reqs = fake.server.message_requests();
     let tool_result = reqs[1].body["messages"][2]["content"][0]["content"].to_string();
@@ -237,5 +248,37 @@ fn print_mode_options_reach_the_turn_and_stdin_prompts_continue_the_session() ->
     )?;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("max_turns"));
+    Ok(())
+}
+
+#[test]
+fn claude_codes_flags_skip_permissions_and_name_the_session() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "touch made-by-the-model"})),
+        Step::text("Made it."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let out = daemon
+        .tether()
+        .current_dir(daemon.workdir())
+        .args([
+            "-p",
+            "--dangerously-skip-permissions",
+            "-n",
+            "nightly cleanup",
+            "--verbose",
+            "--output-format",
+            "json",
+            "make a file",
+        ])
+        .output()?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(result["result"], "Made it.");
+    assert_eq!(result["permission_denials"], json!([]));
+    assert!(daemon.workdir().join("made-by-the-model").exists());
+    let mut c = daemon.ndjson()?;
+    let list = c.call("session/list", json!({}))?;
+    assert_eq!(list["sessions"][0]["title"], "nightly cleanup", "{list}");
     Ok(())
 }

@@ -51,7 +51,7 @@ fn each_alias_sends_todays_model_with_its_thinking_effort_and_betas() -> anyhow:
         assert!(out.status.success(), "{alias}: {out:?}");
         let result: Value = serde_json::from_slice(&out.stdout).context("one JSON object")?;
         assert!(
-            result["costUsd"].as_f64().is_some_and(|c| c > 0.0),
+            result["total_cost_usd"].as_f64().is_some_and(|c| c > 0.0),
             "{alias} is priced from the catalog: {result}"
         );
     }
@@ -234,7 +234,11 @@ fn a_model_newer_than_the_catalog_is_learnt_from_the_api_and_priced_from_config(
     )?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
-    assert_eq!(result["costUsd"], Value::Null, "no price known: {result}");
+    assert_eq!(
+        result["total_cost_usd"],
+        Value::Null,
+        "no price known: {result}"
+    );
     assert_eq!(
         fake.server.message_requests()[0].body["model"],
         "claude-nova-1"
@@ -250,7 +254,7 @@ fn a_model_newer_than_the_catalog_is_learnt_from_the_api_and_priced_from_config(
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert!(
-        result["costUsd"].as_f64().is_some_and(|c| c > 0.0),
+        result["total_cost_usd"].as_f64().is_some_and(|c| c > 0.0),
         "priced from config.toml: {result}"
     );
     Ok(())
