@@ -3,8 +3,6 @@
 use crate::connection::{self, ConnectError, Connection};
 use crate::render;
 use anyhow::{Context, bail};
-use jsonrpsee::core::client::SubscriptionClientT;
-use jsonrpsee::core::params::ObjectParams;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -148,15 +146,7 @@ pub async fn attach(
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     let mut printer = render::StreamPrinter::default();
     loop {
-        let mut params = ObjectParams::new();
-        params.insert("sessionId", &session.session_id)?;
-        params.insert("role", role)?;
-        params.insert("since", since)?;
-        let mut sub = conn
-            .client
-            .subscribe::<serde_json::Value, _>("session/subscribe", params, "session/unsubscribe")
-            .await
-            .context("cannot subscribe")?;
+        let mut sub = connection::subscribe(&conn, &session.session_id, role, since).await?;
         loop {
             let item = tokio::select! {
                 _ = &mut ctrl_c => {

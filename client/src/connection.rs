@@ -64,6 +64,28 @@ pub fn path_env() -> PathEnv {
     PathEnv::from_process(nix::unistd::getuid().as_raw())
 }
 
+/// A session's event stream (`session/subscribe`'s notifications, as JSON).
+pub type Events = jsonrpsee::core::client::Subscription<serde_json::Value>;
+
+/// Subscribes to a session's events: replay after `since`, then live.
+pub async fn subscribe(
+    conn: &Connection,
+    id: &tether_proto::SessionId,
+    role: tether_proto::Role,
+    since: tether_proto::Since,
+) -> anyhow::Result<Events> {
+    use anyhow::Context;
+    use jsonrpsee::core::client::SubscriptionClientT;
+    let mut params = jsonrpsee::core::params::ObjectParams::new();
+    params.insert("sessionId", id)?;
+    params.insert("role", role)?;
+    params.insert("since", since)?;
+    conn.client
+        .subscribe("session/subscribe", params, "session/unsubscribe")
+        .await
+        .context("cannot subscribe to the session")
+}
+
 /// Connects to the daemon on `socket`, starting it first if nothing listens and `autostart`.
 pub async fn connect(
     socket: &Path,

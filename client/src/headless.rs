@@ -7,8 +7,6 @@
 
 use crate::connection;
 use anyhow::{Context, bail};
-use jsonrpsee::core::client::SubscriptionClientT;
-use jsonrpsee::core::params::ObjectParams;
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -251,15 +249,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                 .session_id
         }
     };
-    let mut params = ObjectParams::new();
-    params.insert("sessionId", &session)?;
-    params.insert("role", Role::Controller)?;
-    params.insert("since", Since::Head)?;
-    let mut sub = conn
-        .client
-        .subscribe::<Value, _>("session/subscribe", params, "session/unsubscribe")
-        .await
-        .context("cannot subscribe")?;
+    let mut sub = connection::subscribe(&conn, &session, Role::Controller, Since::Head).await?;
     let mut out = std::io::stdout().lock();
     let mut totals = Totals::default();
     let mut next = Some(first);

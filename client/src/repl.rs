@@ -17,8 +17,6 @@ use crate::connection::{self, Connection};
 use crate::style::Style;
 use crate::view::View;
 use anyhow::Context;
-use jsonrpsee::core::client::{Subscription, SubscriptionClientT};
-use jsonrpsee::core::params::ObjectParams;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,7 +57,7 @@ pub enum Input {
 
 struct Session {
     id: SessionId,
-    sub: Subscription<serde_json::Value>,
+    sub: connection::Events,
     last_seq: Seq,
 }
 
@@ -114,22 +112,6 @@ fn client_name() -> String {
     }
 }
 
-async fn subscribe(
-    conn: &Connection,
-    id: &SessionId,
-    role: Role,
-    since: Since,
-) -> anyhow::Result<Subscription<serde_json::Value>> {
-    let mut params = ObjectParams::new();
-    params.insert("sessionId", id)?;
-    params.insert("role", role)?;
-    params.insert("since", since)?;
-    conn.client
-        .subscribe("session/subscribe", params, "session/unsubscribe")
-        .await
-        .context("cannot subscribe to the session")
-}
-
 /// Runs the interactive client until the user detaches.
 pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     {
@@ -161,7 +143,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     } else {
         Role::Controller
     };
-    let sub = subscribe(&conn, &id, role, Since::Seq(0)).await?;
+    let sub = connection::subscribe(&conn, &id, role, Since::Seq(0)).await?;
     let printer = reedline::ExternalPrinter::new(1024);
     let status = Arc::new(std::sync::Mutex::new(prompt::Status::default()));
     let (input_tx, mut input_rx) = mpsc::unbounded_channel();
@@ -625,7 +607,7 @@ impl Repl {
 
     /// Switches to another session in `role`.
     async fn switch_as(&mut self, id: SessionId, role: Role) -> anyhow::Result<()> {
-        let sub = subscribe(&self.conn, &id, role, Since::Seq(0)).await?;
+        let sub = connection::subscribe(&self.conn, &id, role, Since::Seq(0)).await?;
         self.role = role;
         let old = std::mem::replace(
             &mut self.session,
@@ -660,7 +642,7 @@ impl Repl {
             else {
                 continue;
             };
-            let Ok(sub) = subscribe(
+            let Ok(sub) = connection::subscribe(
                 &conn,
                 &self.session.id,
                 self.role,

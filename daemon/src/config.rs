@@ -202,7 +202,7 @@ const LIST_TABLES: &[&str] = &["permissions", "hooks", "models"];
 
 /// Reads `[models."<id>"]` price tables: `input` and `output` are required, cache rates default
 /// to Anthropic's multipliers (1.25× and 2× for writes, 0.1× for reads).
-fn model_prices(table: &toml::Table) -> Result<Vec<(String, crate::llm::Price)>, String> {
+fn model_prices(table: &toml::Table) -> Result<Vec<(String, [f64; 5])>, String> {
     let mut out = Vec::new();
     for (id, v) in table {
         let Some(t) = v.as_table() else {
@@ -233,13 +233,13 @@ fn model_prices(table: &toml::Table) -> Result<Vec<(String, crate::llm::Price)>,
         };
         out.push((
             id.clone(),
-            crate::llm::Price::new(
+            [
                 input,
                 output,
                 rate("cache_write_5m")?.unwrap_or(input * 1.25),
                 rate("cache_write_1h")?.unwrap_or(input * 2.0),
                 rate("cache_read")?.unwrap_or(input * 0.1),
-            ),
+            ],
         ));
     }
     Ok(out)
@@ -358,9 +358,15 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
             "permission_mode" => PermissionMode::parse(s)
                 .map(|_| ())
                 .ok_or_else(|| format!("{s:?} is not a permission mode (default, acceptEdits, plan, bypassPermissions, dontAsk)")),
-            "effort" if !s.is_empty() && crate::llm::Effort::parse(s).is_none() => Err(format!(
-                "{s:?} is not an effort level (low, medium, high, xhigh, max)"
-            )),
+            // The API's levels (llm::Effort knows which model takes which).
+            "effort"
+                if !s.is_empty()
+                    && !matches!(s.as_str(), "low" | "medium" | "high" | "xhigh" | "max") =>
+            {
+                Err(format!(
+                    "{s:?} is not an effort level (low, medium, high, xhigh, max)"
+                ))
+            }
             "cache_ttl" if !matches!(s.as_str(), "auto" | "5m" | "1h") => {
                 Err(format!("{s:?} must be auto, 5m or 1h"))
             }
@@ -597,9 +603,10 @@ impl Config {
         }
     }
 
-    /// Prices of `[models."<id>"]` tables (USD per million tokens), for models the built-in
-    /// catalog does not price or prices differently for this account.
-    pub fn model_prices(&self) -> Vec<(String, crate::llm::Price)> {
+    /// Prices of `[models."<id>"]` tables (USD per million tokens: input, output, 5-minute and
+    /// 1-hour cache writes, cache reads), for models the built-in catalog does not price or
+    /// prices differently for this account.
+    pub fn model_prices(&self) -> Vec<(String, [f64; 5])> {
         self.tables
             .get("models")
             .and_then(|t| t.as_table())

@@ -6,6 +6,7 @@
 //! tail of the conversation as an update. git2 runs on `spawn_blocking`.
 
 mod git;
+pub use git::libgit2_version;
 mod memory;
 
 use crate::llm::SystemBlock;

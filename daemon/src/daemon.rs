@@ -155,7 +155,13 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
     }
     Ok(TurnEnv {
         llm,
-        catalog: ModelCatalog::from_env(config.string("model")).with_prices(config.model_prices()),
+        catalog: ModelCatalog::from_env(config.string("model")).with_prices(
+            config
+                .model_prices()
+                .into_iter()
+                .map(|(id, [i, o, w5, w1, r])| (id, crate::llm::Price::new(i, o, w5, w1, r)))
+                .collect(),
+        ),
         tools: crate::tools::builtin(),
         limits,
         data_dir: data_dir.to_owned(),
@@ -167,6 +173,14 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
             .unwrap_or_else(|| "haiku".into()),
         permission_mode: config.permission_mode(),
         log_user_prompts: config.flag("telemetry.log_user_prompts"),
+        config_hooks: config.tables.get("hooks").and_then(|t| {
+            let source = config
+                .file
+                .as_ref()
+                .map(|f| f.display().to_string())
+                .unwrap_or_else(|| "config.toml".into());
+            serde_json::to_value(t).ok().map(|v| (v, source))
+        }),
         cache_ttl: match config.string("cache_ttl").as_deref() {
             Some("1h") => Some(CacheTtl::OneHour),
             Some("5m") => Some(CacheTtl::FiveMinutes),

@@ -73,7 +73,7 @@ fn data_dir_check(dir: &Path) -> Check {
 }
 
 fn git_check() -> Check {
-    let (major, minor, patch) = git2::Version::get().libgit2_version();
+    let (major, minor, patch) = crate::context::libgit2_version();
     let on_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join("git").is_file()))
         .unwrap_or(false);

@@ -74,8 +74,10 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// The hooks from `~/.claude/settings.json` and the project's settings files.
-    pub fn load(root: &Path, home: Option<&Path>) -> Self {
+    /// The hooks of tether's config.toml (`configured`: its `[hooks]` table, in the settings
+    /// files' shape, and the file's name, as the configuration read it at start), then those of
+    /// `~/.claude/settings.json` and the project's settings files.
+    pub fn load(root: &Path, home: Option<&Path>, configured: Option<&(Value, String)>) -> Self {
         let mut hooks = Self::default();
         let mut files = Vec::new();
         if let Some(h) = home {
@@ -83,22 +85,8 @@ impl Hooks {
         }
         files.push(root.join(".claude/settings.json"));
         files.push(root.join(".claude/settings.local.json"));
-        if let Some(config) = crate::config::default_path()
-            && let Ok(text) = std::fs::read_to_string(&config)
-        {
-            // tether's own config.toml: `[hooks]` in the same shape as the settings files.
-            match toml::from_str::<toml::Table>(&text).map(|t| t.get("hooks").cloned()) {
-                Ok(Some(table)) => match serde_json::to_value(table) {
-                    Ok(v) => hooks.add(&v, &config.display().to_string()),
-                    Err(e) => hooks
-                        .problems
-                        .push(format!("{}: [hooks]: {e}", config.display())),
-                },
-                Ok(None) => {}
-                Err(e) => hooks
-                    .problems
-                    .push(format!("{}: not valid TOML: {e}", config.display())),
-            }
+        if let Some((table, source)) = configured {
+            hooks.add(table, source);
         }
         for file in files {
             let Ok(text) = std::fs::read_to_string(&file) else {

@@ -95,7 +95,10 @@ fn main() -> ExitCode {
     // The gRPC exporter needs the runtime while it is built.
     let telemetry = {
         let _in_runtime = runtime.enter();
-        match Telemetry::init(&config) {
+        match Telemetry::init(
+            config.flag("telemetry.enabled"),
+            &config.string("telemetry.endpoint").unwrap_or_default(),
+        ) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("tetherd: {e}");
@@ -144,7 +147,7 @@ fn init_logging(
     config: &Config,
     data_dir: &std::path::Path,
     detached: bool,
-    tracer: Option<opentelemetry_sdk::trace::Tracer>,
+    tracer: Option<tether_daemon::telemetry::Tracer>,
 ) -> anyhow::Result<Option<tracing_appender::non_blocking::WorkerGuard>> {
     let level = config.string("log.level").unwrap_or_else(|| "info".into());
     let filter = || tracing_subscriber::EnvFilter::new(&level);
@@ -196,14 +199,7 @@ fn init_logging(
         });
     }
     if let Some(tracer) = tracer {
-        // Spans are exported whatever the log level: the daemon's info-level spans.
-        let spans = tracing_subscriber::EnvFilter::new("tether_daemon=info,tetherd=info");
-        layers.push(
-            tracing_opentelemetry::layer()
-                .with_tracer(tracer)
-                .with_filter(spans)
-                .boxed(),
-        );
+        layers.push(tether_daemon::telemetry::span_layer(tracer).boxed());
     }
     tracing_subscriber::registry().with(layers).init();
     Ok(guard)

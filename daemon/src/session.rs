@@ -79,6 +79,9 @@ pub struct TurnEnv {
     /// The stable prefix's cache lifetime (`cache_ttl`); `None` (`auto`): an hour for turns a
     /// person started, 5 minutes for scripts.
     pub cache_ttl: Option<crate::llm::CacheTtl>,
+    /// config.toml's `[hooks]` table (as JSON, in the settings files' shape) and the file's
+    /// name, handed to every hook load.
+    pub config_hooks: Option<(serde_json::Value, String)>,
 }
 
 /// What a new session starts with.
@@ -455,6 +458,7 @@ mod tests {
             log_user_prompts: false,
             policy: Default::default(),
             cache_ttl: None,
+            config_hooks: None,
         })
     }
 

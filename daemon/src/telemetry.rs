@@ -7,7 +7,6 @@
 //! full queue drops spans and counts them), metrics are read on their own interval. Without an
 //! endpoint every instrument is a no-op.
 
-use crate::config::Config;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry_otlp::WithExportConfig;
@@ -51,11 +50,12 @@ impl Telemetry {
     /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`). Must run inside the Tokio runtime (gRPC needs it).
     /// Returns the tracer for the `tracing` layer.
     pub fn init(
-        config: &Config,
+        enabled: bool,
+        base_endpoint: &str,
     ) -> Result<Option<(Self, opentelemetry_sdk::trace::Tracer)>, String> {
-        let base = config.string("telemetry.endpoint").unwrap_or_default();
+        let base = base_endpoint.to_owned();
         let own_traces = std::env::var_os("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some();
-        if !config.flag("telemetry.enabled") || (base.is_empty() && !own_traces) {
+        if !enabled || (base.is_empty() && !own_traces) {
             return Ok(None);
         }
         let mut resource = Resource::builder();
@@ -175,6 +175,22 @@ fn instruments() -> &'static Instruments {
 }
 
 /// A session was created.
+/// The span exporter, as [`Telemetry::init`] returns it (callers never name opentelemetry).
+pub type Tracer = opentelemetry_sdk::trace::Tracer;
+
+/// The `tracing` layer that exports the daemon's info-level spans to `tracer`, whatever the
+/// log level.
+pub fn span_layer<S>(tracer: Tracer) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::Layer;
+    let spans = tracing_subscriber::EnvFilter::new("tether_daemon=info,tetherd=info");
+    tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(spans)
+}
+
 pub fn session_created() {
     instruments().sessions.add(1, &[]);
 }

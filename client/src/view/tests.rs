@@ -1,3 +1,5 @@
+//! View snapshots and checks: events in, terminal text out, at several widths, with and without colour.
+
 use super::*;
 use serde_json::json;
 use tether_proto::{ClientKind, ClientRef, TokenUsage, TurnId};

@@ -1,3 +1,5 @@
+//! The configuration layers, table-tested: defaults, file, environment, flags, and the errors that name file, line and key.
+
 use super::*;
 
 fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

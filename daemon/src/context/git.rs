@@ -139,3 +139,8 @@ fn code(s: git2::Status) -> &'static str {
         " M"
     }
 }
+
+/// The linked libgit2's version, for `doctor`.
+pub fn libgit2_version() -> (u32, u32, u32) {
+    git2::Version::get().libgit2_version()
+}

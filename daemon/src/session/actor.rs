@@ -1209,6 +1209,7 @@ impl SessionActor {
                 let hooks = crate::hooks::Hooks::load(
                     std::path::Path::new(&self.record.cwd),
                     home.as_deref(),
+                    self.env.config_hooks.as_ref(),
                 );
                 if hooks.has("Notification") {
                     let input = serde_json::json!({
@@ -1619,7 +1620,11 @@ impl SessionActor {
             );
             let cwd = std::path::PathBuf::from(&self.record.cwd);
             let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-            let hooks = Arc::new(crate::hooks::Hooks::load(&cwd, home.as_deref()));
+            let hooks = Arc::new(crate::hooks::Hooks::load(
+                &cwd,
+                home.as_deref(),
+                self.env.config_hooks.as_ref(),
+            ));
             let (model, tools) = (self.record.model.clone(), self.env.tools.clone());
             let plan = Launch {
                 model,
@@ -1725,7 +1730,11 @@ impl SessionActor {
                 (p.content, p.notices)
             }
         };
-        let hooks = Arc::new(crate::hooks::Hooks::load(&cwd, home.as_deref()));
+        let hooks = Arc::new(crate::hooks::Hooks::load(
+            &cwd,
+            home.as_deref(),
+            self.env.config_hooks.as_ref(),
+        ));
         for problem in hooks.problems.clone() {
             if self.reported.insert(problem.clone()) {
                 let _ = self.emit(EventKind::Notice {

@@ -11,4 +11,5 @@ mod sessions;
 mod spine;
 mod systemd;
 mod terminal;
+mod tidy;
 mod turns;
