@@ -147,7 +147,15 @@ pub async fn connect_as(
         .max_response_size(MAX_MESSAGE_BYTES)
         .build_with_stream(url, stream)
         .await
-        .map_err(|e| connect_err(e.to_string()))?;
+        .map_err(|e| match e {
+            jsonrpsee::client_transport::ws::WsHandshakeError::Rejected { status_code: 503 } => {
+                connect_err(
+                    "the daemon is serving as many connections as it allows (max_connections in its config.toml; its log says how many)"
+                        .into(),
+                )
+            }
+            e => connect_err(e.to_string()),
+        })?;
     let client = ClientBuilder::default()
         .max_buffer_capacity_per_subscription(16 * 1024)
         .request_timeout(Duration::from_secs(120))

@@ -101,6 +101,12 @@ const KEYS: &[Key] = &[
         doc: "compact when the context is this full (percent); \"off\" disables",
     },
     Key {
+        name: "max_connections",
+        env: &["TETHER_MAX_CONNECTIONS"],
+        default: "1024",
+        doc: "most client connections at once, WebSocket and NDJSON together; more are refused with a message",
+    },
+    Key {
         name: "idle_unload",
         env: &["TETHER_IDLE_UNLOAD"],
         default: "\"15m\"",

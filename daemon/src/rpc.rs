@@ -36,6 +36,12 @@ where
 {
     let shutdown = api.shutdown.clone();
     let connections: Arc<Connections> = api.connections.clone();
+    let limit = api
+        .config
+        .number("max_connections")
+        .map(|n| n as usize)
+        .unwrap_or(1024)
+        .max(1);
     let module: RpcModule<RpcApi> = api.into_rpc();
     let methods: Methods = module.into();
     let config = ServerConfig::builder()
@@ -44,8 +50,13 @@ where
         .set_message_buffer_capacity(4096)
         // A quiet attached client is never dropped for idleness.
         .set_first_request_timeout(None)
+        // The limit is ours (below), the same for both transports, and it says why.
+        .max_connections(u32::MAX)
         .build();
-    let services = Server::builder().set_config(config).to_service_builder();
+    let services = Server::builder()
+        .set_config(config)
+        .to_service_builder()
+        .max_connections(u32::MAX);
     let (stop_handle, server_handle) = stop_channel();
     let mut tasks = JoinSet::new();
 
@@ -54,6 +65,13 @@ where
             _ = shutdown.cancelled() => break,
             Some(_) = tasks.join_next() => {}
             accepted = listener.accept() => match accepted {
+                Ok(stream) if tasks.len() >= limit => {
+                    tracing::warn!(
+                        open = tasks.len(),
+                        "refused a connection: the daemon serves {limit} connections, its limit (max_connections)"
+                    );
+                    tokio::spawn(refuse(stream, limit));
+                }
                 Ok(stream) => {
                     let id = connections.connect();
                     let methods = methods.clone();
@@ -97,6 +115,42 @@ where
         tracing::warn!("{} connections did not close in time", tasks.len());
         tasks.abort_all();
     }
+}
+
+/// Tells a client over the connection limit why it is turned away, in its own framing, and
+/// closes: an HTTP 503 for a WebSocket upgrade, a JSON-RPC error line for NDJSON.
+async fn refuse(mut stream: UnixStream, limit: usize) {
+    use tokio::io::AsyncWriteExt;
+    let why =
+        format!("the daemon has {limit} connections, its limit (max_connections in config.toml)");
+    let reply = match tokio::time::timeout(Duration::from_secs(2), sniff(&stream)).await {
+        Ok(Some(Transport::Http)) => format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{why}",
+            why.len()
+        ),
+        Ok(Some(Transport::Ndjson)) => format!(
+            "{}\n",
+            serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
+                "code": tether_proto::ErrorCode::TooManyConnections.code(), "message": why}})
+        ),
+        _ => return,
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        use tokio::io::AsyncReadExt;
+        let _ = stream.write_all(reply.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        // Read what the client sent, so closing does not reset the connection before it
+        // has read the reason.
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
 
 enum Transport {

@@ -21,6 +21,9 @@ pub enum ErrorCode {
     NotImplemented = -32006,
     /// The daemon could not store or read session data.
     Storage = -32007,
+    /// The daemon serves as many connections as it allows (`max_connections`); sent on a
+    /// refused NDJSON connection before it is closed.
+    TooManyConnections = -32008,
 }
 
 impl ErrorCode {
@@ -39,6 +42,7 @@ impl ErrorCode {
             Self::DaemonShuttingDown,
             Self::NotImplemented,
             Self::Storage,
+            Self::TooManyConnections,
         ]
         .into_iter()
         .find(|c| c.code() == code)

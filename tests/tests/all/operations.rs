@@ -463,3 +463,72 @@ fn an_unreachable_collector_does_not_slow_turns() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A raw WebSocket upgrade on the daemon's socket; returns the HTTP status line.
+fn ws_upgrade(
+    socket: &std::path::Path,
+) -> anyhow::Result<(std::os::unix::net::UnixStream, String)> {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(tether_tests::WAIT))?;
+    s.write_all(
+        b"GET / HTTP/1.1\r\nHost: tetherd\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )?;
+    let mut line = String::new();
+    std::io::BufReader::new(s.try_clone()?).read_line(&mut line)?;
+    Ok((s, line))
+}
+
+#[test]
+fn connections_beyond_the_limit_are_refused_with_the_reason_on_both_transports()
+-> anyhow::Result<()> {
+    let daemon = Daemon::start_with(vec![("TETHER_MAX_CONNECTIONS".into(), "150".into())])?;
+    // Far past the WebSocket library's default of 100: all accepted.
+    let mut open = Vec::new();
+    for i in 0..149 {
+        let (s, status) = ws_upgrade(&daemon.socket())?;
+        assert!(status.starts_with("HTTP/1.1 101"), "client {i}: {status}");
+        open.push(s);
+    }
+    let mut last = daemon.ndjson()?;
+    last.call("daemon/status", json!({}))?;
+
+    // The 151st: an NDJSON client gets a JSON-RPC error line, a terminal a clear message.
+    let mut refused = std::os::unix::net::UnixStream::connect(daemon.socket())?;
+    std::io::Write::write_all(
+        &mut refused,
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon/status\"}\n",
+    )?;
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut refused, &mut reply)?;
+    let reply: Value = serde_json::from_str(reply.trim()).context("one error line")?;
+    assert_eq!(reply["error"]["code"], -32008, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("150 connections") && m.contains("max_connections")),
+        "{reply}"
+    );
+    let out = daemon.tether().args(["sessions"]).output()?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max_connections"), "{err}");
+
+    // One leaves: the next client is served.
+    drop(open.pop());
+    let deadline = std::time::Instant::now() + tether_tests::WAIT;
+    loop {
+        let out = daemon.tether().args(["sessions"]).output()?;
+        if out.status.success() {
+            break;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "still refused: {out:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(daemon.log().contains("refused a connection"), "logged");
+    Ok(())
+}
