@@ -66,16 +66,19 @@ fn the_daemon_serves_on_a_socket_systemd_passes() -> anyhow::Result<()> {
         .map_err(|e| {
             anyhow::anyhow!("systemd-socket-activate is required (tests/run installs systemd): {e}")
         })?;
-    // The activator listens before it forks; wait for the socket file to appear.
+    // The activator binds, then listens, then forks: the socket file can exist a moment before
+    // it accepts, so connect until it does.
     let deadline = std::time::Instant::now() + tether_tests::WAIT;
-    while !socket.exists() {
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "systemd-socket-activate did not listen"
-        );
-        std::thread::yield_now();
-    }
-    let mut c = Ndjson::connect(&socket)?;
+    let mut c = loop {
+        match Ndjson::connect(&socket) {
+            Ok(c) => break c,
+            Err(e) => anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "systemd-socket-activate did not listen: {e}"
+            ),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     let status = c.call("daemon/status", json!({}))?;
     assert_eq!(status["socket"], socket.display().to_string());
     let session = c.call("session/new", json!({"cwd": dir.path()}))?;
