@@ -49,6 +49,10 @@ pub struct View {
     streamed: HashSet<(Option<String>, u32)>,
     /// Tool call id → tool name.
     tools: HashMap<String, String>,
+    /// Each call's header (`Read(src/a.rs)`), to label a result that does not follow it.
+    headers: HashMap<String, String>,
+    /// The call whose header was printed last, if nothing was printed since.
+    last_header: Option<String>,
     /// When the current turn started.
     turn_started: Option<String>,
     /// An `error` event was shown for the current turn (its end does not repeat it).
@@ -222,6 +226,8 @@ impl View {
             markdown: None,
             streamed: HashSet::new(),
             tools: HashMap::new(),
+            headers: HashMap::new(),
+            last_header: None,
             turn_started: None,
             errored: false,
             live: false,
@@ -497,11 +503,15 @@ impl View {
                 input,
             } => {
                 self.tools.insert(tool_call_id.clone(), name.clone());
+                let argument = key_argument(input);
+                self.headers
+                    .insert(tool_call_id.clone(), format!("{name}({argument})"));
+                self.last_header = Some(tool_call_id.clone());
                 out.push_str(&format!(
                     "{} {}{}\n",
                     s.tool("●"),
                     s.tool(name),
-                    s.dim(&format!("({})", key_argument(input)))
+                    s.dim(&format!("({argument})"))
                 ));
             }
             EventKind::ToolProgress { chunk, .. } if !self.live => {
@@ -510,11 +520,20 @@ impl View {
                 }
             }
             EventKind::ToolResult {
+                tool_call_id,
                 content,
                 is_error,
                 details,
-                ..
             } => {
+                // Parallel calls finish in any order: a result that does not follow its own
+                // header says whose it is.
+                let others_open = self.headers.len() > 1;
+                if (self.last_header.take().as_ref() != Some(tool_call_id) || others_open)
+                    && let Some(header) = self.headers.get(tool_call_id)
+                {
+                    out.push_str(&format!("{} {}\n", s.dim("↳"), s.dim(header)));
+                }
+                self.headers.remove(tool_call_id);
                 let diff = details
                     .as_ref()
                     .and_then(|d| d["diff"].as_str())
@@ -635,6 +654,9 @@ impl View {
                 cost_usd,
                 error,
             } => {
+                // A call cut off without a result labels nothing later.
+                self.headers.clear();
+                self.last_header = None;
                 let took = self
                     .turn_started
                     .take()

@@ -386,3 +386,49 @@ fn the_turn_footer_says_how_much_the_cache_served_and_an_unknown_cost() {
         "{unknown}"
     );
 }
+
+#[test]
+fn parallel_results_say_which_call_they_answer() {
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(1)));
+    let call = |seq, id: &str, path: &str| {
+        at(
+            seq,
+            "2026-12-01T10:00:01.000Z",
+            EventKind::ToolCall {
+                tool_call_id: id.into(),
+                name: "Read".into(),
+                input: json!({"file_path": path}),
+            },
+        )
+    };
+    let result = |seq, id: &str, text: &str| {
+        at(
+            seq,
+            "2026-12-01T10:00:02.000Z",
+            EventKind::ToolResult {
+                tool_call_id: id.into(),
+                content: json!(text),
+                is_error: false,
+                details: None,
+            },
+        )
+    };
+    let out: String = [
+        call(1, "a", "src/a.rs"),
+        call(2, "b", "src/b.rs"),
+        result(3, "b", "contents of b"),
+        result(4, "a", "contents of a"),
+        call(5, "c", "src/c.rs"),
+        result(6, "c", "contents of c"),
+    ]
+    .iter()
+    .map(|e| view.feed(e))
+    .collect();
+    let b = out.find("↳ Read(src/b.rs)").expect("b labelled");
+    let a = out.find("↳ Read(src/a.rs)").expect("a labelled");
+    assert!(b < out.find("contents of b").expect("b") && a < out.find("contents of a").expect("a"));
+    assert!(
+        !out.contains("↳ Read(src/c.rs)"),
+        "a result right under its call needs no label: {out}"
+    );
+}
