@@ -534,15 +534,33 @@ impl View {
                     out.push_str(&format!("{} {}\n", s.dim("↳"), s.dim(header)));
                 }
                 self.headers.remove(tool_call_id);
+                let plan = self
+                    .tools
+                    .get(tool_call_id)
+                    .is_some_and(|n| n == "TodoWrite");
                 let diff = details
                     .as_ref()
                     .and_then(|d| d["diff"].as_str())
                     .filter(|_| !is_error);
                 match diff {
                     Some(diff) => out.push_str(&self.diff(diff)),
+                    // The plan above is the result; only a failure needs saying.
+                    None if plan && !is_error => {}
                     None => {
                         out.push_str(&self.folded(&tether_proto::content_text(content), *is_error))
                     }
+                }
+            }
+            EventKind::PlanUpdated { todos } => {
+                out.push_str(&format!("{} {}\n", s.tool("●"), s.bold("Plan")));
+                for item in todos {
+                    let text = printable(item["content"].as_str().unwrap_or(""));
+                    let line = match item["status"].as_str() {
+                        Some("completed") => format!("  ☒ {}", s.dim(&text)),
+                        Some("in_progress") => format!("  ◼ {}", s.bold(&text)),
+                        _ => format!("  ☐ {text}"),
+                    };
+                    out.push_str(&format!("{line}\n"));
                 }
             }
             EventKind::PermissionRequested { tool, preview, .. } => {

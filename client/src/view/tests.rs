@@ -432,3 +432,49 @@ fn parallel_results_say_which_call_they_answer() {
         "a result right under its call needs no label: {out}"
     );
 }
+
+#[test]
+fn the_plan_is_shown_with_each_items_state() {
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(1)));
+    let events = [
+        at(
+            1,
+            "2026-12-01T10:00:01.000Z",
+            EventKind::ToolCall {
+                tool_call_id: "t".into(),
+                name: "TodoWrite".into(),
+                input: json!({"todos": []}),
+            },
+        ),
+        at(
+            2,
+            "2026-12-01T10:00:01.100Z",
+            EventKind::PlanUpdated {
+                todos: vec![
+                    json!({"content": "read the parser", "status": "completed", "activeForm": "Reading"}),
+                    json!({"content": "fix the bug", "status": "in_progress", "activeForm": "Fixing"}),
+                    json!({"content": "run the tests", "status": "pending", "activeForm": "Running"}),
+                ],
+            },
+        ),
+        at(
+            3,
+            "2026-12-01T10:00:01.200Z",
+            EventKind::ToolResult {
+                tool_call_id: "t".into(),
+                content: json!("Task list updated: 3 items, 1 completed"),
+                is_error: false,
+                details: None,
+            },
+        ),
+    ];
+    let out: String = events.iter().map(|e| view.feed(e)).collect();
+    assert!(
+        out.contains("☒ read the parser\n  ◼ fix the bug\n  ☐ run the tests"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("Task list updated"),
+        "the plan is the result: {out}"
+    );
+}
