@@ -305,6 +305,11 @@ impl Tool for BashOutput {
         "BashOutput"
     }
 
+    /// Claude Code's current name.
+    fn aliases(&self) -> &'static [&'static str] {
+        &["TaskOutput"]
+    }
+
     fn description(&self) -> &'static str {
         "Returns the output a background shell (started with Bash run_in_background) produced since the last read, \
          and whether it still runs. filter keeps only lines matching a regular expression."
@@ -315,9 +320,11 @@ impl Tool for BashOutput {
             "type": "object",
             "properties": {
                 "bash_id": {"type": "string", "description": "The shell id Bash returned"},
-                "filter": {"type": "string", "description": "Regular expression; only matching lines are returned"}
+                "task_id": {"type": "string", "description": "The same id (Claude Code's name for it)"},
+                "filter": {"type": "string", "description": "Regular expression; only matching lines are returned"},
+                "block": {"type": "boolean", "description": "Accepted; the output so far is returned at once"},
+                "timeout": {"type": "number", "description": "Accepted with block"}
             },
-            "required": ["bash_id"],
             "additionalProperties": false
         })
     }
@@ -328,7 +335,10 @@ impl Tool for BashOutput {
 
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
-            let id = input["bash_id"].as_str().unwrap_or_default();
+            let id = input["bash_id"]
+                .as_str()
+                .or(input["task_id"].as_str())
+                .unwrap_or_default();
             let Some(job) = ctx.workspace.jobs.get(id) else {
                 return ToolOutput::error(unknown_shell(id, ctx));
             };
@@ -369,6 +379,11 @@ impl Tool for KillShell {
         "KillShell"
     }
 
+    /// Claude Code's current name.
+    fn aliases(&self) -> &'static [&'static str] {
+        &["TaskStop"]
+    }
+
     fn description(&self) -> &'static str {
         "Kills a background shell (and every process it started) by its id."
     }
@@ -376,8 +391,10 @@ impl Tool for KillShell {
     fn input_schema(&self) -> Value {
         json!({
             "type": "object",
-            "properties": {"shell_id": {"type": "string", "description": "The shell id Bash returned"}},
-            "required": ["shell_id"],
+            "properties": {
+                "shell_id": {"type": "string", "description": "The shell id Bash returned"},
+                "task_id": {"type": "string", "description": "The same id (Claude Code's name for it)"}
+            },
             "additionalProperties": false
         })
     }
@@ -388,7 +405,10 @@ impl Tool for KillShell {
 
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
-            let id = input["shell_id"].as_str().unwrap_or_default();
+            let id = input["shell_id"]
+                .as_str()
+                .or(input["task_id"].as_str())
+                .unwrap_or_default();
             let Some(job) = ctx.workspace.jobs.get(id) else {
                 return ToolOutput::error(unknown_shell(id, ctx));
             };

@@ -40,8 +40,9 @@ impl Tool for Grep {
                 "-A": {"type": "integer", "minimum": 0},
                 "-B": {"type": "integer", "minimum": 0},
                 "-C": {"type": "integer", "minimum": 0},
+                "context": {"type": "integer", "minimum": 0, "description": "Lines of context around each match (same as -C)"},
                 "multiline": {"type": "boolean"},
-                "head_limit": {"type": "integer", "minimum": 1},
+                "head_limit": {"type": "integer", "minimum": 0, "description": "At most this many results (0: all)"},
                 "offset": {"type": "integer", "minimum": 0}
             },
             "required": ["pattern"],
@@ -162,7 +163,7 @@ fn grep(
         .dot_matches_new_line(multiline)
         .build(pattern)
         .map_err(|e| format!("invalid regex {pattern:?}: {e}"))?;
-    let context = num("-C").unwrap_or(0);
+    let context = num("-C").or(num("context")).unwrap_or(0);
     let mut searcher = SearcherBuilder::new()
         .line_number(true)
         .multi_line(multiline)
@@ -284,7 +285,7 @@ fn grep(
     }
     let total = lines.len();
     let offset = num("offset").unwrap_or(0);
-    let limit = num("head_limit").unwrap_or(usize::MAX);
+    let limit = num("head_limit").filter(|n| *n > 0).unwrap_or(usize::MAX);
     let page: Vec<String> = lines.into_iter().skip(offset).take(limit).collect();
     let mut out = page.join("\n");
     out.push('\n');

@@ -30,7 +30,7 @@ impl Tool for Read {
             "type": "object",
             "properties": {
                 "file_path": {"type": "string", "description": "Absolute path of the file to read"},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line to read (1-based)"},
+                "offset": {"type": "integer", "minimum": 0, "description": "First line to read (1-based; 0 reads from the start)"},
                 "limit": {"type": "integer", "minimum": 1, "description": "How many lines to read"}
             },
             "required": ["file_path"],

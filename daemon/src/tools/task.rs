@@ -12,6 +12,11 @@ impl Tool for Task {
         "Task"
     }
 
+    /// Claude Code's current name.
+    fn aliases(&self) -> &'static [&'static str] {
+        &["Agent"]
+    }
+
     fn description(&self) -> &'static str {
         "Hands a self-contained job (a search across the code base, a focused investigation) to a sub-agent with a \
          fresh context and the same tools except Task. The prompt must say everything the sub-agent needs and what \

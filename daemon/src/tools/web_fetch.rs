@@ -27,7 +27,8 @@ impl Tool for WebFetch {
             "type": "object",
             "properties": {
                 "url": {"type": "string", "description": "The URL to fetch"},
-                "prompt": {"type": "string", "minLength": 1, "description": "What to extract from the page"}
+                "prompt": {"type": "string", "minLength": 1, "description": "What to extract from the page"},
+                "offset": {"type": "integer", "minimum": 0, "description": "Characters of the page to skip (to read past a truncated part)"}
             },
             "required": ["url", "prompt"],
             "additionalProperties": false
@@ -49,9 +50,15 @@ impl Tool for WebFetch {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e.to_string()),
             };
-            let mut text: String = page.text.chars().take(MAX_PAGE_CHARS).collect();
-            if page.text.chars().count() > MAX_PAGE_CHARS {
-                text.push_str("\n\n[page truncated]");
+            let skip = input["offset"].as_u64().unwrap_or(0) as usize;
+            let total = page.text.chars().count();
+            let mut text: String = page.text.chars().skip(skip).take(MAX_PAGE_CHARS).collect();
+            if skip + MAX_PAGE_CHARS < total {
+                text.push_str(&format!(
+                    "\n\n[page truncated: {} of {total} characters from offset {skip}; call again with offset {} for more]",
+                    MAX_PAGE_CHARS,
+                    skip + MAX_PAGE_CHARS
+                ));
             }
             let ask = format!(
                 "Web page {} ({}):\n\n<page>\n{text}\n</page>\n\n{prompt}\n\nAnswer from the page only; quote exact text where it matters; say so if the page does not answer it.",

@@ -1166,3 +1166,59 @@ fn kill_9_during_a_tool_gives_it_an_interrupted_result_and_the_session_goes_on()
     no_rejections(&fake);
     Ok(())
 }
+
+#[test]
+fn claude_codes_tool_names_and_fields_are_understood() -> anyhow::Result<()> {
+    let (fake, daemon, mut c, session) = setup(Script::of([
+        Step::default()
+            .tool_use("Read", json!({"file_path": "notes.txt", "offset": 0}))
+            .tool_use(
+                "Grep",
+                json!({"pattern": "two", "output_mode": "content", "head_limit": 0, "context": 1}),
+            )
+            .tool_use("TaskStop", json!({"task_id": "nope"})),
+        Step::default().tool_use(
+            "Agent",
+            json!({"description": "look", "prompt": "say what notes.txt holds", "subagent_type": "general-purpose"}),
+        ),
+        Step::text("The sub-agent says: one, two, three."),
+        Step::text("All done."),
+    ]))?;
+    std::fs::write(daemon.workdir().join("notes.txt"), "one\ntwo\nthree\n")?;
+    let events = run_turn(&mut c, &session, "use the tools")?;
+    assert_eq!(stop_reason(&events), "end_turn");
+    let results = of_type(&events, "tool_result");
+    let text = |r: &Value| r["data"]["content"].to_string();
+    assert!(
+        !results.iter().any(|r| text(r).contains("no tool named")),
+        "every name was known: {results:?}"
+    );
+    // Parallel calls finish in any order: find each result by its call.
+    let result_of = |name: &str| -> anyhow::Result<&Value> {
+        let id = of_type(&events, "tool_call")
+            .into_iter()
+            .find(|e| e["data"]["name"] == name)
+            .with_context(|| format!("a {name} call"))?["data"]["toolCallId"]
+            .clone();
+        results
+            .iter()
+            .copied()
+            .find(|r| r["data"]["toolCallId"] == id)
+            .with_context(|| format!("the {name} result"))
+    };
+    let read = result_of("Read")?;
+    assert_eq!(read["data"]["isError"], false, "{read}");
+    assert!(text(read).contains("one"), "{read}");
+    let grep = result_of("Grep")?;
+    assert_eq!(grep["data"]["isError"], false, "{grep}");
+    assert!(
+        text(grep).contains("one") && text(grep).contains("three"),
+        "context 1 around the match: {grep}"
+    );
+    let stop = result_of("TaskStop")?;
+    assert_eq!(stop["data"]["isError"], true, "an unknown shell: {stop}");
+    let agent = result_of("Agent")?;
+    assert!(text(agent).contains("one, two, three"), "{agent}");
+    no_rejections(&fake);
+    Ok(())
+}
