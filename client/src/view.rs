@@ -577,13 +577,25 @@ impl View {
                 message,
                 ..
             } => {
-                let d = serde_json::to_value(decision)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let allowed = matches!(
+                    decision,
+                    tether_proto::PermissionDecision::AllowOnce
+                        | tether_proto::PermissionDecision::AllowSession
+                        | tether_proto::PermissionDecision::AllowAlways
+                );
+                let d = match decision {
+                    tether_proto::PermissionDecision::AllowOnce => "allowed once",
+                    tether_proto::PermissionDecision::AllowSession => "allowed for this session",
+                    tether_proto::PermissionDecision::AllowAlways => "always allowed",
+                    tether_proto::PermissionDecision::Deny => "denied",
+                    _ => "withdrawn (the turn ended)",
+                };
                 let who = resolved_by
                     .as_ref()
-                    .map(|b| format!(" by {}", render::client(b)))
+                    .map(|b| match &b.name {
+                        Some(name) => format!(" by {name}"),
+                        None => format!(" by {}", render::client(b)),
+                    })
                     .unwrap_or_default();
                 let why = message
                     .as_ref()
@@ -592,11 +604,7 @@ impl View {
                 let line = format!("  {d}{who}{why}");
                 out.push_str(&format!(
                     "{}\n",
-                    if d.starts_with("allow") {
-                        s.ok(&line)
-                    } else {
-                        s.warn(&line)
-                    }
+                    if allowed { s.ok(&line) } else { s.warn(&line) }
                 ));
             }
             EventKind::Retrying {
@@ -698,9 +706,22 @@ impl View {
                         (read * 100).checked_div(tokens).unwrap_or(0)
                     ),
                 };
+                // A command the daemon answered (/cost, /model, …) needs no footer.
+                if stop_reason == "command"
+                    && error.is_none()
+                    && tokens == 0
+                    && usage.output_tokens == 0
+                {
+                    return out;
+                }
                 let stop_reason = match stop_reason.as_str() {
+                    "end_turn" | "stop_sequence" | "command" => "done",
                     "cancelled" => "interrupted",
                     "interrupted_by_restart" => "interrupted by a daemon restart",
+                    "max_tokens" => "stopped at the output limit",
+                    "max_turns" => "stopped at the turn's request limit",
+                    "refusal" => "the model declined",
+                    "error" => "failed",
                     other => other,
                 };
                 let line = format!(

@@ -208,10 +208,10 @@ fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow:
     a.want("Allow Bash?")?;
     a.want("(n)")?;
     a.send("y")?;
-    a.want("allow_once")?;
+    a.want("allowed once")?;
     a.want("⎿ from-the-pty")?;
     a.want("All done here.")?;
-    a.want("─ end_turn")?;
+    a.want("─ done")?;
     a.want("› ")?;
     // Client commands: the daemon's custom commands in /help, the rules in effect, and a
     // failing command that says why and keeps the prompt.
@@ -259,7 +259,7 @@ fn a_second_terminal_answers_and_the_first_sees_who_did() -> anyhow::Result<()> 
     b.want("answer with /allow or /deny")?;
     b.send_line("/allow")?;
     // The prompt in the first terminal goes away, saying who answered.
-    a.want("allow_once by tether on")?;
+    a.want("allowed once by tether on")?;
     a.want("Answered from elsewhere.")?;
     b.want("Answered from elsewhere.")?;
     a.want("› ")?;
@@ -390,7 +390,7 @@ fn a_running_tool_shows_a_spinner_with_its_time_and_the_tail_of_its_output() -> 
     a.want("⎿ tick1")?;
     a.want("… 2 more lines")?;
     a.want("Counted.")?;
-    a.want("─ end_turn")?;
+    a.want("─ done")?;
     a.want("› ")?;
     a.send([4u8])?;
     a.want("detached")?;
@@ -517,7 +517,7 @@ fn the_transcript_follows_a_terminal_resize() -> anyhow::Result<()> {
     a.resize(40, 30)?;
     a.send_line("second")?;
     a.want("the end.")?;
-    a.want("─ end_turn")?;
+    a.want("─ done")?;
     let shown = a.shown.lock().unwrap_or_else(|p| p.into_inner()).0.clone();
     let at = shown.rfind("alpha beta").context("the paragraph")?;
     let rows: Vec<&str> = shown[at..]
@@ -595,7 +595,7 @@ fn no_with_a_message_tells_the_model_what_to_do_instead() -> anyhow::Result<()> 
     a.send("use printf instead\r")?;
     // The line is echoed while it is typed, then the turn goes on.
     a.want("use printf instead\r\n")?;
-    a.want("deny by tether")?;
+    a.want("denied by tether")?;
     a.want("Fine, I will not.")?;
     a.want("› ")?;
     a.send([4u8])?;
