@@ -38,7 +38,7 @@ struct Cli {
     /// dontAsk). Calls that would ask are denied: nobody is there to answer.
     #[arg(long, value_name = "MODE")]
     permission_mode: Option<String>,
-    /// With -p: model alias or id.
+    /// Model alias or id of the new session (with -r/-c: switches the resumed session).
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
     /// With -p: run every tool call without asking (the bypassPermissions mode), as with
@@ -232,6 +232,9 @@ fn main() -> ExitCode {
                     session,
                     prompt: cli.prompt.clone(),
                     observe: false,
+                    model: cli.model.clone(),
+                    permission_mode: commands::parse_mode(cli.permission_mode.clone())?,
+                    name: cli.name.clone(),
                 };
                 repl::run(&socket, start).await
             }
@@ -252,6 +255,9 @@ fn main() -> ExitCode {
                         session: Some(session),
                         prompt: None,
                         observe,
+                        model: None,
+                        permission_mode: None,
+                        name: None,
                     };
                     return repl::run(&socket, start).await;
                 }

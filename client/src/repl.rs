@@ -37,6 +37,12 @@ pub struct Start {
     pub prompt: Option<String>,
     /// Watch only.
     pub observe: bool,
+    /// `--model`: the model of the new session, or the one to switch a resumed session to.
+    pub model: Option<String>,
+    /// `--permission-mode`: the same for the permission mode.
+    pub permission_mode: Option<tether_proto::PermissionMode>,
+    /// `-n/--name`: the new session's title.
+    pub name: Option<String>,
 }
 
 /// What the editor thread hands back.
@@ -130,10 +136,29 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         .display()
         .to_string();
     let id = match start.session {
-        Some(id) => id,
+        Some(id) => {
+            // A resumed session switches to what the command line asks for.
+            if start.model.is_some() || start.permission_mode.is_some() {
+                conn.client
+                    .session_configure(
+                        id.clone(),
+                        None,
+                        start.model.clone(),
+                        start.permission_mode,
+                        None,
+                    )
+                    .await?;
+            }
+            id
+        }
         None => {
             conn.client
-                .session_new(cwd.clone(), None, None, None)
+                .session_new(
+                    cwd.clone(),
+                    start.name.clone(),
+                    start.model.clone(),
+                    start.permission_mode,
+                )
                 .await?
                 .session_id
         }

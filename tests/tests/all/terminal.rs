@@ -505,6 +505,33 @@ fn an_unknown_command_is_refused_with_the_one_list_of_commands() -> anyhow::Resu
 }
 
 #[test]
+fn model_and_permission_mode_on_the_command_line_apply_to_the_interactive_session()
+-> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Haiku here.")]).titling("Flags"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(
+        &daemon,
+        &["--model", "haiku", "--permission-mode", "plan", "--", "hi"],
+    )?;
+    a.want("Haiku here.")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    let reqs = fake.server.message_requests();
+    let turn = reqs
+        .iter()
+        .find(|r| r.body["messages"][0]["content"][0]["text"] == "hi")
+        .context("the turn's request")?;
+    assert_eq!(turn.body["model"], "claude-haiku-5-5");
+    let session = only_session(&daemon)?;
+    let mut c = daemon.ndjson()?;
+    let got = c.call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(got["permissionMode"], "plan", "{got}");
+    assert_eq!(got["model"], "haiku");
+    Ok(())
+}
+
+#[test]
 fn the_transcript_follows_a_terminal_resize() -> anyhow::Result<()> {
     let paragraph = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi \
                      omicron pi rho sigma tau upsilon phi chi psi omega and then the end.";
