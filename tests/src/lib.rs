@@ -303,6 +303,17 @@ impl Drop for Ndjson {
 }
 
 impl Ndjson {
+    /// Says this connection is a terminal (`initialize` with kind `tui`), as `tether` does:
+    /// the daemon then treats its turns as interactive.
+    pub fn as_terminal(mut self) -> anyhow::Result<Self> {
+        self.call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientInfo": {"name": "test", "version": "0", "kind": "tui"},
+                   "capabilities": {"permissions": true}}),
+        )?;
+        Ok(self)
+    }
+
     /// Connects to a socket.
     pub fn connect(socket: &Path) -> anyhow::Result<Self> {
         let stream =

@@ -51,13 +51,7 @@ struct Totals {
 }
 
 fn terminal(daemon: &Daemon) -> anyhow::Result<Ndjson> {
-    let mut c = daemon.ndjson()?;
-    c.call(
-        "initialize",
-        json!({"protocolVersion": 1, "clientInfo": {"name": "cost-bench", "version": "0", "kind": "tui"},
-               "capabilities": {"permissions": true}}),
-    )?;
-    Ok(c)
+    daemon.ndjson()?.as_terminal()
 }
 
 fn run(variant: Variant, turns: usize) -> anyhow::Result<Totals> {

@@ -11,13 +11,7 @@ use tether_tests::{Daemon, Fake, Ndjson, WAIT};
 
 /// A connection that says it is a terminal, as `tether` does.
 fn terminal(daemon: &Daemon) -> anyhow::Result<Ndjson> {
-    let mut c = daemon.ndjson()?;
-    c.call(
-        "initialize",
-        json!({"protocolVersion": 1, "clientInfo": {"name": "test", "version": "0", "kind": "tui"},
-               "capabilities": {"permissions": true}}),
-    )?;
-    Ok(c)
+    daemon.ndjson()?.as_terminal()
 }
 
 fn git(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {

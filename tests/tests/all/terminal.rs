@@ -183,6 +183,18 @@ fn only_session(daemon: &Daemon) -> anyhow::Result<String> {
         .to_owned())
 }
 
+/// The request a turn with this (first) prompt was sent in.
+fn turn_request(
+    fake: &Fake,
+    prompt: &str,
+) -> anyhow::Result<tether_tests::fake_anthropic::Recorded> {
+    fake.server
+        .message_requests()
+        .into_iter()
+        .find(|r| r.body["messages"][0]["content"][0]["text"] == prompt)
+        .context("the turn's request")
+}
+
 fn echo_script(reply: &str) -> Script {
     Script::of([
         Step::text("Running it.").tool_use("Bash", json!({"command": "xargs echo from-the-pty"})),
@@ -470,11 +482,7 @@ fn model_completes_from_the_daemons_catalog_and_switches_the_session() -> anyhow
     a.want("› ")?;
     a.send(b"hi\r")?;
     a.want("Opus here.")?;
-    let reqs = fake.server.message_requests();
-    let turn = reqs
-        .iter()
-        .find(|r| r.body["messages"][0]["content"][0]["text"] == "hi")
-        .context("the turn's request")?;
+    let turn = turn_request(&fake, "hi")?;
     assert_eq!(turn.body["model"], "claude-opus-5-5");
     a.send([4u8])?;
     a.want("detached")?;
@@ -517,11 +525,7 @@ fn model_and_permission_mode_on_the_command_line_apply_to_the_interactive_sessio
     a.want("› ")?;
     a.send([4u8])?;
     a.want("detached")?;
-    let reqs = fake.server.message_requests();
-    let turn = reqs
-        .iter()
-        .find(|r| r.body["messages"][0]["content"][0]["text"] == "hi")
-        .context("the turn's request")?;
+    let turn = turn_request(&fake, "hi")?;
     assert_eq!(turn.body["model"], "claude-haiku-5-5");
     let session = only_session(&daemon)?;
     let mut c = daemon.ndjson()?;
