@@ -134,6 +134,51 @@ pub fn partial_key_argument(partial: &str) -> String {
 /// A line of a program's output as one terminal row shows it: what follows the last `\r` (a
 /// progress bar's latest state), without escape sequences or control characters, tabs as
 /// spaces — so the live area's height is what it counts.
+/// `line` cut to `width` visible columns (with `…`), its escape sequences kept and not counted;
+/// a cut line ends with a style reset so the colour does not run on.
+pub fn fit_visible(line: &str, width: usize) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut used = 0;
+    let mut styled = false;
+    // Where `out` ended after each visible character that leaves room for the ellipsis.
+    let mut room_at = 0;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters final-byte; other escapes: ESC and one more character.
+            out.push(c);
+            styled = true;
+            if chars.peek() == Some(&'[') {
+                out.extend(chars.next());
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if ('\x40'..='\x7e').contains(&d) {
+                        break;
+                    }
+                }
+            } else {
+                out.extend(chars.next());
+            }
+            continue;
+        }
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w > width {
+            out.truncate(room_at);
+            out.push('…');
+            if styled {
+                out.push_str("\x1b[0m");
+            }
+            return out;
+        }
+        used += w;
+        out.push(c);
+        if used < width {
+            room_at = out.len();
+        }
+    }
+    out
+}
+
 fn printable(line: &str) -> String {
     let line = line.rsplit('\r').find(|l| !l.is_empty()).unwrap_or("");
     let mut out = String::with_capacity(line.len());
@@ -345,12 +390,15 @@ impl View {
                     .unwrap_or_default();
                 lines.push(s.dim(&format!("{spin} working{took} · Ctrl+C cancels")));
             } else {
-                // Already wrapped to the width; the last rows of a long paragraph.
+                // The last rows of a long paragraph.
                 let skip = preview.len().saturating_sub(LIVE_LINES);
                 lines.extend(preview.into_iter().skip(skip));
             }
         }
-        lines
+        // Every row must fit: the REPL erases the live area by counting its lines, and a line
+        // the terminal wrapped would leave a copy behind (long code lines, at any width).
+        let width = s.width.saturating_sub(1).max(10);
+        lines.into_iter().map(|l| fit_visible(&l, width)).collect()
     }
 
     /// Keeps track of what the live area shows.

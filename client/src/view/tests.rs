@@ -478,3 +478,78 @@ fn the_plan_is_shown_with_each_items_state() {
         "the plan is the result: {out}"
     );
 }
+
+#[test]
+fn live_rows_never_wrap_so_the_redraw_leaves_no_copies() {
+    for width in [120usize, 60] {
+        let mut view = View::new(Style { color: true, width }, Some(ConnectionId(1)));
+        let long = format!("let x = \"{}\";", "y".repeat(250));
+        let events = [
+            at(
+                1,
+                "2026-12-01T10:00:00.000Z",
+                EventKind::TurnStarted {
+                    input: vec![],
+                    content: vec![],
+                    by: None,
+                    client_turn_id: None,
+                },
+            ),
+            at(
+                2,
+                "2026-12-01T10:00:00.100Z",
+                EventKind::TextDelta {
+                    index: 0,
+                    // Streaming: the long line is still being written.
+                    text: format!("Here:\n\n```rust\nfn main() {{}}\n{long}"),
+                },
+            ),
+        ];
+        for e in &events {
+            view.feed(e);
+        }
+        let lines = view.live(std::time::SystemTime::now());
+        assert!(!lines.is_empty());
+        for line in &lines {
+            let visible = strip_escapes(line);
+            assert!(
+                unicode_width::UnicodeWidthStr::width(visible.as_str()) < width,
+                "at {width} columns a live row wraps: {visible:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fitting_keeps_escapes_whole_and_resets_the_style() {
+    let line = format!("\x1b[1m{}\x1b[0m", "a".repeat(30));
+    let cut = fit_visible(&line, 10);
+    assert_eq!(strip_escapes(&cut), format!("{}…", "a".repeat(9)));
+    assert!(
+        cut.starts_with("\x1b[1m") && cut.ends_with("\x1b[0m"),
+        "{cut:?}"
+    );
+    assert_eq!(fit_visible("short", 10), "short");
+}
+
+fn strip_escapes(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for d in chars.by_ref() {
+                    if ('\x40'..='\x7e').contains(&d) {
+                        break;
+                    }
+                }
+            } else {
+                chars.next();
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
