@@ -298,13 +298,34 @@ pub struct ClientInfo {
     pub kind: ClientKind,
 }
 
-/// What a client can do.
+/// What a client can do. On the wire an object (`{"permissions": true}`); anything else —
+/// an array, a number — is invalid params, and unknown keys are ignored for newer clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(
+    rename_all = "camelCase",
+    try_from = "serde_json::Map<String, serde_json::Value>"
+)]
 pub struct Capabilities {
     /// Whether it answers permission prompts.
     #[serde(default)]
     pub permissions: bool,
+}
+
+impl TryFrom<serde_json::Map<String, serde_json::Value>> for Capabilities {
+    type Error = String;
+
+    fn try_from(map: serde_json::Map<String, serde_json::Value>) -> Result<Self, String> {
+        let permissions = match map.get("permissions") {
+            None | Some(serde_json::Value::Null) => false,
+            Some(serde_json::Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(format!(
+                    "capabilities.permissions must be true or false, not {other}"
+                ));
+            }
+        };
+        Ok(Self { permissions })
+    }
 }
 
 /// The daemon's identity.

@@ -342,7 +342,13 @@ impl Repl {
         {
             Ok(_) => {
                 self.status.lock().unwrap_or_else(|p| p.into_inner()).mode = mode.as_str().into();
-                self.say(&self.style.dim(&format!("mode: {}", mode.as_str())));
+                if mode == PermissionMode::BypassPermissions {
+                    self.say(&self.style.warn(
+                        "mode: bypassPermissions — every tool call runs without asking (Shift+Tab moves on)",
+                    ));
+                } else {
+                    self.say(&self.style.dim(&format!("mode: {}", mode.as_str())));
+                }
             }
             Err(e) => self.say(&self.style.error(&format!(
                 "could not set the mode: {}",

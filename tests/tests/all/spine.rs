@@ -239,6 +239,14 @@ fn malformed_and_oversized_input_get_errors_and_the_connection_keeps_working() -
         (json!(-32600), json!(9))
     );
 
+    let odd = c.request(
+        "initialize",
+        json!({"protocolVersion": 1, "capabilities": []}),
+    )?;
+    assert_eq!(
+        odd["error"]["code"], -32602,
+        "capabilities is an object: {odd}"
+    );
     let unknown = c.request("session/teleport", json!({}))?;
     assert_eq!(unknown["error"]["code"], -32601);
     let bad = c.request("session/new", json!({"title": "no cwd"}))?;
