@@ -173,6 +173,8 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let status = Arc::new(std::sync::Mutex::new(prompt::Status::default()));
     let (input_tx, mut input_rx) = mpsc::unbounded_channel();
     let data_dir = connection::path_env().data_dir();
+    // No prompt history anywhere yet: the first time tether is used on this machine.
+    let first_start = !data_dir.join("history").exists();
     let pasted = Arc::new(std::sync::Mutex::new(paste::Pasted::default()));
     let commands = DaemonCommands::default();
     let models = ModelNames::default();
@@ -216,6 +218,13 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         commands: commands.clone(),
         models,
     };
+    if first_start {
+        repl.say(&repl.style.dim(
+            "Welcome to tether. Type a request and press Enter · /help lists the commands · \
+             Shift+Tab changes the permission mode · Ctrl+D detaches (the session keeps running \
+             in tetherd; tether -c comes back to it)",
+        ));
+    }
     repl.refresh_commands().await;
     repl.refresh_status().await;
     let mut first_prompt = start.prompt;

@@ -536,6 +536,27 @@ fn model_and_permission_mode_on_the_command_line_apply_to_the_interactive_sessio
 }
 
 #[test]
+fn the_first_start_shows_a_hint_and_later_ones_do_not() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([]).titling("Hint"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &[])?;
+    a.want("Welcome to tether")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    drop(a);
+    let mut b = tether(&daemon, &["-c"])?;
+    b.want("› ")?;
+    {
+        let shown = b.shown.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(!shown.0.contains("Welcome"), "only once: {}", shown.0);
+    }
+    b.send([4u8])?;
+    b.want("detached")?;
+    Ok(())
+}
+
+#[test]
 fn the_transcript_follows_a_terminal_resize() -> anyhow::Result<()> {
     let paragraph = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi \
                      omicron pi rho sigma tau upsilon phi chi psi omega and then the end.";
