@@ -128,8 +128,10 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     } else {
         Vec::new()
     };
+    // Which parts only read (checked once: it looks at the filesystem for paths).
+    let reads: Vec<bool> = parts.iter().map(|p| part_reads(p, &roots)).collect();
     // A Bash call whose every part only reads is a read-only call.
-    let bash_reads = !parts.is_empty() && parts.iter().all(|p| part_reads(p, &roots));
+    let bash_reads = !parts.is_empty() && reads.iter().all(|r| *r);
     if mode == PermissionMode::Plan && !call.read_only && !bash_reads {
         return Decision::Deny(format!(
             "the session is in plan mode: {} changes things and is not run. Finish the plan and present it; \
@@ -149,7 +151,8 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
             !parts.is_empty()
                 && parts
                     .iter()
-                    .all(|p| part_allowed(&rules.allow, p) || part_reads(p, &roots))
+                    .zip(&reads)
+                    .all(|(p, reads)| *reads || part_allowed(&rules.allow, p))
         }
         _ => !matching(&rules.allow, call).is_empty(),
     };

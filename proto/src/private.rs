@@ -191,14 +191,19 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// Options that create a file 0600 and never open through a symlink.
+fn private_options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options
+        .create(true)
+        .mode(FILE_MODE)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC);
+    options
+}
+
 /// Opens `path` for appending, creating it 0600; never through a symlink.
 pub fn open_append(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(FILE_MODE)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-        .open(path)?;
+    let file = private_options().append(true).open(path)?;
     tighten_open(&file)?;
     Ok(file)
 }
@@ -206,13 +211,10 @@ pub fn open_append(path: &Path) -> io::Result<File> {
 /// Opens (creating it 0600 if missing) a lock file for reading and writing; never through a
 /// symlink, and only a regular file of the user's own.
 pub fn open_lock(path: &Path, uid: u32) -> io::Result<File> {
-    let file = OpenOptions::new()
+    let file = private_options()
         .read(true)
         .write(true)
-        .create(true)
         .truncate(false)
-        .mode(FILE_MODE)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() || meta.uid() != uid {
@@ -232,13 +234,7 @@ pub fn open_lock(path: &Path, uid: u32) -> io::Result<File> {
 /// Writes `bytes` to `path` (replacing it) as a 0600 file.
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
-    let mut file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(FILE_MODE)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-        .open(path)?;
+    let mut file = private_options().write(true).truncate(true).open(path)?;
     tighten_open(&file)?;
     file.write_all(bytes)
 }
@@ -255,11 +251,9 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-/// Takes group and other permissions off `root` and everything under it (directories 0700,
-/// files at most 0600, keeping an owner's execute bit), without following symlinks. Returns the
-/// paths it changed; errors on single entries are skipped, so one odd file cannot stop the rest.
-pub fn tighten(root: &Path) -> Vec<PathBuf> {
-    let mut changed = Vec::new();
+/// Visits `root` and everything under it, never through a symlink, with each entry's
+/// permission bits, until `visit` returns `false`. Entries that cannot be read are skipped.
+fn walk(root: &Path, mut visit: impl FnMut(&Path, &std::fs::Metadata, u32) -> bool) {
     let mut stack = vec![root.to_owned()];
     while let Some(path) = stack.pop() {
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
@@ -268,14 +262,8 @@ pub fn tighten(root: &Path) -> Vec<PathBuf> {
         if meta.file_type().is_symlink() {
             continue;
         }
-        let mode = meta.mode() & 0o7777;
-        let wanted = if meta.is_dir() {
-            DIR_MODE
-        } else {
-            mode & 0o700
-        };
-        if mode & 0o077 != 0 && set_mode(&path, wanted).is_ok() {
-            changed.push(path.clone());
+        if !visit(&path, &meta, meta.mode() & 0o7777) {
+            return;
         }
         if meta.is_dir()
             && let Ok(entries) = std::fs::read_dir(&path)
@@ -283,31 +271,38 @@ pub fn tighten(root: &Path) -> Vec<PathBuf> {
             stack.extend(entries.flatten().map(|e| e.path()));
         }
     }
+}
+
+/// Takes group and other permissions off `root` and everything under it (directories 0700,
+/// files at most 0600, keeping an owner's execute bit), without following symlinks. Returns the
+/// paths it changed; errors on single entries are skipped, so one odd file cannot stop the rest.
+pub fn tighten(root: &Path) -> Vec<PathBuf> {
+    let mut changed = Vec::new();
+    walk(root, |path, meta, mode| {
+        let wanted = if meta.is_dir() {
+            DIR_MODE
+        } else {
+            mode & 0o700
+        };
+        if mode & 0o077 != 0 && set_mode(path, wanted).is_ok() {
+            changed.push(path.to_owned());
+        }
+        true
+    });
     changed
 }
 
 /// The first entry under `root` (itself included) that other users could read or enter, with
 /// its mode; `None` when everything is private.
 pub fn first_open_entry(root: &Path) -> Option<(PathBuf, u32)> {
-    let mut stack = vec![root.to_owned()];
-    while let Some(path) = stack.pop() {
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.file_type().is_symlink() {
-            continue;
-        }
-        let mode = meta.mode() & 0o7777;
+    let mut found = None;
+    walk(root, |path, _, mode| {
         if mode & 0o077 != 0 {
-            return Some((path, mode));
+            found = Some((path.to_owned(), mode));
         }
-        if meta.is_dir()
-            && let Ok(entries) = std::fs::read_dir(&path)
-        {
-            stack.extend(entries.flatten().map(|e| e.path()));
-        }
-    }
-    None
+        found.is_none()
+    });
+    found
 }
 
 #[cfg(test)]

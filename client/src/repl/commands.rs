@@ -296,19 +296,14 @@ impl Repl {
                     .iter()
                     .map(|d| format!("/{}", d.name))
                     .collect();
-                let known = CLIENT_COMMANDS
-                    .iter()
-                    .map(|(n, _)| n.split_whitespace().next().unwrap_or(n).to_owned())
-                    .chain(daemon.iter().cloned())
-                    .any(|n| n == c);
-                if known {
-                    return self.send_text(&text).await;
-                }
                 let mut all: Vec<String> = CLIENT_COMMANDS
                     .iter()
-                    .map(|(n, _)| n.split_whitespace().next().unwrap_or(n).to_owned())
+                    .map(|(n, _)| (*n).to_owned())
                     .chain(daemon)
                     .collect();
+                if all.iter().any(|n| n == c) {
+                    return self.send_text(&text).await;
+                }
                 all.sort();
                 all.dedup();
                 self.say(&s.error(&format!(

@@ -175,11 +175,9 @@ impl AnthropicClient {
     /// Returns the HTTP status line.
     pub async fn ping(&self) -> Result<String, LlmError> {
         let url = self.endpoint.replace("/v1/messages", "/v1/models?limit=1");
-        let mut req = self.http.get(url).headers(self.headers.clone());
-        req = match self.auth.credential().await? {
-            Credential::ApiKey(k) => req.header("x-api-key", k.expose()),
-            Credential::Bearer(t) => req.header("authorization", format!("Bearer {}", t.expose())),
-        };
+        let req = self
+            .authorized(self.http.get(url).headers(self.headers.clone()))
+            .await?;
         let response = tokio::time::timeout(self.config.connect_timeout * 3, req.send())
             .await
             .map_err(|_| LlmError::Timeout("no answer from the API".into()))?
@@ -191,6 +189,17 @@ impl AnthropicClient {
         let headers = response.headers().clone();
         let body = response.bytes().await.map_err(transport_error)?;
         Err(LlmError::from_response(status.as_u16(), &headers, &body))
+    }
+
+    /// `req` with the credential's header (`x-api-key`, or a bearer token).
+    async fn authorized(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::RequestBuilder, LlmError> {
+        Ok(match self.auth.credential().await? {
+            Credential::ApiKey(k) => req.header("x-api-key", k.expose()),
+            Credential::Bearer(t) => req.header("authorization", format!("Bearer {}", t.expose())),
+        })
     }
 
     /// The models the API offers (`GET /v1/models`, every page).
@@ -205,13 +214,9 @@ impl AnthropicClient {
                 Some(id) => format!("{base}&after_id={id}"),
                 None => base.clone(),
             };
-            let mut req = self.http.get(url).headers(self.headers.clone());
-            req = match self.auth.credential().await? {
-                Credential::ApiKey(k) => req.header("x-api-key", k.expose()),
-                Credential::Bearer(t) => {
-                    req.header("authorization", format!("Bearer {}", t.expose()))
-                }
-            };
+            let req = self
+                .authorized(self.http.get(url).headers(self.headers.clone()))
+                .await?;
             let response = tokio::time::timeout(self.config.connect_timeout * 6, req.send())
                 .await
                 .map_err(|_| LlmError::Timeout("no answer from the API".into()))?
@@ -257,11 +262,12 @@ impl AnthropicClient {
         if !betas.is_empty() {
             req = req.header("anthropic-beta", betas);
         }
-        req = match self.auth.credential().await? {
-            Credential::ApiKey(k) => req.header("x-api-key", k.expose()),
-            Credential::Bearer(t) => req.header("authorization", format!("Bearer {}", t.expose())),
-        };
-        let response = req.send().await.map_err(transport_error)?;
+        let response = self
+            .authorized(req)
+            .await?
+            .send()
+            .await
+            .map_err(transport_error)?;
         let status = response.status();
         if !status.is_success() {
             let headers = response.headers().clone();

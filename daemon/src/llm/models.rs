@@ -372,6 +372,39 @@ impl Usage {
     }
 }
 
+impl From<ModelInfo> for tether_proto::ModelEntry {
+    fn from(m: ModelInfo) -> Self {
+        Self {
+            thinking: match m.thinking {
+                ThinkingKind::Adaptive {
+                    always_on: true, ..
+                } => "adaptive (always on)".into(),
+                ThinkingKind::Adaptive { .. } => "adaptive".into(),
+                ThinkingKind::Budget => "budget".into(),
+                ThinkingKind::None => "none".into(),
+            },
+            efforts: m.efforts.iter().map(|e| e.as_str().to_owned()).collect(),
+            default_effort: m.default_effort.map(|e| e.as_str().to_owned()),
+            price: m.price.map(|p| {
+                [
+                    p.input,
+                    p.output,
+                    p.cache_write_5m,
+                    p.cache_write_1h,
+                    p.cache_read,
+                ]
+            }),
+            source: m.source.to_owned(),
+            id: m.id,
+            display_name: m.display_name,
+            family: m.family.to_owned(),
+            context_window: m.context_window,
+            long_context_window: m.long_context,
+            max_output: m.max_output,
+        }
+    }
+}
+
 impl From<&Usage> for tether_proto::TokenUsage {
     fn from(u: &Usage) -> Self {
         Self {
@@ -406,6 +439,16 @@ pub enum ModelError {
         /// What it takes.
         accepted: String,
     },
+}
+
+impl ModelError {
+    /// The turn error code a refused turn ends with.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::UnknownAlias { .. } => "unknown_model",
+            Self::Effort { .. } => "invalid_effort",
+        }
+    }
 }
 
 /// What a turn asks of its requests — thinking, effort, context editing, betas, cache lifetime —

@@ -156,38 +156,7 @@ impl TetherRpcServer for RpcApi {
     async fn models_list(&self) -> RpcResult<tether_proto::ModelList> {
         let env = self.sessions.env();
         let catalog = &env.catalog;
-        let models = catalog
-            .list()
-            .into_iter()
-            .map(|m| tether_proto::ModelEntry {
-                id: m.id,
-                display_name: m.display_name,
-                family: m.family.to_owned(),
-                context_window: m.context_window,
-                long_context_window: m.long_context,
-                max_output: m.max_output,
-                thinking: match m.thinking {
-                    crate::llm::ThinkingKind::Adaptive {
-                        always_on: true, ..
-                    } => "adaptive (always on)".into(),
-                    crate::llm::ThinkingKind::Adaptive { .. } => "adaptive".into(),
-                    crate::llm::ThinkingKind::Budget => "budget".into(),
-                    crate::llm::ThinkingKind::None => "none".into(),
-                },
-                efforts: m.efforts.iter().map(|e| e.as_str().to_owned()).collect(),
-                default_effort: m.default_effort.map(|e| e.as_str().to_owned()),
-                price: m.price.map(|p| {
-                    [
-                        p.input,
-                        p.output,
-                        p.cache_write_5m,
-                        p.cache_write_1h,
-                        p.cache_read,
-                    ]
-                }),
-                source: m.source.to_owned(),
-            })
-            .collect();
+        let models = catalog.list().into_iter().map(Into::into).collect();
         Ok(tether_proto::ModelList {
             default_model: catalog.default_model().to_owned(),
             aliases: catalog

@@ -1477,7 +1477,6 @@ impl SessionActor {
         }
     }
 
-    /// Ends a turn that was handled without the model (a command).
     /// Fixes the session's prompt prefix at its first model turn (`system_prompt`); at a later
     /// fresh turn (`tail`), tells the model what changed since — date, git, memory — at the tail
     /// of the conversation (`context_updated`), never in the prefix. A resumed turn gets no
@@ -1531,6 +1530,7 @@ impl SessionActor {
         self.finish_command(turn_id, Some(error))
     }
 
+    /// Ends a turn that was handled without the model (a command).
     fn finish_command(&mut self, turn_id: TurnId, error: Option<TurnError>) {
         let outcome = TurnOutcome {
             stop_reason: if error.is_some() { "error" } else { "command" }.into(),
@@ -1834,7 +1834,7 @@ impl SessionActor {
             }
             Some(SlashCommand::Model(Some(name))) => {
                 if let Err(e) = self.env.catalog.check(&name) {
-                    return self.refuse(turn_id, "unknown_model", e.to_string());
+                    return self.refuse(turn_id, e.code(), e.to_string());
                 }
                 self.record.model = name.clone();
                 self.record_dirty = true;
@@ -1883,7 +1883,7 @@ impl SessionActor {
             Some(SlashCommand::Effort(Some(level))) => {
                 let reset = matches!(level.as_str(), "default" | "auto");
                 if !reset && let Err(e) = self.env.catalog.check_effort(&model, &level) {
-                    return self.refuse(turn_id, "invalid_effort", e.to_string());
+                    return self.refuse(turn_id, e.code(), e.to_string());
                 }
                 self.record.effort = (!reset).then(|| level.clone());
                 self.record_dirty = true;
@@ -2005,11 +2005,7 @@ impl SessionActor {
             None => Ok(()),
         });
         if let Err(e) = checked {
-            let code = match e {
-                crate::llm::ModelError::UnknownAlias { .. } => "unknown_model",
-                crate::llm::ModelError::Effort { .. } => "invalid_effort",
-            };
-            return self.refuse(turn_id, code, e.to_string());
+            return self.refuse(turn_id, e.code(), e.to_string());
         }
         let job = match compact_instructions {
             Some(instructions) => TurnJob::Compact(instructions),

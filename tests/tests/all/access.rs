@@ -166,6 +166,22 @@ fn attacker_listener(socket: &Path, capture: &Path) -> anyhow::Result<std::proce
     Ok(child)
 }
 
+/// Runs `client` while an attacker listens on `socket`; its output, and every byte the attacker
+/// received.
+fn while_attacker_listens(
+    socket: &Path,
+    capture: &Path,
+    mut client: Command,
+) -> anyhow::Result<(Output, Vec<u8>)> {
+    let mut listener = attacker_listener(socket, capture)?;
+    let out = client.output();
+    // Give anything the client sent time to reach the capture file.
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = listener.kill();
+    let _ = listener.wait();
+    Ok((out?, std::fs::read(capture).unwrap_or_default()))
+}
+
 struct Squat(std::path::PathBuf);
 
 impl Drop for Squat {
@@ -224,19 +240,13 @@ fn a_squatted_tmp_runtime_directory_is_refused_and_nothing_is_touched() -> anyho
 
     // The attacker now listens where the victim's client would look; the client must not talk.
     let capture = squat.0.join("captured");
-    let mut listener = attacker_listener(&squat.0.join("tetherd.sock"), &capture)?;
-    let out = victim(&bin("tether"), &home)
-        .args(["-p", "my secret prompt"])
-        .current_dir(&home)
-        .output();
-    std::thread::sleep(Duration::from_millis(200));
-    let _ = listener.kill();
-    let _ = listener.wait();
-    let out = out?;
+    let mut client = victim(&bin("tether"), &home);
+    client.args(["-p", "my secret prompt"]).current_dir(&home);
+    let (out, captured) = while_attacker_listens(&squat.0.join("tetherd.sock"), &capture, client)?;
     assert!(!out.status.success(), "{out:?}");
     let err = stderr(&out);
     assert!(err.contains("not to you"), "{err}");
-    let captured = std::fs::read_to_string(&capture).unwrap_or_default();
+    let captured = String::from_utf8_lossy(&captured);
     assert!(
         !captured.contains("secret"),
         "the attacker read: {captured}"
@@ -258,17 +268,13 @@ fn the_client_refuses_a_socket_another_user_serves() -> anyhow::Result<()> {
     chmod(&shared, 0o1777)?;
     let socket = shared.join("tetherd.sock");
     let capture = shared.join("captured");
-    let mut listener = attacker_listener(&socket, &capture)?;
-    let out = Command::new(bin("tether"))
+    let mut client = Command::new(bin("tether"));
+    client
         .env("TETHER_SOCKET", &socket)
         .env("TETHER_HOME", dir.path().join("data"))
         .env("NO_COLOR", "1")
-        .args(["-p", "my secret prompt"])
-        .output();
-    std::thread::sleep(Duration::from_millis(200));
-    let _ = listener.kill();
-    let _ = listener.wait();
-    let out = out?;
+        .args(["-p", "my secret prompt"]);
+    let (out, captured) = while_attacker_listens(&socket, &capture, client)?;
     assert!(!out.status.success(), "{out:?}");
     let err = stderr(&out);
     let (other, _) = user(ATTACKER).expect("checked");
@@ -276,7 +282,6 @@ fn the_client_refuses_a_socket_another_user_serves() -> anyhow::Result<()> {
         err.contains(&format!("runs as uid {other}")) && err.contains("refusing"),
         "{err}"
     );
-    let captured = std::fs::read(&capture).unwrap_or_default();
     assert!(captured.is_empty(), "sent before checking: {captured:?}");
     Ok(())
 }
