@@ -5,10 +5,19 @@
 //! session state), and an event is durable in the store before any subscriber sees it.
 
 mod actor;
+mod broker;
+mod commands;
+mod configure;
 mod export;
+mod journal;
+mod presence;
+mod recovery;
 mod retention;
+mod turns;
 
-pub use actor::{Attachment, LiveEvent, SessionHandle, now_rfc3339};
+pub use actor::SessionHandle;
+pub use journal::{Attachment, LiveEvent};
+pub use turns::TurnRequest;
 
 use crate::store::{SessionRecord, Store, StoreError};
 use std::collections::HashMap;
@@ -47,6 +56,33 @@ pub enum SessionError {
     /// No permission request has this id.
     #[error("no permission request with id {0} in this session")]
     RequestNotFound(String),
+}
+
+/// The current time as RFC 3339 UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// A summary built from a record.
+pub fn summary_of(
+    record: &SessionRecord,
+    head_seq: tether_proto::Seq,
+    attached: Vec<tether_proto::AttachedClient>,
+) -> SessionSummary {
+    SessionSummary {
+        session_id: record.id.clone(),
+        title: record.title.clone(),
+        cwd: record.cwd.clone(),
+        model: record.model.clone(),
+        permission_mode: record.permission_mode,
+        on_no_controller: record.on_no_controller,
+        status: record.status,
+        created_at: record.created_at.clone(),
+        updated_at: record.updated_at.clone(),
+        head_seq,
+        pruned_through: record.pruned_through,
+        attached_clients: attached,
+    }
 }
 
 /// What turns need from the daemon: the model client, model facts, tools, limits.
@@ -155,7 +191,7 @@ impl Sessions {
         by: Option<ClientRef>,
     ) -> Result<SessionId, SessionError> {
         let id = SessionId(uuid::Uuid::new_v4().to_string());
-        let now = actor::now_rfc3339();
+        let now = now_rfc3339();
         let record = SessionRecord {
             id: id.clone(),
             title: new.title.filter(|t| !t.trim().is_empty()),
@@ -172,13 +208,7 @@ impl Sessions {
             pruned_through: 0,
         };
         let log = self.store.log(&id)?;
-        let loaded = actor::Loaded {
-            head: 0,
-            history: Default::default(),
-            open_turn: None,
-            damaged: Vec::new(),
-            shells: Vec::new(),
-        };
+        let loaded = recovery::Loaded::empty();
         let handle = actor::spawn(
             record,
             self.store.clone(),
@@ -209,7 +239,7 @@ impl Sessions {
         {
             self.store.put_session(&record)?;
         }
-        let loaded = actor::replay(&log)?;
+        let loaded = recovery::replay(&log)?;
         if loaded.open_turn.is_none() && record.status != SessionStatus::Idle {
             // Stopped between a turn's end and the status change that follows it.
             record.status = SessionStatus::Idle;
@@ -278,7 +308,7 @@ impl Sessions {
                 },
                 None => {
                     let head = self.store.log(&record.id)?.head()?;
-                    actor::summary_of(&record, head, Vec::new())
+                    summary_of(&record, head, Vec::new())
                 }
             };
             if filter.status.is_some_and(|s| s != summary.status) {
@@ -350,12 +380,7 @@ impl Sessions {
     /// A new session holding `id`'s events up to `at` (default: its last durable event),
     /// presence events left out, seqs renumbered. A turn open at that point is ended as
     /// interrupted when the fork loads.
-    pub async fn fork(
-        &self,
-        id: &SessionId,
-        at: Option<u64>,
-        by: Option<ClientRef>,
-    ) -> Result<SessionId, SessionError> {
+    pub async fn fork(&self, id: &SessionId, at: Option<u64>) -> Result<SessionId, SessionError> {
         let (summary, events) = self.events(id).await?;
         let record = self
             .store
@@ -382,7 +407,7 @@ impl Sessions {
             let json = serde_json::to_vec(&e).map_err(|e| SessionError::Commit(e.to_string()))?;
             log.append(seq, &json)?;
         }
-        let now = actor::now_rfc3339();
+        let now = now_rfc3339();
         let forked = SessionRecord {
             id: new_id.clone(),
             title: Some(format!(
@@ -401,7 +426,7 @@ impl Sessions {
         self.store.flush().await?;
         let handle = self.get(&new_id)?;
         handle
-            .note(format!("forked from session {id} at event #{at}"), by)
+            .note(format!("forked from session {id} at event #{at}"))
             .await?;
         Ok(new_id)
     }

@@ -140,6 +140,31 @@ impl History {
             .collect()
     }
 
+    /// The open permission request logged for a tool call, with the rules an "always" answer
+    /// adds.
+    pub fn logged_request(&self, tool_call_id: &str) -> Option<(String, Vec<String>)> {
+        let (id, p) = self
+            .pending_permissions
+            .iter()
+            .find(|(_, p)| p["toolCallId"].as_str() == Some(tool_call_id))?;
+        let rules = match p["rules"].as_array() {
+            Some(list) if !list.is_empty() => list
+                .iter()
+                .filter_map(|r| r.as_str().map(str::to_owned))
+                .collect(),
+            _ => vec![p["rule"].as_str().unwrap_or_default().to_owned()],
+        };
+        Some((id.clone(), rules))
+    }
+
+    /// The tool calls with an open permission request.
+    pub fn awaiting_tool_calls(&self) -> std::collections::HashSet<String> {
+        self.pending_permissions
+            .values()
+            .filter_map(|p| p["toolCallId"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Applies one event of the session's log.
     pub fn apply(&mut self, event: &EventKind, turn_id: Option<&TurnId>) {
         match event {

@@ -5,7 +5,7 @@
 
 use super::attach::{self, Subscriber};
 use super::connections::Connections;
-use crate::session::{Configure, ListFilter, NewSession, SessionError, Sessions};
+use crate::session::{Configure, ListFilter, NewSession, SessionError, Sessions, TurnRequest};
 use jsonrpsee::Extensions;
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::PendingSubscriptionSink;
@@ -275,14 +275,14 @@ impl TetherRpcServer for RpcApi {
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/fork"))]
     async fn session_fork(
         &self,
-        ext: &Extensions,
+        _ext: &Extensions,
         session_id: SessionId,
         at_seq: Option<u64>,
     ) -> RpcResult<SessionNewResult> {
         self.check_running()?;
         let session_id = self
             .sessions
-            .fork(&session_id, at_seq, self.by(ext))
+            .fork(&session_id, at_seq)
             .await
             .map_err(rpc_error)?;
         Ok(SessionNewResult { session_id })
@@ -298,18 +298,21 @@ impl TetherRpcServer for RpcApi {
         self.check_running()?;
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         let by = self.connections.client_ref(connection_id(ext));
-        let text = match instructions.filter(|i| !i.trim().is_empty()) {
+        let instructions = instructions.filter(|i| !i.trim().is_empty());
+        // The turn's logged input reads as the command a terminal would have typed.
+        let text = match &instructions {
             Some(i) => format!("/compact {i}"),
             None => "/compact".to_owned(),
         };
         handle
-            .start_turn(
-                vec![InputItem::Text { text }],
-                None,
-                BusyMode::Queue,
-                TurnOptions::default(),
+            .start_turn(TurnRequest {
+                input: vec![InputItem::Text { text }],
+                client_turn_id: None,
+                mode: BusyMode::Queue,
+                options: TurnOptions::default(),
                 by,
-            )
+                command: Some(crate::agent::SlashCommand::Compact(instructions)),
+            })
             .await
             .map_err(rpc_error)
     }
@@ -363,7 +366,14 @@ impl TetherRpcServer for RpcApi {
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         let by = self.connections.client_ref(connection_id(ext));
         handle
-            .start_turn(input, client_turn_id, mode.unwrap_or_default(), options, by)
+            .start_turn(TurnRequest {
+                input,
+                client_turn_id,
+                mode: mode.unwrap_or_default(),
+                options,
+                by,
+                command: None,
+            })
             .await
             .map_err(rpc_error)
     }

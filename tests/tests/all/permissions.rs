@@ -389,6 +389,58 @@ fn hooks_block_add_context_force_a_stop_and_time_out() -> anyhow::Result<()> {
 }
 
 #[test]
+fn a_cancel_is_answered_while_a_prompt_hook_runs() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of(echo_turn()))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    let settings = json!({"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command",
+        "command": "touch hook-started; sleep 30; touch hook-finished", "timeout": 60}]}]}});
+    std::fs::write(work.join(".claude/settings.json"), settings.to_string())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.watch(&session)?;
+    let turn = c.start_turn(&session, "hello")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !work.join("hook-started").exists() {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the hook never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // While the hook runs, the session answers: it shows the turn running, and a cancel takes.
+    let asked = std::time::Instant::now();
+    let snapshot = c.call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(snapshot["runningTurn"], json!(turn));
+    let r = c.call("turn/cancel", json!({"sessionId": session}))?;
+    assert_eq!(r["cancelled"], true);
+    let events = c.events_until("turn_ended")?;
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(20),
+        "the cancel waited for the hook ({:?})",
+        asked.elapsed()
+    );
+    let end = events.last().context("end")?;
+    assert_eq!(end["turnId"], json!(turn));
+    assert_eq!(end["data"]["stopReason"], "cancelled");
+    assert!(
+        fake.server.message_requests().is_empty(),
+        "the model was asked"
+    );
+    assert!(!work.join("hook-finished").exists());
+    // The session goes on at once, without the hook.
+    std::fs::remove_file(work.join(".claude/settings.json"))?;
+    c.start_turn(&session, "again")?;
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(
+        events.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    Ok(())
+}
+
+#[test]
 fn an_unattended_session_follows_its_no_controller_policy() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of(echo_turn()))?;
     let daemon = Daemon::start_with(fake.env())?;

@@ -1,0 +1,601 @@
+//! The permission broker: the tool calls waiting for a controller's answer, the deadlines of the
+//! `onNoController` policy, and what one call's check decides.
+//!
+//! Invariant: a request is answered once — the first `permission/respond` takes it out of the
+//! waiting map (compare-and-swap), later answers find the decision in the history. Deadlines are
+//! one queue served by the actor's loop ([`Broker::next_deadline`]); no timer task per request.
+
+use super::SessionError;
+use super::actor::SessionActor;
+use crate::agent::{PermissionAsk, SinkError, Verdict};
+use crate::hooks::HookPermission;
+use crate::permissions::{Call, Decision, RuleSet};
+use std::collections::HashMap;
+use tether_proto::{
+    ClientRef, EventKind, NoControllerAction, PermissionDecision, PermissionMode,
+    PermissionResponse, SessionStatus, TurnId,
+};
+use tokio::sync::oneshot;
+use tokio::time::{Duration, Instant};
+
+/// The answers a controller is offered.
+pub const OPTIONS: [&str; 4] = ["allow_once", "allow_session", "allow_always", "deny"];
+
+/// A tool call held until its request is answered.
+pub struct Waiting {
+    /// The turn the call belongs to.
+    pub turn_id: TurnId,
+    /// The rules an `allow_session` / `allow_always` answer adds.
+    pub rules: Vec<String>,
+    /// Where the verdict goes.
+    pub reply: oneshot::Sender<Result<Verdict, SinkError>>,
+    /// When the `onNoController` policy decides, if it is armed.
+    deadline: Option<Instant>,
+}
+
+impl Waiting {
+    /// A held call with no deadline.
+    pub fn new(
+        turn_id: TurnId,
+        rules: Vec<String>,
+        reply: oneshot::Sender<Result<Verdict, SinkError>>,
+    ) -> Self {
+        Self {
+            turn_id,
+            rules,
+            reply,
+            deadline: None,
+        }
+    }
+
+    /// Lets the call go on with `verdict` (the turn may have ended: then nobody listens).
+    pub fn answer(self, verdict: Result<Verdict, SinkError>) {
+        let _ = self.reply.send(verdict);
+    }
+}
+
+/// The requests waiting for an answer, by request id.
+#[derive(Default)]
+pub struct Broker {
+    waiting: HashMap<String, Waiting>,
+}
+
+impl Broker {
+    /// Holds a call until `request_id` is answered.
+    pub fn hold(&mut self, request_id: String, waiting: Waiting) {
+        self.waiting.insert(request_id, waiting);
+    }
+
+    /// Takes a request to answer it; `None` when it was answered already (or never asked).
+    pub fn take(&mut self, request_id: &str) -> Option<Waiting> {
+        self.waiting.remove(request_id)
+    }
+
+    /// Takes every request of a turn, oldest id first.
+    pub fn take_turn(&mut self, turn_id: &TurnId) -> Vec<(String, Waiting)> {
+        let mut ids: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| &w.turn_id == turn_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids.into_iter()
+            .filter_map(|id| self.waiting.remove(&id).map(|w| (id, w)))
+            .collect()
+    }
+
+    /// Whether no request waits.
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Whether a request of `turn_id` waits.
+    pub fn holds_turn(&self, turn_id: &TurnId) -> bool {
+        self.waiting.values().any(|w| &w.turn_id == turn_id)
+    }
+
+    /// Gives every waiting request without a deadline one `after` from `now`.
+    pub fn arm(&mut self, now: Instant, after: Duration) {
+        for w in self.waiting.values_mut() {
+            w.deadline.get_or_insert(now + after);
+        }
+    }
+
+    /// Clears every deadline (a controller is attached and will answer).
+    pub fn disarm(&mut self) {
+        for w in self.waiting.values_mut() {
+            w.deadline = None;
+        }
+    }
+
+    /// The earliest deadline, for the actor's loop to sleep until.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.waiting.values().filter_map(|w| w.deadline).min()
+    }
+
+    /// The requests whose deadline has passed at `now`; their deadlines are cleared.
+    pub fn expired(&mut self, now: Instant) -> Vec<String> {
+        let mut ids: Vec<String> = Vec::new();
+        for (id, w) in &mut self.waiting {
+            if w.deadline.is_some_and(|d| d <= now) {
+                w.deadline = None;
+                ids.push(id.clone());
+            }
+        }
+        ids.sort();
+        ids
+    }
+}
+
+/// Who decided a call without asking: the permission mode, a rule, or a PreToolUse hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The permission mode alone.
+    Mode,
+    /// A permission rule.
+    Rule,
+    /// A PreToolUse hook.
+    Hook,
+}
+
+impl Source {
+    /// The telemetry label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mode => "mode",
+            Self::Rule => "rule",
+            Self::Hook => "hook",
+        }
+    }
+}
+
+/// What one call's check decides under `mode` and `rules`, with a PreToolUse hook's say:
+/// a deny rule wins over everything, then the hook, then the rules and mode.
+pub fn decide(
+    mode: PermissionMode,
+    rules: &RuleSet,
+    call: &Call<'_>,
+    hook: Option<&HookPermission>,
+) -> (Decision, Source) {
+    let decision = match (crate::permissions::decide(mode, rules, call), hook) {
+        (Decision::Deny(why), _) => Decision::Deny(why),
+        (_, Some(HookPermission::Deny(why))) => {
+            Decision::Deny(format!("denied by a PreToolUse hook: {why}"))
+        }
+        (_, Some(HookPermission::Allow)) => Decision::Allow,
+        (Decision::Allow, Some(HookPermission::Ask)) => Decision::Ask,
+        (d, _) => d,
+    };
+    let source = match hook {
+        Some(HookPermission::Allow | HookPermission::Deny(_)) => Source::Hook,
+        _ if std::mem::discriminant(&crate::permissions::decide(
+            mode,
+            &RuleSet::default(),
+            call,
+        )) == std::mem::discriminant(&decision) =>
+        {
+            Source::Mode
+        }
+        _ => Source::Rule,
+    };
+    (decision, source)
+}
+
+/// What a controller's answer lets the call do; a deny's message goes to the model.
+pub fn verdict(decision: PermissionDecision, message: Option<String>) -> Verdict {
+    match decision {
+        PermissionDecision::Deny => Verdict::Deny(match message.filter(|m| !m.trim().is_empty()) {
+            Some(m) => format!("The user denied this tool call and said: {m}"),
+            None => "The user denied this tool call. Do not retry it unchanged; ask the user or take another approach.".into(),
+        }),
+        PermissionDecision::Cancelled => Verdict::Deny(crate::agent::INTERRUPTED.to_owned()),
+        _ => Verdict::Allow,
+    }
+}
+
+impl SessionActor {
+    /// A tool call's permission check (`Command::Authorize`): allowed, denied, or asked of the
+    /// controllers as a durable `permission_requested`, answered later by
+    /// [`Self::respond_permission`].
+    pub(super) fn authorize(
+        &mut self,
+        turn_id: TurnId,
+        ask: PermissionAsk,
+        reply: oneshot::Sender<Result<Verdict, SinkError>>,
+    ) {
+        if let Some((request_id, rules)) = self.history.logged_request(&ask.tool_call_id) {
+            // A request an earlier daemon logged (the turn was resumed) stays open as it was.
+            return self.hold(request_id, Waiting::new(turn_id, rules, reply));
+        }
+        let rules = self.rules();
+        let roots = [std::path::PathBuf::from(&self.journal.record.cwd)];
+        let cwd = self.workspace.cwd();
+        let call = Call {
+            tool: &ask.tool,
+            input: &ask.input,
+            read_only: ask.read_only,
+            cwd: &cwd,
+            roots: &roots,
+        };
+        let mode = self.journal.record.permission_mode;
+        let (decision, source) = decide(mode, &rules, &call, ask.hook.as_ref());
+        match decision {
+            Decision::Allow => {
+                crate::telemetry::permission_decision("allow", source.as_str());
+                drop(reply.send(Ok(Verdict::Allow)))
+            }
+            Decision::Deny(why) => {
+                crate::telemetry::permission_decision("deny", source.as_str());
+                drop(reply.send(Ok(Verdict::Deny(why))))
+            }
+            Decision::Ask => {
+                let request_id = format!("perm_{}", uuid::Uuid::new_v4().simple());
+                let suggested = crate::permissions::suggest_rules(&call, &rules);
+                let preview = crate::tools::preview(&ask.tool, &ask.input, &cwd);
+                let tool = ask.tool.clone();
+                let event = EventKind::PermissionRequested {
+                    request_id: request_id.clone(),
+                    tool_call_id: ask.tool_call_id,
+                    tool: ask.tool,
+                    input: ask.input,
+                    preview,
+                    options: OPTIONS.map(String::from).to_vec(),
+                    rule: suggested.join(", "),
+                    rules: suggested.clone(),
+                };
+                if let Err(e) = self.try_emit(event, Some(turn_id.clone())) {
+                    let _ = reply.send(Err(SinkError(e.to_string())));
+                    return;
+                }
+                self.hold(request_id, Waiting::new(turn_id, suggested, reply));
+                self.notify(&tool, &cwd);
+            }
+        }
+    }
+
+    /// Holds the turn's call until `request_id` is answered.
+    fn hold(&mut self, request_id: String, waiting: Waiting) {
+        self.broker.hold(request_id, waiting);
+        self.set_status(SessionStatus::AwaitingPermission);
+        self.arm_no_controller();
+    }
+
+    /// Runs the Notification hooks, in the background, for a request that now waits.
+    fn notify(&mut self, tool: &str, cwd: &std::path::Path) {
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let hooks = crate::hooks::Hooks::load(
+            std::path::Path::new(&self.journal.record.cwd),
+            home.as_deref(),
+            self.env.config_hooks.as_ref(),
+        );
+        if !hooks.has("Notification") {
+            return;
+        }
+        let cwd = cwd.to_owned();
+        let input = serde_json::json!({
+            "session_id": self.journal.record.id.0,
+            "cwd": cwd,
+            "message": format!("tether needs your permission to use {tool}"),
+        });
+        self.tasks.spawn(async move {
+            let outcome = hooks.run("Notification", None, input, &cwd).await;
+            for n in outcome.notices {
+                tracing::warn!("{n}");
+            }
+        });
+    }
+
+    /// `permission/respond`: the first answer resolves the request; a later one learns how it
+    /// was resolved.
+    pub(super) fn respond_permission(
+        &mut self,
+        request_id: String,
+        decision: PermissionDecision,
+        message: Option<String>,
+        by: ClientRef,
+    ) -> Result<PermissionResponse, SessionError> {
+        if self.presence.observer_only(&by) {
+            return Err(SessionError::NotController);
+        }
+        self.journal.writable()?;
+        let Some(waiting) = self.broker.take(&request_id) else {
+            return match self.history.resolved_permissions.get(&request_id) {
+                Some((decision, resolved_by)) => Ok(PermissionResponse {
+                    status: "already_resolved".into(),
+                    decision: *decision,
+                    resolved_by: resolved_by.clone(),
+                }),
+                None => Err(SessionError::RequestNotFound(request_id)),
+            };
+        };
+        self.resolve(request_id, waiting, decision, message, Some(by))
+    }
+
+    /// With no controller attached and a policy that acts, gives each waiting request a
+    /// deadline; with a controller (or the `wait` policy), clears them.
+    pub(super) fn arm_no_controller(&mut self) {
+        let policy = self.journal.record.on_no_controller;
+        if policy.action == NoControllerAction::Wait || self.presence.has_controller() {
+            self.broker.disarm();
+        } else {
+            self.broker
+                .arm(Instant::now(), Duration::from_millis(policy.timeout_ms));
+        }
+    }
+
+    /// The deadlines that passed: the `onNoController` policy decides those requests.
+    pub(super) fn no_controller_deadlines(&mut self) {
+        let policy = self.journal.record.on_no_controller;
+        let decision = match policy.action {
+            NoControllerAction::Wait => return self.broker.disarm(),
+            NoControllerAction::Deny => PermissionDecision::Deny,
+            NoControllerAction::Allow => PermissionDecision::AllowOnce,
+        };
+        for request_id in self.broker.expired(Instant::now()) {
+            if self.presence.has_controller() {
+                break;
+            }
+            let Some(waiting) = self.broker.take(&request_id) else {
+                continue;
+            };
+            let message = format!(
+                "no controller was attached within {} ms; the session's onNoController policy decided",
+                policy.timeout_ms
+            );
+            if let Err(e) = self.resolve(request_id, waiting, decision, Some(message), None) {
+                tracing::error!(session = %self.journal.record.id, "could not resolve a permission request: {e}");
+            }
+        }
+    }
+
+    /// Records a decision on a waiting request and lets its tool call go on (once durable).
+    fn resolve(
+        &mut self,
+        request_id: String,
+        waiting: Waiting,
+        decision: PermissionDecision,
+        message: Option<String>,
+        by: Option<ClientRef>,
+    ) -> Result<PermissionResponse, SessionError> {
+        let adds_rule = matches!(
+            decision,
+            PermissionDecision::AllowSession | PermissionDecision::AllowAlways
+        );
+        let source = if by.is_some() { "user" } else { "policy" };
+        crate::telemetry::permission_decision(decision.as_str(), source);
+        let event = EventKind::PermissionResolved {
+            request_id,
+            decision,
+            resolved_by: by.clone(),
+            message: message.clone(),
+            rule: adds_rule.then(|| waiting.rules.join(", ")),
+            rules: if adds_rule {
+                waiting.rules.clone()
+            } else {
+                Vec::new()
+            },
+        };
+        self.try_emit(event, Some(waiting.turn_id.clone()))?;
+        if decision == PermissionDecision::AllowAlways {
+            let root = std::path::PathBuf::from(&self.journal.record.cwd);
+            for rule in &waiting.rules {
+                let note = match crate::permissions::remember_always(&root, rule) {
+                    Ok(file) => format!("{rule} is now allowed in {}", file.display()),
+                    Err(e) => {
+                        format!("{rule} is allowed for this session, but could not be saved: {e}")
+                    }
+                };
+                self.emit(EventKind::Notice {
+                    level: "info".into(),
+                    message: note,
+                });
+            }
+        }
+        let turn_id = waiting.turn_id.clone();
+        let verdict = verdict(decision, message);
+        // The tool runs only once the decision is durable.
+        self.journal.after_commit(move |err| {
+            waiting.answer(match err {
+                Some(e) => Err(SinkError(e.to_string())),
+                None => Ok(verdict),
+            })
+        });
+        if !self.broker.holds_turn(&turn_id) {
+            self.set_status(SessionStatus::Running);
+        }
+        Ok(PermissionResponse {
+            status: "accepted".into(),
+            decision,
+            resolved_by: by,
+        })
+    }
+
+    /// Resolves every request of `turn_id` as cancelled.
+    pub(super) fn cancel_waiting(&mut self, turn_id: &TurnId) {
+        for (request_id, w) in self.broker.take_turn(turn_id) {
+            self.emit_in(
+                EventKind::PermissionResolved {
+                    request_id,
+                    decision: PermissionDecision::Cancelled,
+                    resolved_by: None,
+                    message: None,
+                    rule: None,
+                    rules: Vec::new(),
+                },
+                Some(w.turn_id.clone()),
+            );
+            w.answer(Ok(verdict(PermissionDecision::Cancelled, None)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::path::Path;
+
+    fn turn(id: &str) -> TurnId {
+        TurnId(id.into())
+    }
+
+    fn hold(
+        broker: &mut Broker,
+        id: &str,
+        turn_id: &str,
+    ) -> oneshot::Receiver<Result<Verdict, SinkError>> {
+        let (tx, rx) = oneshot::channel();
+        broker.hold(id.into(), Waiting::new(turn(turn_id), vec![], tx));
+        rx
+    }
+
+    #[test]
+    fn the_first_answer_takes_the_request() {
+        let mut b = Broker::default();
+        let mut rx = hold(&mut b, "perm_1", "t1");
+        let w = b.take("perm_1").expect("waiting");
+        assert!(b.take("perm_1").is_none(), "a second answer finds nothing");
+        w.answer(Ok(Verdict::Allow));
+        assert_eq!(
+            rx.try_recv().expect("answered").expect("ok"),
+            Verdict::Allow
+        );
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_turn_takes_only_its_own_requests() {
+        let mut b = Broker::default();
+        let _a = hold(&mut b, "perm_b", "t1");
+        let _b = hold(&mut b, "perm_a", "t1");
+        let _c = hold(&mut b, "perm_c", "t2");
+        assert!(b.holds_turn(&turn("t1")));
+        let ids: Vec<String> = b
+            .take_turn(&turn("t1"))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(ids, ["perm_a", "perm_b"]);
+        assert!(!b.holds_turn(&turn("t1")));
+        assert!(b.holds_turn(&turn("t2")));
+    }
+
+    #[test]
+    fn deadlines_are_armed_once_and_expire_in_order() {
+        let mut b = Broker::default();
+        let now = Instant::now();
+        let _a = hold(&mut b, "perm_1", "t1");
+        assert_eq!(b.next_deadline(), None);
+        b.arm(now, Duration::from_secs(5));
+        // Arming again (another detach) keeps the first deadline.
+        b.arm(now + Duration::from_secs(3), Duration::from_secs(5));
+        assert_eq!(b.next_deadline(), Some(now + Duration::from_secs(5)));
+        let _b = hold(&mut b, "perm_2", "t1");
+        b.arm(now + Duration::from_secs(1), Duration::from_secs(5));
+        assert!(b.expired(now + Duration::from_secs(4)).is_empty());
+        assert_eq!(b.expired(now + Duration::from_secs(5)), ["perm_1"]);
+        assert_eq!(b.next_deadline(), Some(now + Duration::from_secs(6)));
+        b.disarm();
+        assert_eq!(b.next_deadline(), None);
+        assert!(b.expired(now + Duration::from_secs(60)).is_empty());
+    }
+
+    fn check(
+        mode: PermissionMode,
+        allow: &[&str],
+        tool: &str,
+        input: serde_json::Value,
+        read_only: bool,
+        hook: Option<HookPermission>,
+    ) -> (Decision, Source) {
+        let root = Path::new("/work/p");
+        let mut rules = RuleSet::default();
+        let allow: Vec<String> = allow.iter().map(|s| (*s).to_owned()).collect();
+        rules.add("allow", &allow, root, None, "test");
+        let roots = [root.to_path_buf()];
+        let call = Call {
+            tool,
+            input: &input,
+            read_only,
+            cwd: root,
+            roots: &roots,
+        };
+        decide(mode, &rules, &call, hook.as_ref())
+    }
+
+    #[test]
+    fn decisions_and_who_made_them() {
+        use PermissionMode::{BypassPermissions, Default as Ask};
+        let rm = || json!({"command": "rm -rf x"});
+        let bash = |mode, allow: &[&str], hook| check(mode, allow, "Bash", rm(), false, hook);
+        assert_eq!(bash(Ask, &[], None), (Decision::Ask, Source::Mode));
+        assert_eq!(
+            bash(Ask, &["Bash(rm:*)"], None),
+            (Decision::Allow, Source::Rule)
+        );
+        assert_eq!(
+            bash(BypassPermissions, &[], None),
+            (Decision::Allow, Source::Mode)
+        );
+        let read = check(
+            Ask,
+            &[],
+            "Read",
+            json!({"file_path": "/work/p/a"}),
+            true,
+            None,
+        );
+        assert_eq!(read, (Decision::Allow, Source::Mode));
+        let hook = |h| bash(Ask, &[], Some(h));
+        assert_eq!(hook(HookPermission::Allow), (Decision::Allow, Source::Hook));
+        let asked = bash(BypassPermissions, &[], Some(HookPermission::Ask));
+        assert_eq!(asked, (Decision::Ask, Source::Rule));
+        let denied = bash(
+            BypassPermissions,
+            &[],
+            Some(HookPermission::Deny("no".into())),
+        );
+        let why = "denied by a PreToolUse hook: no".to_owned();
+        assert_eq!(denied, (Decision::Deny(why), Source::Hook));
+    }
+
+    #[test]
+    fn a_deny_rule_beats_an_allowing_hook() {
+        let root = Path::new("/work/p");
+        let mut rules = RuleSet::default();
+        rules.add("deny", &["Bash(rm:*)".to_owned()], root, None, "test");
+        let roots = [root.to_path_buf()];
+        let input = json!({"command": "rm x"});
+        let call = Call {
+            tool: "Bash",
+            input: &input,
+            read_only: false,
+            cwd: root,
+            roots: &roots,
+        };
+        let (d, _) = decide(
+            PermissionMode::BypassPermissions,
+            &rules,
+            &call,
+            Some(&HookPermission::Allow),
+        );
+        assert!(matches!(d, Decision::Deny(why) if why.contains("Bash(rm:*)")));
+    }
+
+    #[test]
+    fn a_denial_tells_the_model_what_the_user_said() {
+        assert_eq!(
+            verdict(PermissionDecision::AllowSession, None),
+            Verdict::Allow
+        );
+        let Verdict::Deny(plain) = verdict(PermissionDecision::Deny, Some("  ".into())) else {
+            panic!("deny");
+        };
+        assert!(plain.contains("Do not retry it unchanged"));
+        assert_eq!(
+            verdict(PermissionDecision::Deny, Some("use git mv".into())),
+            Verdict::Deny("The user denied this tool call and said: use git mv".into())
+        );
+    }
+}

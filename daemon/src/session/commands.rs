@@ -1,0 +1,209 @@
+//! The slash commands the daemon answers itself, without the model: `/clear`, `/model`,
+//! `/effort`, `/cost`, `# note`, and an unknown `/name`. Each ends its turn with `command` (or
+//! `error`, with the reason in an `error` event); none reaches the model.
+//!
+//! `/compact` and custom commands are model turns (`turns.rs`); the parsing is `agent::commands`.
+
+use super::actor::SessionActor;
+use crate::agent::SlashCommand;
+use tether_proto::{ClientRef, EventKind, TokenUsage, TurnError, TurnId};
+
+impl SessionActor {
+    /// Runs a daemon command as the turn `turn_id` and ends it.
+    pub(super) fn run_command(&mut self, turn_id: TurnId, by: ClientRef, command: SlashCommand) {
+        match command {
+            SlashCommand::Clear => {
+                self.emit_in(EventKind::HistoryCleared {}, Some(turn_id.clone()));
+                self.finish_command(turn_id, None)
+            }
+            SlashCommand::Model(None) => {
+                let model = &self.journal.record.model;
+                let text = format!("model: {model} ({})", self.env.catalog.resolve(model));
+                self.say(&turn_id, text);
+                self.finish_command(turn_id, None)
+            }
+            SlashCommand::Model(Some(name)) => self.set_model(turn_id, by, name),
+            SlashCommand::Effort(None) => {
+                let text = self.effort_text();
+                self.say(&turn_id, text);
+                self.finish_command(turn_id, None)
+            }
+            SlashCommand::Effort(Some(level)) => self.set_effort(turn_id, by, level),
+            SlashCommand::Cost => {
+                let text = self.cost_text();
+                self.say(&turn_id, text);
+                self.finish_command(turn_id, None)
+            }
+            SlashCommand::Note(note) => self.remember(turn_id, &note),
+            SlashCommand::Unknown(name) => {
+                let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
+                let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+                let all: Vec<String> = crate::agent::list_commands(&cwd, home.as_deref())
+                    .into_iter()
+                    .map(|c| format!("/{}", c.name))
+                    .collect();
+                let message = format!(
+                    "unknown command /{name}; this session's commands are {} (custom ones live in .claude/commands/)",
+                    all.join(" ")
+                );
+                self.refuse(turn_id, "unknown_command", message)
+            }
+            // Model turns: never handed here.
+            SlashCommand::Compact(_) | SlashCommand::Custom { .. } => {
+                tracing::error!("a model command reached the daemon's command handler");
+                self.finish_command(turn_id, None)
+            }
+        }
+    }
+
+    /// An `info` notice of a command's turn.
+    fn say(&mut self, turn_id: &TurnId, message: String) {
+        self.emit_in(
+            EventKind::Notice {
+                level: "info".into(),
+                message,
+            },
+            Some(turn_id.clone()),
+        );
+    }
+
+    fn set_model(&mut self, turn_id: TurnId, by: ClientRef, name: String) {
+        if let Err(e) = self.env.catalog.check(&name) {
+            return self.refuse(turn_id, e.code(), e.to_string());
+        }
+        self.journal.record.model = name.clone();
+        self.journal.touch();
+        self.emit_in(
+            EventKind::SessionConfigured {
+                title: None,
+                model: Some(name),
+                effort: None,
+                permission_mode: None,
+                on_no_controller: None,
+                by: Some(by),
+            },
+            Some(turn_id.clone()),
+        );
+        self.finish_command(turn_id, None)
+    }
+
+    fn effort_text(&self) -> String {
+        let model = &self.journal.record.model;
+        let info = self.env.catalog.info(model);
+        let levels = info
+            .as_ref()
+            .map(|i| {
+                i.efforts
+                    .iter()
+                    .map(|e| e.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .filter(|l| !l.is_empty());
+        let current = self
+            .journal
+            .record
+            .effort
+            .clone()
+            .or_else(|| self.env.policy.effort.map(|e| e.as_str().to_owned()))
+            .or_else(|| {
+                info.as_ref()
+                    .and_then(|i| i.default_effort)
+                    .map(|e| format!("{} (the model's default)", e.as_str()))
+            });
+        match (current, levels) {
+            (Some(c), Some(l)) => format!("effort: {c}; {model} takes {l}"),
+            _ => format!("{model} has no effort setting"),
+        }
+    }
+
+    fn set_effort(&mut self, turn_id: TurnId, by: ClientRef, level: String) {
+        let reset = matches!(level.as_str(), "default" | "auto");
+        if !reset
+            && let Err(e) = self
+                .env
+                .catalog
+                .check_effort(&self.journal.record.model, &level)
+        {
+            return self.refuse(turn_id, e.code(), e.to_string());
+        }
+        self.journal.record.effort = (!reset).then(|| level.clone());
+        self.journal.touch();
+        self.emit_in(
+            EventKind::SessionConfigured {
+                title: None,
+                model: None,
+                effort: Some(if reset { String::new() } else { level }),
+                permission_mode: None,
+                on_no_controller: None,
+                by: Some(by),
+            },
+            Some(turn_id.clone()),
+        );
+        self.finish_command(turn_id, None)
+    }
+
+    fn cost_text(&self) -> String {
+        let model = &self.journal.record.model;
+        let u = self.history.usage;
+        let cost = match self.history.cost_usd {
+            Some(c) => format!("${c:.4}"),
+            None if u == TokenUsage::default() => "$0.0000".into(),
+            None => "unknown (a model without a price was used)".into(),
+        };
+        let all = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
+        // What the cache reads would have cost as plain input, at this model's prices.
+        let saving = self
+            .env
+            .catalog
+            .info(model)
+            .and_then(|i| i.price)
+            .map(|p| {
+                let saved =
+                    u.cache_read_input_tokens as f64 * (p.input - p.cache_read) / 1_000_000.0;
+                format!(
+                    ", saving about ${saved:.4} at {}'s prices",
+                    self.env.catalog.resolve(model)
+                )
+            })
+            .unwrap_or_default();
+        let share = (u.cache_read_input_tokens * 100)
+            .checked_div(all)
+            .unwrap_or(0);
+        format!(
+            "session cost {cost}; tokens: {} input, {} output, {} cache writes, {} cache reads; the cache served {share}% of input{saving}",
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_creation_input_tokens,
+            u.cache_read_input_tokens
+        )
+    }
+
+    /// `# note`: appends to the project's memory file.
+    fn remember(&mut self, turn_id: TurnId, note: &str) {
+        let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
+        let file = crate::context::project_memory(&self.env.data_dir, &cwd);
+        match crate::context::remember(&file, note) {
+            Ok(()) => {
+                self.say(&turn_id, format!("noted in {}", file.display()));
+                self.finish_command(turn_id, None)
+            }
+            Err(e) => {
+                let message = format!("could not write {}: {e}", file.display());
+                self.emit_in(
+                    EventKind::Error {
+                        code: "memory".into(),
+                        message: message.clone(),
+                    },
+                    Some(turn_id.clone()),
+                );
+                let error = TurnError {
+                    code: "memory".into(),
+                    message,
+                    retryable: true,
+                };
+                self.finish_command(turn_id, Some(error))
+            }
+        }
+    }
+}

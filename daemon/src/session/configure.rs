@@ -1,0 +1,171 @@
+//! A session's settings and what it reports about itself: `session/configure`, generated
+//! titles, the permission rules in effect (read from the settings files each time, so edits
+//! apply at once, plus the rules answers added), and the snapshot.
+//!
+//! Invariant: a setting changes only with a `session_configured` event that says what changed;
+//! a configure that changes nothing logs nothing.
+
+use super::actor::SessionActor;
+use super::{Configure, SessionError};
+use tether_proto::{ClientRef, EventKind, SessionSnapshot, SessionSummary};
+use tokio::sync::oneshot;
+
+impl SessionActor {
+    /// `session/configure`: applies what differs from the current settings; answered once the
+    /// change is durable.
+    pub(super) fn configure(
+        &mut self,
+        change: Configure,
+        by: Option<ClientRef>,
+        reply: oneshot::Sender<Result<SessionSummary, SessionError>>,
+    ) {
+        let record = &self.journal.record;
+        let title = change
+            .title
+            .filter(|t| record.title.as_deref() != Some(t.as_str()));
+        let model = change.model.filter(|m| *m != record.model);
+        let permission_mode = change
+            .permission_mode
+            .filter(|m| *m != record.permission_mode);
+        let on_no_controller = change
+            .on_no_controller
+            .filter(|p| *p != record.on_no_controller);
+        if title.is_none()
+            && model.is_none()
+            && permission_mode.is_none()
+            && on_no_controller.is_none()
+        {
+            let _ = reply.send(Ok(self.summary()));
+            return;
+        }
+        let record = &mut self.journal.record;
+        if let Some(t) = &title {
+            record.title = Some(t.clone());
+        }
+        if let Some(m) = &model {
+            record.model = m.clone();
+        }
+        if let Some(m) = permission_mode {
+            record.permission_mode = m;
+        }
+        if let Some(p) = on_no_controller {
+            record.on_no_controller = p;
+        }
+        self.journal.touch();
+        if on_no_controller.is_some() {
+            self.arm_no_controller();
+        }
+        let kind = EventKind::SessionConfigured {
+            title,
+            model,
+            effort: None,
+            permission_mode,
+            on_no_controller,
+            by,
+        };
+        match self.try_emit(kind, None) {
+            Ok(()) => {
+                let summary = self.summary();
+                self.journal.reply_after_commit(reply, move || summary);
+            }
+            Err(e) => drop(reply.send(Err(e))),
+        }
+    }
+
+    /// A generated title, unless the session got one meanwhile.
+    pub(super) fn titled(&mut self, title: String) {
+        self.titling = false;
+        if self.journal.record.title.is_some() {
+            return;
+        }
+        self.journal.record.title = Some(title.clone());
+        self.journal.touch();
+        self.emit(EventKind::SessionConfigured {
+            title: Some(title),
+            model: None,
+            effort: None,
+            permission_mode: None,
+            on_no_controller: None,
+            by: None,
+        });
+    }
+
+    /// Tells every client about a settings problem, once per load.
+    pub(super) fn report(&mut self, problem: String) {
+        if self.reported.insert(problem.clone()) {
+            self.emit(EventKind::Notice {
+                level: "warning".into(),
+                message: problem,
+            });
+        }
+    }
+
+    /// The session's rules now: the settings files plus the rules answers added and the
+    /// running turn's `allowedTools`. New problems in the files are reported once.
+    pub(super) fn rules(&mut self) -> crate::permissions::RuleSet {
+        let root = std::path::PathBuf::from(&self.journal.record.cwd);
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let mut rules = crate::permissions::load_settings(&root, home.as_deref());
+        rules.add(
+            "allow",
+            &self.history.session_rules,
+            &root,
+            home.as_deref(),
+            "session",
+        );
+        let turn = self.turns.allow();
+        if !turn.is_empty() {
+            rules.add(
+                "allow",
+                turn,
+                &root,
+                home.as_deref(),
+                "this turn's allowedTools",
+            );
+        }
+        for problem in rules.problems.clone() {
+            self.report(problem);
+        }
+        rules
+    }
+
+    /// `permission/rules`: the mode and every rule with its source.
+    pub(super) fn rules_report(&mut self) -> tether_proto::PermissionRules {
+        let rules = self.rules();
+        let entries = [
+            ("deny", &rules.deny),
+            ("ask", &rules.ask),
+            ("allow", &rules.allow),
+        ]
+        .into_iter()
+        .flat_map(|(kind, list)| {
+            list.iter().map(move |r| tether_proto::RuleEntry {
+                kind: kind.into(),
+                rule: r.text.clone(),
+                source: r.source.clone(),
+            })
+        })
+        .collect();
+        tether_proto::PermissionRules {
+            mode: self.journal.record.permission_mode,
+            rules: entries,
+            additional_directories: rules
+                .additional_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect(),
+            problems: rules.problems,
+        }
+    }
+
+    /// `session/get`: the summary, pending requests, totals and the running turn.
+    pub(super) fn snapshot(&self) -> SessionSnapshot {
+        SessionSnapshot {
+            summary: self.summary(),
+            pending_permissions: self.history.pending_permissions.values().cloned().collect(),
+            usage: self.history.usage,
+            cost_usd: self.history.cost_usd,
+            running_turn: self.turns.running_id().cloned(),
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! The session's write path: its record and its event log, the batch of events appended but not
+//! yet durable, the callers to answer once they are, and the fan-out to subscribers.
+//!
+//! Invariant: an event reaches a subscriber only after the flush that made it durable; the
+//! broadcast watermark (`committed`) is what a new subscriber replays up to, so replay and live
+//! delivery meet with no gap and no duplicate. After the first failed write the journal refuses
+//! every append (the session is read-only until the daemon restarts); reads keep working.
+
+use super::SessionError;
+use crate::store::{EventLog, SessionRecord, Store};
+use std::sync::Arc;
+use tether_proto::{AttachedClient, Event, EventKind, Seq, SessionSummary, TurnId};
+use tokio::sync::{broadcast, oneshot};
+
+/// How many events a subscriber may fall behind before it gets `lagged`.
+pub const FANOUT_CAPACITY: usize = 8192;
+
+/// An event on its way to subscribers: its encoded JSON, exactly as logged.
+#[derive(Debug)]
+pub struct LiveEvent {
+    /// Its seq; `None` for stream-control events.
+    pub seq: Option<Seq>,
+    /// The encoded event.
+    pub json: Box<str>,
+    /// Whether it ends the subscriptions that receive it.
+    pub ends_stream: bool,
+}
+
+/// A subscriber's view of a session at the moment it attached: live events after `watermark`
+/// arrive on `events`; everything up to it is in `log`.
+pub struct Attachment {
+    /// Live events after the watermark.
+    pub events: broadcast::Receiver<Arc<LiveEvent>>,
+    /// The last event broadcast before this attachment (the replay's end).
+    pub watermark: Seq,
+    /// The session's log, for replay.
+    pub log: EventLog,
+    /// The session when it attached; its `pruned_through` decides whether a replay starts with
+    /// a `snapshot`.
+    pub summary: SessionSummary,
+}
+
+/// Something to do once the batch is durable (`None`) or has failed (`Some`).
+type Deferred = Box<dyn FnOnce(Option<&SessionError>) + Send>;
+
+/// Why an append was refused.
+#[derive(Debug)]
+pub enum AppendError {
+    /// The session was already read-only.
+    ReadOnly(SessionError),
+    /// This write failed; the caller marks the journal read-only ([`Journal::fail`]).
+    Failed(SessionError),
+}
+
+/// A session's record and log, written in batches.
+pub struct Journal {
+    /// The session's metadata; changes are saved with the next commit.
+    pub record: SessionRecord,
+    store: Store,
+    log: EventLog,
+    epoch: u64,
+    /// Seq of the last appended event.
+    head: Seq,
+    /// Seq of the last broadcast (durable) event.
+    committed: Seq,
+    fanout: broadcast::Sender<Arc<LiveEvent>>,
+    /// Appended but not yet broadcast.
+    unsent: Vec<Arc<LiveEvent>>,
+    /// Answers to give once the batch is durable.
+    deferred: Vec<Deferred>,
+    record_dirty: bool,
+    /// Why the store refused a write: from then on nothing is appended.
+    broken: Option<String>,
+}
+
+impl Journal {
+    /// The journal of a session whose log ends at `head`.
+    pub fn new(record: SessionRecord, store: Store, log: EventLog, epoch: u64, head: Seq) -> Self {
+        let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
+        Self {
+            record,
+            store,
+            log,
+            epoch,
+            head,
+            committed: head,
+            fanout,
+            unsent: Vec::new(),
+            deferred: Vec::new(),
+            record_dirty: false,
+            broken: None,
+        }
+    }
+
+    /// Seq of the last durable, broadcast event.
+    pub fn committed(&self) -> Seq {
+        self.committed
+    }
+
+    /// Why the session is read-only, if it is.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Refuses writes when the session is read-only.
+    pub fn writable(&self) -> Result<(), SessionError> {
+        match &self.broken {
+            Some(why) => Err(SessionError::StorageFailed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the record changed, to be saved with the next commit.
+    pub fn touch(&mut self) {
+        self.record_dirty = true;
+    }
+
+    /// The session's summary with `attached` as its clients.
+    pub fn summary(&self, attached: Vec<AttachedClient>) -> SessionSummary {
+        super::summary_of(&self.record, self.committed, attached)
+    }
+
+    /// Registers a subscriber, then reads the watermark: everything after it will be broadcast
+    /// to the returned receiver, everything up to it is in the log.
+    pub fn subscribe(&self, attached: Vec<AttachedClient>) -> Attachment {
+        let events = self.fanout.subscribe();
+        Attachment {
+            events,
+            watermark: self.committed,
+            log: self.log.clone(),
+            summary: self.summary(attached),
+        }
+    }
+
+    fn envelope(&self, seq: Option<Seq>, turn_id: Option<TurnId>, kind: EventKind) -> Event {
+        Event {
+            session_id: self.record.id.clone(),
+            seq,
+            epoch: self.epoch,
+            ts: super::now_rfc3339(),
+            turn_id,
+            kind,
+        }
+    }
+
+    /// Appends an event to the log (not yet durable nor broadcast) and returns it as logged.
+    pub fn append(
+        &mut self,
+        kind: EventKind,
+        turn_id: Option<TurnId>,
+    ) -> Result<Event, AppendError> {
+        self.writable().map_err(AppendError::ReadOnly)?;
+        let seq = self.head + 1;
+        let event = self.envelope(Some(seq), turn_id, kind);
+        let json = serde_json::to_string(&event)
+            .map_err(|e| AppendError::ReadOnly(SessionError::Commit(e.to_string())))?;
+        if let Err(e) = self.log.append(seq, json.as_bytes()) {
+            return Err(AppendError::Failed(SessionError::from(e)));
+        }
+        self.head = seq;
+        self.record.updated_at.clone_from(&event.ts);
+        self.record_dirty = true;
+        self.unsent.push(Arc::new(LiveEvent {
+            seq: Some(seq),
+            json: json.into_boxed_str(),
+            ends_stream: false,
+        }));
+        Ok(event)
+    }
+
+    /// Runs `then` once the current batch is durable (`None`) or failed (`Some`).
+    pub fn after_commit(&mut self, then: impl FnOnce(Option<&SessionError>) + Send + 'static) {
+        self.deferred.push(Box::new(then));
+    }
+
+    /// Answers `reply` with `value` once the batch is durable, or with the commit's error.
+    pub fn reply_after_commit<T: Send + 'static>(
+        &mut self,
+        reply: oneshot::Sender<Result<T, SessionError>>,
+        value: impl FnOnce() -> T + Send + 'static,
+    ) {
+        self.after_commit(move |err| {
+            let _ = reply.send(match err {
+                Some(e) => Err(SessionError::Commit(e.to_string())),
+                None => Ok(value()),
+            });
+        });
+    }
+
+    /// Sends a stream-control event (no seq, never logged) to every subscriber.
+    pub fn broadcast_control(&mut self, kind: EventKind) {
+        let ends_stream = kind.ends_subscription();
+        let event = self.envelope(None, None, kind);
+        match serde_json::to_string(&event) {
+            Ok(json) => {
+                let _ = self.fanout.send(Arc::new(LiveEvent {
+                    seq: None,
+                    json: json.into_boxed_str(),
+                    ends_stream,
+                }));
+            }
+            Err(e) => tracing::error!("could not encode a stream-control event: {e}"),
+        }
+    }
+
+    /// Marks the session read-only; `false` when it already was.
+    pub fn fail(&mut self, why: String) -> bool {
+        if self.broken.is_some() {
+            return false;
+        }
+        self.broken = Some(why);
+        true
+    }
+
+    /// Whether anything waits for a commit.
+    pub fn pending(&self) -> bool {
+        !self.unsent.is_empty() || !self.deferred.is_empty() || self.record_dirty
+    }
+
+    /// Makes the batch durable, then broadcasts its events and answers its callers. On failure
+    /// nothing of the batch is broadcast, its callers get the error, and it is returned.
+    pub async fn commit(&mut self) -> Result<(), SessionError> {
+        if !self.pending() {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        if self.record_dirty {
+            result = self
+                .store
+                .put_session(&self.record)
+                .map_err(SessionError::from);
+        }
+        if result.is_ok() {
+            result = self.store.flush().await.map_err(SessionError::from);
+        }
+        let deferred = std::mem::take(&mut self.deferred);
+        match result {
+            Ok(()) => {
+                self.record_dirty = false;
+                self.committed = self.head;
+                for ev in self.unsent.drain(..) {
+                    // No receivers is fine: the event is in the log for later replays.
+                    let _ = self.fanout.send(ev);
+                }
+                for d in deferred {
+                    d(None);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(session = %self.record.id, "commit failed: {e}");
+                for d in deferred {
+                    d(Some(&e));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Prunes the deltas of turns that ended at least `keep` ago (committed ones only).
+    pub async fn prune(&mut self, keep: std::time::Duration) {
+        let result =
+            match super::retention::apply(&self.log, &mut self.record, self.committed, keep) {
+                Ok(true) => match self.store.put_session(&self.record) {
+                    Ok(()) => self.store.flush().await,
+                    Err(e) => Err(e),
+                },
+                other => other.map(|_| ()),
+            };
+        if let Err(e) = result {
+            tracing::warn!(session = %self.record.id, "could not prune deltas: {e}");
+        }
+    }
+
+    /// Deletes the session from the store.
+    pub async fn delete(&mut self) -> Result<(), SessionError> {
+        self.store
+            .delete_session(&self.record.id)
+            .await
+            .map_err(SessionError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_proto::{SessionId, SessionStatus};
+
+    fn journal(dir: &std::path::Path) -> Journal {
+        let store = Store::open(dir).expect("store");
+        let id = SessionId("s1".into());
+        let record = SessionRecord {
+            id: id.clone(),
+            title: None,
+            cwd: "/tmp".into(),
+            model: "sonnet".into(),
+            effort: None,
+            permission_mode: Default::default(),
+            on_no_controller: Default::default(),
+            status: SessionStatus::Idle,
+            created_at: String::new(),
+            updated_at: String::new(),
+            pruned_through: 0,
+        };
+        let log = store.log(&id).expect("log");
+        Journal::new(record, store, log, 7, 0)
+    }
+
+    fn notice(text: &str) -> EventKind {
+        EventKind::Notice {
+            level: "info".into(),
+            message: text.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn events_reach_subscribers_only_after_the_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut j = journal(dir.path());
+        let mut sub = j.subscribe(Vec::new());
+        assert_eq!(sub.watermark, 0);
+        let event = j.append(notice("one"), None).expect("append");
+        assert_eq!(event.seq, Some(1));
+        assert!(sub.events.try_recv().is_err(), "seen before it was durable");
+        assert_eq!(j.committed(), 0);
+        j.commit().await.expect("commit");
+        assert_eq!(j.committed(), 1);
+        let live = sub.events.try_recv().expect("broadcast after commit");
+        assert_eq!(live.seq, Some(1));
+        assert!(live.json.contains("\"one\""));
+        // A subscriber that attaches now replays up to 1 and gets only what follows live.
+        let late = j.subscribe(Vec::new());
+        assert_eq!(late.watermark, 1);
+        assert_eq!(late.log.head().expect("head"), 1);
+    }
+
+    #[tokio::test]
+    async fn callers_are_answered_once_durable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut j = journal(dir.path());
+        let (tx, mut rx) = oneshot::channel::<Result<u32, SessionError>>();
+        j.append(notice("x"), None).expect("append");
+        j.reply_after_commit(tx, || 42);
+        assert!(rx.try_recv().is_err());
+        j.commit().await.expect("commit");
+        assert_eq!(rx.try_recv().expect("answered").expect("ok"), 42);
+    }
+
+    #[tokio::test]
+    async fn a_read_only_journal_refuses_appends_and_keeps_its_head() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut j = journal(dir.path());
+        j.append(notice("kept"), None).expect("append");
+        j.commit().await.expect("commit");
+        assert!(j.fail("disk full".into()));
+        assert!(!j.fail("again".into()), "the first reason stays");
+        match j.append(notice("lost"), None) {
+            Err(AppendError::ReadOnly(SessionError::StorageFailed(why))) => {
+                assert_eq!(why, "disk full")
+            }
+            other => panic!("expected a read-only refusal, got {other:?}"),
+        }
+        assert_eq!(j.committed(), 1);
+        assert!(j.writable().is_err());
+    }
+
+    #[tokio::test]
+    async fn control_events_are_sent_at_once_and_never_logged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut j = journal(dir.path());
+        let mut sub = j.subscribe(Vec::new());
+        j.broadcast_control(EventKind::DaemonShutdown {});
+        let live = sub.events.try_recv().expect("control event");
+        assert_eq!(live.seq, None);
+        assert!(live.ends_stream);
+        assert_eq!(j.subscribe(Vec::new()).log.head().expect("head"), 0);
+    }
+}

@@ -1,0 +1,395 @@
+//! Loading a session from its log, and what a stop left behind: the log replayed into the
+//! history ([`replay`]), a turn with no `turn_ended` ended or resumed ([`SessionActor::recover`]),
+//! background shells reaped or reported lost, and the end of shells that finish now.
+//!
+//! Invariant: a tool that was running when the daemon stopped is never run again; it gets an
+//! `is_error` result saying so, and the history sent to the API stays valid.
+
+use super::SessionError;
+use super::actor::SessionActor;
+use super::turns::{Launch, TurnJob};
+use crate::agent::{History, TurnOutcome};
+use crate::store::EventLog;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use tether_proto::{Event, EventKind, PermissionDecision, Seq, TokenUsage, TurnId, TurnOptions};
+
+/// What a session's log says when it is loaded.
+pub(super) struct Loaded {
+    pub head: Seq,
+    pub history: History,
+    pub open_turn: Option<OpenTurn>,
+    /// Seqs of records that could not be decoded (skipped).
+    pub damaged: Vec<Seq>,
+    /// Background shells started and never seen to end.
+    pub shells: Vec<OrphanShell>,
+}
+
+impl Loaded {
+    /// A new session's: nothing logged yet.
+    pub fn empty() -> Self {
+        Self {
+            head: 0,
+            history: History::default(),
+            open_turn: None,
+            damaged: Vec::new(),
+            shells: Vec::new(),
+        }
+    }
+}
+
+/// A background shell the log shows started and never ended.
+#[derive(Debug)]
+pub(super) struct OrphanShell {
+    pub id: String,
+    pub command: String,
+    pub pid: Option<i32>,
+    pub start_ticks: Option<u64>,
+}
+
+/// What the log says about a turn that has no `turn_ended`.
+#[derive(Debug)]
+pub(super) struct OpenTurn {
+    pub turn_id: TurnId,
+    /// Tool calls without a result, in order.
+    pub unanswered: Vec<String>,
+    /// Text streamed into blocks that never completed: index → text.
+    pub partial: BTreeMap<u32, String>,
+}
+
+/// How a turn the daemon's stop cut ends.
+pub(super) fn interrupted_outcome() -> TurnOutcome {
+    TurnOutcome {
+        stop_reason: "interrupted_by_restart".into(),
+        usage: TokenUsage::default(),
+        cost_usd: Some(0.0),
+        error: None,
+    }
+}
+
+/// Replays a session's log into its history.
+pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
+    let head = log.head()?;
+    let mut loaded = Loaded::empty();
+    loaded.head = head;
+    for record in log.iter_between(0, head) {
+        let (seq, bytes) = record?;
+        let Ok(event) = serde_json::from_slice::<Event>(&bytes) else {
+            tracing::warn!(seq, "skipping an undecodable event while loading a session");
+            loaded.damaged.push(seq);
+            continue;
+        };
+        track(&mut loaded, &event);
+        loaded.history.apply(&event.kind, event.turn_id.as_ref());
+    }
+    Ok(loaded)
+}
+
+/// Follows the open turn and the background shells through one event.
+fn track(loaded: &mut Loaded, event: &Event) {
+    match (&event.kind, loaded.open_turn.as_mut()) {
+        (EventKind::TurnStarted { .. }, _) => {
+            loaded.open_turn = event.turn_id.clone().map(|turn_id| OpenTurn {
+                turn_id,
+                unanswered: Vec::new(),
+                partial: BTreeMap::new(),
+            })
+        }
+        (EventKind::TurnEnded { .. }, _) => loaded.open_turn = None,
+        (
+            EventKind::ToolResult {
+                details: Some(d), ..
+            },
+            _,
+        ) if d.get("backgroundShell").is_some() => {
+            let b = &d["backgroundShell"];
+            if let (Some(id), Some(command)) = (b["id"].as_str(), b["command"].as_str()) {
+                loaded.shells.push(OrphanShell {
+                    id: id.to_owned(),
+                    command: command.to_owned(),
+                    pid: b["pid"].as_i64().and_then(|p| i32::try_from(p).ok()),
+                    start_ticks: b["startTicks"].as_u64(),
+                });
+            }
+        }
+        (EventKind::BackgroundShellEnded { shell_id, .. }, _) => {
+            loaded.shells.retain(|s| &s.id != shell_id)
+        }
+        (EventKind::ToolCall { tool_call_id, .. }, Some(t)) => {
+            t.unanswered.push(tool_call_id.clone())
+        }
+        (EventKind::ToolResult { tool_call_id, .. }, Some(t)) => {
+            t.unanswered.retain(|id| id != tool_call_id)
+        }
+        (EventKind::TextDelta { index, text }, Some(t)) => {
+            t.partial.entry(*index).or_default().push_str(text)
+        }
+        (EventKind::AssistantBlockCompleted { index, .. }, Some(t)) => {
+            t.partial.remove(index);
+        }
+        (EventKind::AssistantMessageCompleted { .. } | EventKind::Retrying { .. }, Some(t)) => {
+            t.partial.clear()
+        }
+        _ => {}
+    }
+}
+
+impl SessionActor {
+    /// Ends or resumes a turn an earlier daemon left open. Text clients saw stays as a cut-off
+    /// block; tools that were running get an interrupted result (never run again). A turn that
+    /// was waiting for permission keeps its requests open and goes on once they are answered;
+    /// any other open turn ends `interrupted_by_restart`.
+    pub(super) fn recover(&mut self, open: OpenTurn) {
+        let turn_id = open.turn_id.clone();
+        let at = || Some(turn_id.clone());
+        // Text clients saw stays visible as a completed (truncated) block; it does not join the
+        // history, because the reply never completed.
+        for (index, text) in &open.partial {
+            self.emit_in(
+                EventKind::AssistantBlockCompleted {
+                    index: *index,
+                    block: serde_json::json!({"type": "text", "text": format!("{text} [cut off: the daemon stopped]")}),
+                },
+                at(),
+            );
+        }
+        let waiting_for_answer = self.history.awaiting_tool_calls();
+        let awaiting: HashSet<&String> = open
+            .unanswered
+            .iter()
+            .filter(|id| waiting_for_answer.contains(*id))
+            .collect();
+        let interrupted: Vec<String> = open
+            .unanswered
+            .iter()
+            .filter(|id| !awaiting.contains(id))
+            .cloned()
+            .collect();
+        let resume = !awaiting.is_empty() && self.env.llm.is_ok();
+        for id in &interrupted {
+            self.emit_in(
+                EventKind::ToolResult {
+                    tool_call_id: id.clone(),
+                    content: serde_json::json!("interrupted: the daemon stopped while this tool was running; it was not run again"),
+                    is_error: true,
+                    details: None,
+                },
+                at(),
+            );
+        }
+        if resume {
+            self.emit_in(
+                EventKind::TurnRecovered {
+                    action: "awaiting_permission".into(),
+                    interrupted_tools: interrupted,
+                },
+                at(),
+            );
+            return self.resume(turn_id, &open.unanswered);
+        }
+        self.emit_in(
+            EventKind::TurnRecovered {
+                action: "ended".into(),
+                interrupted_tools: open.unanswered.clone(),
+            },
+            at(),
+        );
+        let pending: Vec<String> = self.history.pending_permissions.keys().cloned().collect();
+        for request_id in pending {
+            self.emit_in(
+                EventKind::PermissionResolved {
+                    request_id,
+                    decision: PermissionDecision::Cancelled,
+                    resolved_by: None,
+                    message: Some("the daemon stopped while this request was pending".into()),
+                    rule: None,
+                    rules: Vec::new(),
+                },
+                at(),
+            );
+        }
+        self.end_turn(turn_id, interrupted_outcome());
+        self.emit(EventKind::Notice {
+            level: "warning".into(),
+            message:
+                "the daemon stopped during the last turn; it was ended and the session is ready"
+                    .into(),
+        });
+    }
+
+    /// Goes on with a turn that waited for permission: its unanswered calls run once their
+    /// requests are answered.
+    fn resume(&mut self, turn_id: TurnId, unanswered: &[String]) {
+        let calls: Vec<crate::agent::Call> = self
+            .history
+            .unanswered_tool_uses()
+            .into_iter()
+            .map(|b| {
+                let id = b["id"].as_str().unwrap_or_default().to_owned();
+                crate::agent::Call {
+                    logged: unanswered.contains(&id),
+                    id,
+                    name: b["name"].as_str().unwrap_or_default().to_owned(),
+                    input: b.get("input").cloned().unwrap_or_default(),
+                }
+            })
+            .collect();
+        self.emit_in(
+            EventKind::Notice {
+                level: "info".into(),
+                message: "the daemon stopped while this turn waited for permission; the request is still open, and the turn goes on once it is answered".into(),
+            },
+            Some(turn_id.clone()),
+        );
+        let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let hooks = Arc::new(crate::hooks::Hooks::load(
+            &cwd,
+            home.as_deref(),
+            self.env.config_hooks.as_ref(),
+        ));
+        let plan = Launch {
+            model: self.journal.record.model.clone(),
+            tools: self.env.tools.clone(),
+            hooks,
+            job: TurnJob::Resume(calls),
+            cancel: Default::default(),
+            prompt: None,
+            options: TurnOptions::default(),
+            interactive: true,
+        };
+        self.launch(turn_id, plan);
+    }
+
+    /// Background shells an earlier daemon left: killed if still running, reported lost.
+    pub(super) fn recover_shells(&mut self, shells: Vec<OrphanShell>) {
+        for shell in shells {
+            let killed = shell
+                .pid
+                .is_some_and(|pid| crate::tools::reap_orphan(pid, shell.start_ticks));
+            self.workspace.jobs.adopt_lost(&shell.id, &shell.command);
+            let what = if killed {
+                "was still running after tetherd stopped and has been killed"
+            } else {
+                "ended while tetherd was stopped"
+            };
+            self.emit(EventKind::BackgroundShellEnded {
+                message: format!(
+                    "background shell {} ({}) {what}; its later output is lost",
+                    shell.id, shell.command
+                ),
+                shell_id: shell.id,
+                command: shell.command,
+                state: "lost".into(),
+                exit_code: None,
+            });
+        }
+    }
+
+    /// A background shell of this session ended.
+    pub(super) fn shell_ended(&mut self, id: String, command: String, end: crate::agent::JobEnd) {
+        let (state, exit_code) = match end {
+            crate::agent::JobEnd::Exited(code) => ("exited", code),
+            crate::agent::JobEnd::Killed => ("killed", None),
+            crate::agent::JobEnd::Lost => ("lost", None),
+        };
+        self.emit(EventKind::BackgroundShellEnded {
+            message: format!("background shell {id} ({command}) {}", end.describe()),
+            shell_id: id,
+            command,
+            state: state.into(),
+            exit_code,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, turn: Option<&str>, kind: EventKind) -> Event {
+        Event {
+            session_id: tether_proto::SessionId("s".into()),
+            seq: Some(seq),
+            epoch: 1,
+            ts: String::new(),
+            turn_id: turn.map(|t| TurnId(t.into())),
+            kind,
+        }
+    }
+
+    #[test]
+    fn an_open_turn_keeps_its_unanswered_calls_and_cut_text() {
+        let mut loaded = Loaded::empty();
+        let t = Some("t1");
+        let call = |id: &str| EventKind::ToolCall {
+            tool_call_id: id.into(),
+            name: "Bash".into(),
+            input: serde_json::json!({}),
+        };
+        let events = [
+            event(
+                1,
+                t,
+                EventKind::TurnStarted {
+                    input: vec![],
+                    content: vec![],
+                    by: None,
+                    client_turn_id: None,
+                },
+            ),
+            event(2, t, call("a")),
+            event(3, t, call("b")),
+            event(
+                4,
+                t,
+                EventKind::ToolResult {
+                    tool_call_id: "a".into(),
+                    content: serde_json::json!("ok"),
+                    is_error: false,
+                    details: None,
+                },
+            ),
+            event(
+                5,
+                t,
+                EventKind::TextDelta {
+                    index: 0,
+                    text: "half a ".into(),
+                },
+            ),
+            event(
+                6,
+                t,
+                EventKind::TextDelta {
+                    index: 0,
+                    text: "sentence".into(),
+                },
+            ),
+        ];
+        for e in &events {
+            track(&mut loaded, e);
+        }
+        let open = loaded.open_turn.as_ref().expect("open");
+        assert_eq!(open.turn_id, TurnId("t1".into()));
+        assert_eq!(open.unanswered, ["b"]);
+        assert_eq!(
+            open.partial.get(&0).map(String::as_str),
+            Some("half a sentence")
+        );
+        track(
+            &mut loaded,
+            &event(
+                7,
+                t,
+                EventKind::TurnEnded {
+                    stop_reason: "end_turn".into(),
+                    usage: TokenUsage::default(),
+                    cost_usd: None,
+                    error: None,
+                },
+            ),
+        );
+        assert!(loaded.open_turn.is_none());
+    }
+}

@@ -1,0 +1,797 @@
+//! Turn scheduling: the running turn and the queue behind it ([`Turns`]), and the actor's turn
+//! commands — start (or queue), prepare, launch, finish, cancel.
+//!
+//! A turn goes through two tasks the actor owns, never blocking its loop: the preparation
+//! (input, prompt hooks: `agent::prepare`), whose result comes back as `Command::Prepared`, then
+//! the turn itself (context, model, tools), whose events come back through an [`ActorSink`] and
+//! whose end is `Command::TurnFinished`. From `turn/start` to its end the turn is `running`, so
+//! it can be cancelled, and a repeated `clientTurnId` finds it, at every step.
+
+use super::SessionError;
+use super::actor::{Command, SessionActor};
+use crate::agent::{
+    Call, PermissionAsk, Prepared, SinkError, SlashCommand, Turn, TurnOutcome, TurnSink, Verdict,
+};
+use futures::FutureExt;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use tether_proto::{
+    BusyMode, ClientRef, EventKind, InputItem, SessionStatus, TokenUsage, TurnError, TurnId,
+    TurnOptions, TurnStarted,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// What `turn/start` (or `session/compact`) asks for.
+pub struct TurnRequest {
+    /// The user's input.
+    pub input: Vec<InputItem>,
+    /// The client's idempotency key.
+    pub client_turn_id: Option<String>,
+    /// What to do when a turn is running.
+    pub mode: BusyMode,
+    /// Per-turn options.
+    pub options: TurnOptions,
+    /// Who asked.
+    pub by: ClientRef,
+    /// The command this is, when the caller knows it (the input is then only what is logged).
+    pub command: Option<SlashCommand>,
+}
+
+/// A turn waiting for its start, or being prepared.
+pub(super) struct Queued {
+    turn_id: TurnId,
+    request: TurnRequest,
+}
+
+/// The turn in progress.
+pub(super) struct Running {
+    pub turn_id: TurnId,
+    pub cancel: CancellationToken,
+    /// Permission rules that allow without asking during this turn only.
+    pub allow: Vec<String>,
+    /// Its idempotency key (its `turn_started` may not be logged yet).
+    client_turn_id: Option<String>,
+}
+
+/// The running turn and the queue behind it.
+#[derive(Default)]
+pub(super) struct Turns {
+    running: Option<Running>,
+    queue: VecDeque<Queued>,
+}
+
+impl Turns {
+    /// The turn a client's idempotency key already names, while it runs or waits.
+    fn started(&self, client_turn_id: &str) -> Option<TurnStarted> {
+        let key = Some(client_turn_id);
+        if let Some(r) = self
+            .running
+            .as_ref()
+            .filter(|r| r.client_turn_id.as_deref() == key)
+        {
+            return Some(TurnStarted {
+                turn_id: r.turn_id.clone(),
+                queued: false,
+            });
+        }
+        self.queue
+            .iter()
+            .find(|q| q.request.client_turn_id.as_deref() == key)
+            .map(|q| TurnStarted {
+                turn_id: q.turn_id.clone(),
+                queued: true,
+            })
+    }
+
+    /// Whether no turn runs or waits.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_none() && self.queue.is_empty()
+    }
+
+    /// The running turn's id.
+    pub fn running_id(&self) -> Option<&TurnId> {
+        self.running.as_ref().map(|r| &r.turn_id)
+    }
+
+    /// Whether `turn_id` is the running turn.
+    pub fn is_running(&self, turn_id: &TurnId) -> bool {
+        self.running_id() == Some(turn_id)
+    }
+
+    /// The running turn's cancellation.
+    pub fn running_cancel(&self) -> Option<CancellationToken> {
+        self.running.as_ref().map(|r| r.cancel.clone())
+    }
+
+    /// The running turn's own allow rules (`allowedTools`).
+    pub fn allow(&self) -> &[String] {
+        self.running.as_ref().map_or(&[], |r| &r.allow)
+    }
+
+    /// Forgets the running turn.
+    pub fn take_running(&mut self) -> Option<Running> {
+        self.running.take()
+    }
+
+    /// Drops every waiting turn; returns how many there were.
+    pub fn clear_queue(&mut self) -> usize {
+        std::mem::take(&mut self.queue).len()
+    }
+
+    /// Makes `queued` the running turn.
+    fn run(&mut self, queued: &Queued) -> CancellationToken {
+        let cancel = CancellationToken::new();
+        self.running = Some(Running {
+            turn_id: queued.turn_id.clone(),
+            cancel: cancel.clone(),
+            allow: queued.request.options.allowed_tools.clone(),
+            client_turn_id: queued.request.client_turn_id.clone(),
+        });
+        cancel
+    }
+}
+
+/// How a turn's preparation ended.
+pub enum Preparation {
+    /// Ready for the model or a command.
+    Ready(Prepared),
+    /// Cancelled while a hook ran.
+    Cancelled,
+    /// The preparation crashed, with what it said.
+    Failed(String),
+}
+
+/// What a launched turn does.
+pub(super) enum TurnJob {
+    /// A model turn.
+    Run,
+    /// `/compact [instructions]`.
+    Compact(Option<String>),
+    /// Goes on with these tool calls of a turn an earlier daemon left waiting for permission.
+    Resume(Vec<Call>),
+}
+
+/// Everything [`SessionActor::launch`] needs besides the turn id.
+pub(super) struct Launch {
+    pub model: String,
+    pub tools: crate::agent::Tools,
+    pub hooks: Arc<crate::hooks::Hooks>,
+    pub job: TurnJob,
+    pub cancel: CancellationToken,
+    /// The user's prompt text, recorded on the turn span when prompts may be logged.
+    pub prompt: Option<String>,
+    pub options: TurnOptions,
+    /// Started by a person's client (not a script): pauses are likely, so a long-lived cache
+    /// pays.
+    pub interactive: bool,
+}
+
+/// The turn's outlet into its session actor.
+struct ActorSink {
+    tx: mpsc::UnboundedSender<Command>,
+    turn_id: TurnId,
+}
+
+fn stopped() -> SinkError {
+    SinkError("the session stopped".into())
+}
+
+impl TurnSink for ActorSink {
+    fn authorize(
+        &self,
+        ask: PermissionAsk,
+    ) -> Pin<Box<dyn Future<Output = Result<Verdict, SinkError>> + Send + '_>> {
+        Box::pin(async move {
+            let (reply, answer) = oneshot::channel();
+            self.tx
+                .send(Command::Authorize {
+                    turn_id: self.turn_id.clone(),
+                    ask,
+                    reply,
+                })
+                .map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?
+        })
+    }
+
+    fn send(&self, event: EventKind) {
+        let _ = self.tx.send(Command::TurnEvent {
+            turn_id: self.turn_id.clone(),
+            event,
+            ack: None,
+        });
+    }
+
+    fn commit(
+        &self,
+        event: EventKind,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + '_>> {
+        Box::pin(async move {
+            let (ack, done) = oneshot::channel();
+            self.tx
+                .send(Command::TurnEvent {
+                    turn_id: self.turn_id.clone(),
+                    event,
+                    ack: Some(ack),
+                })
+                .map_err(|_| stopped())?;
+            done.await.map_err(|_| stopped())?
+        })
+    }
+}
+
+/// What a panic said.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+fn text_of(input: &[InputItem]) -> String {
+    input
+        .iter()
+        .filter_map(|i| match i {
+            InputItem::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl SessionActor {
+    /// `turn/start`: starts the turn, or queues it behind the running one.
+    pub(super) fn request_turn(
+        &mut self,
+        request: TurnRequest,
+    ) -> Result<TurnStarted, SessionError> {
+        if let Some(c) = &request.client_turn_id {
+            if let Some(turn_id) = self.history.client_turns.get(c) {
+                return Ok(TurnStarted {
+                    turn_id: turn_id.clone(),
+                    queued: false,
+                });
+            }
+            if let Some(started) = self.turns.started(c) {
+                return Ok(started);
+            }
+        }
+        if self.presence.observer_only(&request.by) {
+            return Err(SessionError::NotController);
+        }
+        self.journal.writable()?;
+        let turn_id = TurnId(uuid::Uuid::new_v4().to_string());
+        let busy = self.turns.running.is_some();
+        if busy && request.mode == BusyMode::Reject {
+            return Err(SessionError::Busy);
+        }
+        let queued = Queued {
+            turn_id: turn_id.clone(),
+            request,
+        };
+        if busy {
+            self.turns.queue.push_back(queued);
+        } else {
+            self.start_turn(queued);
+        }
+        Ok(TurnStarted {
+            turn_id,
+            queued: busy,
+        })
+    }
+
+    /// Starts the next queued turns while none runs.
+    fn start_next(&mut self) {
+        while self.turns.running.is_none()
+            && let Some(next) = self.turns.queue.pop_front()
+        {
+            self.start_turn(next);
+        }
+    }
+
+    /// Makes `queued` the running turn and prepares it in its own task.
+    fn start_turn(&mut self, queued: Queued) {
+        let cancel = self.turns.run(&queued);
+        let Some(tx) = self.me.upgrade() else { return };
+        let record = &self.journal.record;
+        let request = crate::agent::PrepareRequest {
+            session_id: record.id.0.clone(),
+            cwd: std::path::PathBuf::from(&record.cwd),
+            home: std::env::var_os("HOME").map(std::path::PathBuf::from),
+            config_hooks: self.env.config_hooks.clone(),
+            input: queued.request.input.clone(),
+            command: queued.request.command.clone(),
+            session_start: !self.session_started,
+        };
+        self.tasks.spawn(async move {
+            let work = crate::agent::prepare(request, &cancel);
+            let preparation = match AssertUnwindSafe(work).catch_unwind().await {
+                Ok(Some(prepared)) => Preparation::Ready(prepared),
+                Ok(None) => Preparation::Cancelled,
+                Err(panic) => Preparation::Failed(panic_text(&*panic)),
+            };
+            let _ = tx.send(Command::Prepared {
+                queued,
+                preparation,
+            });
+        });
+    }
+
+    /// The turn's input is ready: logs `turn_started`, then runs the command or launches the
+    /// model turn.
+    pub(super) fn prepared(&mut self, queued: Queued, preparation: Preparation) {
+        let Queued { turn_id, request } = queued;
+        if !self.turns.is_running(&turn_id) {
+            // Cancelled while being prepared, and ended since (a delete or shutdown).
+            return;
+        }
+        let (prepared, failure) = match preparation {
+            Preparation::Ready(p) => (Some(p), None),
+            Preparation::Cancelled => (None, None),
+            Preparation::Failed(why) => (None, Some(why)),
+        };
+        if let Some(p) = &prepared {
+            self.session_started |= p.session_started;
+            for problem in p.hooks.problems.clone() {
+                self.report(problem);
+            }
+        }
+        let input = request
+            .input
+            .iter()
+            .filter_map(|i| serde_json::to_value(i).ok())
+            .collect();
+        let content = prepared
+            .as_ref()
+            .map(|p| p.content.clone())
+            .unwrap_or_default();
+        let started = EventKind::TurnStarted {
+            input,
+            content,
+            by: Some(request.by.clone()),
+            client_turn_id: request.client_turn_id.clone(),
+        };
+        if let Err(e) = self.try_emit(started, Some(turn_id.clone())) {
+            tracing::error!(session = %self.journal.record.id, "could not log turn_started: {e}");
+            self.turns.running = None;
+            return self.start_next();
+        }
+        let Some(prepared) = prepared else {
+            self.turns.running = None;
+            let outcome = match failure {
+                Some(why) => {
+                    tracing::error!("a turn's preparation panicked: {why}");
+                    return self.refuse(
+                        turn_id,
+                        "internal",
+                        format!("the turn's input could not be prepared: {why}"),
+                    );
+                }
+                None => TurnOutcome {
+                    stop_reason: "cancelled".into(),
+                    usage: TokenUsage::default(),
+                    cost_usd: Some(0.0),
+                    error: None,
+                },
+            };
+            return self.end_turn(turn_id, outcome);
+        };
+        for notice in &prepared.notices {
+            self.emit_in(
+                EventKind::Notice {
+                    level: "warning".into(),
+                    message: notice.clone(),
+                },
+                Some(turn_id.clone()),
+            );
+        }
+        if let Some(reason) = &prepared.blocked {
+            self.turns.running = None;
+            let message = format!("the prompt was blocked by a UserPromptSubmit hook: {reason}");
+            return self.refuse(turn_id, "prompt_blocked", message);
+        }
+        let mut model = self.journal.record.model.clone();
+        let mut tools = self.env.tools.clone();
+        let job = match prepared.command {
+            None => {
+                self.name_session(&request.input);
+                TurnJob::Run
+            }
+            Some(SlashCommand::Compact(instructions)) => TurnJob::Compact(instructions),
+            Some(SlashCommand::Custom {
+                model: m,
+                allowed_tools,
+                ..
+            }) => {
+                if let Some(m) = m {
+                    model = m;
+                }
+                if let Some(names) = allowed_tools {
+                    tools = tools.subset(&names);
+                }
+                TurnJob::Run
+            }
+            Some(command) => {
+                self.turns.running = None;
+                return self.run_command(turn_id, request.by, command);
+            }
+        };
+        let effort = request
+            .options
+            .effort
+            .as_deref()
+            .filter(|e| !e.trim().is_empty());
+        let checked = self.env.catalog.check(&model).and_then(|()| match effort {
+            Some(e) => self.env.catalog.check_effort(&model, e).map(|_| ()),
+            None => Ok(()),
+        });
+        if let Err(e) = checked {
+            self.turns.running = None;
+            return self.refuse(turn_id, e.code(), e.to_string());
+        }
+        let cancel = self.turns.running_cancel().unwrap_or_default();
+        let plan = Launch {
+            model,
+            tools,
+            hooks: prepared.hooks,
+            job,
+            cancel,
+            prompt: Some(text_of(&request.input)),
+            interactive: request.by.kind != tether_proto::ClientKind::Script,
+            options: request.options,
+        };
+        self.launch(turn_id, plan);
+    }
+
+    /// Runs a turn's work in its own task; its events come back through an [`ActorSink`].
+    pub(super) fn launch(&mut self, turn_id: TurnId, plan: Launch) {
+        let Launch {
+            model,
+            tools,
+            hooks,
+            job,
+            cancel,
+            prompt,
+            options,
+            interactive,
+        } = plan;
+        if !self.turns.is_running(&turn_id) {
+            self.turns.running = Some(Running {
+                turn_id: turn_id.clone(),
+                cancel: cancel.clone(),
+                allow: options.allowed_tools.clone(),
+                client_turn_id: None,
+            });
+        }
+        let tools = if options.disallowed_tools.is_empty() {
+            tools
+        } else {
+            let keep: Vec<String> = tools
+                .names()
+                .into_iter()
+                .filter(|n| !options.disallowed_tools.iter().any(|d| d == n))
+                .map(str::to_owned)
+                .collect();
+            tools.subset(&keep)
+        };
+        let mut limits = self.env.limits.clone();
+        if let Some(n) = options.max_turns {
+            limits.max_requests = n;
+        }
+        self.set_status(SessionStatus::Running);
+        let llm = match &self.env.llm {
+            Ok(llm) => llm.clone(),
+            Err(message) => {
+                let error = TurnError {
+                    code: "config".into(),
+                    message: message.clone(),
+                    retryable: false,
+                };
+                self.turns.running = None;
+                return self.finish_command(turn_id, Some(error));
+            }
+        };
+        let Some(tx) = self.me.upgrade() else { return };
+        let mut policy = self.env.policy.clone();
+        policy.hide_thinking = options.hide_thinking;
+        policy.prefix_ttl = self.env.cache_ttl.unwrap_or(if interactive {
+            crate::llm::CacheTtl::OneHour
+        } else {
+            crate::llm::CacheTtl::FiveMinutes
+        });
+        // The turn's own level, else the session's (`/effort`), else the configured one.
+        if let Some(e) = options
+            .effort
+            .as_deref()
+            .or(self.journal.record.effort.as_deref())
+            .and_then(crate::llm::Effort::parse)
+        {
+            policy.effort = Some(e);
+        }
+        let record = &self.journal.record;
+        let cwd = std::path::PathBuf::from(&record.cwd);
+        let notes = crate::context::project_memory(&self.env.data_dir, &cwd);
+        let session_id = record.id.0.clone();
+        let env = self.env.clone();
+        let workspace = self.workspace.clone();
+        let mut history = self.history.clone();
+        let sink = Arc::new(ActorSink {
+            tx: tx.clone(),
+            turn_id: turn_id.clone(),
+        });
+        let span = tracing::info_span!(
+            "turn",
+            session.id = %record.id,
+            turn.id = %turn_id,
+            model = %self.env.catalog.resolve(&model),
+            job = match &job {
+                TurnJob::Run => "run",
+                TurnJob::Compact(_) => "compact",
+                TurnJob::Resume(_) => "resume",
+            },
+            prompt = tracing::field::Empty,
+            stop_reason = tracing::field::Empty,
+            tokens.input = tracing::field::Empty,
+            tokens.output = tracing::field::Empty,
+            cost_usd = tracing::field::Empty,
+        );
+        if let Some(p) = prompt.filter(|_| self.env.log_user_prompts) {
+            span.record("prompt", p);
+        }
+        let task = async move {
+            let job = async {
+                // The prompt prefix at the session's first turn; what changed, at a later fresh
+                // one. Only then is the system prompt known.
+                let tail = matches!(job, TurnJob::Run);
+                if let Err(e) =
+                    crate::agent::settle_context(&mut history, &*sink, &cwd, &notes, tail).await
+                {
+                    tracing::error!("could not log the session's context: {e}");
+                }
+                let mut system = history
+                    .prefix
+                    .as_ref()
+                    .map(|p| p.blocks())
+                    .unwrap_or_default();
+                if let Some(extra) = options
+                    .append_system_prompt
+                    .as_ref()
+                    .filter(|e| !e.trim().is_empty())
+                {
+                    system.push(crate::llm::SystemBlock::text(extra.clone()));
+                }
+                let child_tools: Vec<String> = tools
+                    .names()
+                    .into_iter()
+                    .filter(|n| *n != crate::agent::TASK_TOOL)
+                    .map(str::to_owned)
+                    .collect();
+                let subagents = Arc::new(crate::agent::Subagents {
+                    hooks: hooks.clone(),
+                    session_id: session_id.clone(),
+                    llm: llm.clone(),
+                    catalog: env.catalog.clone(),
+                    model: model.clone(),
+                    system: system.clone(),
+                    tools: tools.subset(&child_tools),
+                    limits: limits.clone(),
+                    policy: policy.clone(),
+                    web: env.web.clone(),
+                    fast_model: env.fast_model.clone(),
+                    authorizer: sink.clone(),
+                });
+                let turn = Turn {
+                    model,
+                    system,
+                    tools,
+                    llm,
+                    catalog: env.catalog.clone(),
+                    workspace,
+                    cancel,
+                    limits,
+                    subagents: Some(subagents),
+                    hooks,
+                    session_id,
+                    web: env.web.clone(),
+                    fast_model: env.fast_model.clone(),
+                    policy,
+                };
+                match job {
+                    TurnJob::Run => turn.run(history, sink).await,
+                    TurnJob::Compact(instructions) => {
+                        turn.compact_only(history, sink, instructions).await
+                    }
+                    TurnJob::Resume(calls) => turn.resume(history, calls, sink).await,
+                }
+            };
+            let outcome = match AssertUnwindSafe(job).catch_unwind().await {
+                Ok(outcome) => outcome,
+                Err(panic) => {
+                    let what = panic_text(&*panic);
+                    tracing::error!("a turn panicked: {what}");
+                    TurnOutcome {
+                        stop_reason: "error".into(),
+                        usage: TokenUsage::default(),
+                        cost_usd: None,
+                        error: Some(TurnError {
+                            code: "internal".into(),
+                            message: format!("the turn crashed: {what}"),
+                            retryable: false,
+                        }),
+                    }
+                }
+            };
+            let span = tracing::Span::current();
+            span.record("stop_reason", outcome.stop_reason.as_str());
+            span.record("tokens.input", outcome.usage.input_tokens);
+            span.record("tokens.output", outcome.usage.output_tokens);
+            if let Some(c) = outcome.cost_usd {
+                span.record("cost_usd", c);
+            }
+            let _ = tx.send(Command::TurnFinished { turn_id, outcome });
+        };
+        self.tasks
+            .spawn(tracing::Instrument::instrument(task, span));
+    }
+
+    /// The turn's task ended.
+    pub(super) fn turn_finished(&mut self, turn_id: TurnId, outcome: TurnOutcome) {
+        if self.turns.is_running(&turn_id) {
+            self.turns.running = None;
+            self.end_turn(turn_id, outcome);
+        }
+    }
+
+    /// `turn/cancel`: cancels the running turn (its task ends it) and its permission requests;
+    /// `false` when none runs.
+    pub(super) fn cancel_turn(&mut self) -> bool {
+        let Some(running) = &self.turns.running else {
+            return false;
+        };
+        let turn_id = running.turn_id.clone();
+        running.cancel.cancel();
+        self.cancel_waiting(&turn_id);
+        true
+    }
+
+    /// Logs a turn's end and starts the next queued one.
+    pub(super) fn end_turn(&mut self, turn_id: TurnId, outcome: TurnOutcome) {
+        crate::telemetry::turn_ended(
+            &self.env.catalog.resolve(&self.journal.record.model),
+            &outcome.usage,
+            outcome.cost_usd,
+        );
+        let event = EventKind::TurnEnded {
+            stop_reason: outcome.stop_reason,
+            usage: outcome.usage,
+            cost_usd: outcome.cost_usd,
+            error: outcome.error,
+        };
+        self.emit_in(event, Some(turn_id));
+        self.prune_due = true;
+        if self.turns.is_idle() {
+            self.set_status(SessionStatus::Idle);
+        }
+        self.start_next();
+    }
+
+    /// Ends a turn the daemon refused before any model call: an `error` event, then the end.
+    pub(super) fn refuse(&mut self, turn_id: TurnId, code: &str, message: String) {
+        self.emit_in(
+            EventKind::Error {
+                code: code.into(),
+                message: message.clone(),
+            },
+            Some(turn_id.clone()),
+        );
+        let error = TurnError {
+            code: code.into(),
+            message,
+            retryable: false,
+        };
+        self.finish_command(turn_id, Some(error))
+    }
+
+    /// Ends a turn that was handled without the model (a command).
+    pub(super) fn finish_command(&mut self, turn_id: TurnId, error: Option<TurnError>) {
+        let outcome = TurnOutcome {
+            stop_reason: if error.is_some() { "error" } else { "command" }.into(),
+            usage: TokenUsage::default(),
+            cost_usd: Some(0.0),
+            error,
+        };
+        self.end_turn(turn_id, outcome);
+    }
+
+    /// Names an untitled session after its first prompt, in the background.
+    fn name_session(&mut self, input: &[InputItem]) {
+        if self.journal.record.title.is_some() || self.titling {
+            return;
+        }
+        let prompt = text_of(input);
+        if prompt.trim().is_empty() {
+            return;
+        }
+        let Some(tx) = self.me.upgrade() else { return };
+        self.titling = true;
+        let env = self.env.clone();
+        let session = self.journal.record.id.clone();
+        self.tasks.spawn(async move {
+            let llm = env.llm.as_deref().map_err(String::as_str);
+            let title = match crate::agent::generate_title(
+                llm,
+                &env.catalog,
+                &env.fast_model,
+                &prompt,
+            )
+            .await
+            {
+                Ok(t) => t,
+                Err((fallback, why)) => {
+                    tracing::info!(%session, "titled from the prompt; the model was not asked or failed: {why}");
+                    fallback
+                }
+            };
+            let _ = tx.send(Command::Titled { title });
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_proto::{ClientKind, ConnectionId};
+
+    fn queued(id: &str, key: Option<&str>) -> Queued {
+        Queued {
+            turn_id: TurnId(id.into()),
+            request: TurnRequest {
+                input: Vec::new(),
+                client_turn_id: key.map(str::to_owned),
+                mode: BusyMode::Queue,
+                options: TurnOptions::default(),
+                by: ClientRef {
+                    client_id: ConnectionId(1),
+                    kind: ClientKind::Script,
+                    name: None,
+                },
+                command: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_client_turn_id_finds_its_turn_while_it_runs_or_waits() {
+        let mut t = Turns::default();
+        assert!(t.is_idle());
+        let first = queued("t1", Some("k1"));
+        let cancel = t.run(&first);
+        t.queue.push_back(queued("t2", Some("k2")));
+        assert_eq!(
+            t.started("k1"),
+            Some(TurnStarted {
+                turn_id: TurnId("t1".into()),
+                queued: false
+            })
+        );
+        assert_eq!(
+            t.started("k2"),
+            Some(TurnStarted {
+                turn_id: TurnId("t2".into()),
+                queued: true
+            })
+        );
+        assert_eq!(t.started("k3"), None);
+        assert!(t.is_running(&TurnId("t1".into())));
+        t.running_cancel().expect("running").cancel();
+        assert!(cancel.is_cancelled());
+        assert_eq!(t.clear_queue(), 1);
+        assert!(t.take_running().is_some());
+        assert!(t.is_idle());
+    }
+}
