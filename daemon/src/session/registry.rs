@@ -1,0 +1,395 @@
+//! The registry of sessions: creates them, loads them on demand (replaying the log into a new
+//! actor), recovers those a stop interrupted, lists, deletes, forks and exports them.
+//!
+//! Invariant: at most one live actor per session; the lock on the live map is held only for
+//! map lookups and inserts, never while a log is read.
+
+use super::actor::{self, SessionHandle};
+use super::recovery::{Loaded, replay};
+use super::{
+    ListFilter, NewSession, SessionError, TurnEnv, export, now_rfc3339, retention, summary_of,
+};
+use crate::store::{EventLog, SessionRecord, Store};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tether_proto::{ClientRef, SessionId, SessionList, SessionStatus, SessionSummary};
+
+/// Every session of the daemon: the stored ones, and the loaded ones with a running actor.
+pub struct Sessions {
+    store: Store,
+    epoch: u64,
+    env: Arc<TurnEnv>,
+    live: Mutex<HashMap<SessionId, SessionHandle>>,
+}
+
+impl Sessions {
+    /// A registry over `store`, stamping events with `epoch`.
+    pub fn new(store: Store, epoch: u64, env: Arc<TurnEnv>) -> Self {
+        Self {
+            store,
+            epoch,
+            env,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, SessionHandle>> {
+        // A panic while holding this lock cannot leave the map half-updated (single inserts and
+        // removes), so a poisoned lock is still usable.
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates a session; its first event (`session_created`, seq 1) is durable on return.
+    pub async fn create(
+        &self,
+        new: NewSession,
+        by: Option<ClientRef>,
+    ) -> Result<SessionId, SessionError> {
+        let id = SessionId(uuid::Uuid::new_v4().to_string());
+        let now = now_rfc3339();
+        let record = SessionRecord {
+            id: id.clone(),
+            title: new.title.filter(|t| !t.trim().is_empty()),
+            cwd: new.cwd,
+            model: new
+                .model
+                .unwrap_or_else(|| self.env.catalog.default_model().to_owned()),
+            effort: None,
+            permission_mode: new.permission_mode.unwrap_or(self.env.permission_mode),
+            on_no_controller: Default::default(),
+            status: SessionStatus::Idle,
+            created_at: now.clone(),
+            updated_at: now,
+            pruned_through: 0,
+        };
+        let log = self.store.log(&id)?;
+        let loaded = Loaded::empty();
+        let handle = actor::spawn(
+            record,
+            self.store.clone(),
+            log,
+            self.epoch,
+            loaded,
+            self.env.clone(),
+        );
+        self.live().insert(id.clone(), handle.clone());
+        handle.announce_creation(by).await?;
+        crate::telemetry::session_created();
+        Ok(id)
+    }
+
+    /// The handle of a session, loading it from the store if it is not live. The log is
+    /// replayed without holding the registry's lock, so other sessions are served meanwhile;
+    /// when two callers load the same session at once, the first to finish starts its actor and
+    /// the other uses it.
+    pub fn get(&self, id: &SessionId) -> Result<SessionHandle, SessionError> {
+        if let Some(h) = self.live().get(id).filter(|h| !h.is_stopped()) {
+            return Ok(h.clone());
+        }
+        let (record, log, loaded) = self.load(id)?;
+        let mut live = self.live();
+        if let Some(h) = live.get(id).filter(|h| !h.is_stopped()) {
+            return Ok(h.clone());
+        }
+        // Deleted while it was being read: nothing to start.
+        if self.store.session(id)?.is_none() {
+            return Err(SessionError::NotFound(id.clone()));
+        }
+        let handle = actor::spawn(
+            record,
+            self.store.clone(),
+            log,
+            self.epoch,
+            loaded,
+            self.env.clone(),
+        );
+        live.insert(id.clone(), handle.clone());
+        Ok(handle)
+    }
+
+    /// Reads a session's record and replays its log (pruning old deltas first).
+    fn load(&self, id: &SessionId) -> Result<(SessionRecord, EventLog, Loaded), SessionError> {
+        let mut record = self
+            .store
+            .session(id)?
+            .ok_or_else(|| SessionError::NotFound(id.clone()))?;
+        let log = self.store.log(id)?;
+        if let Some(keep) = self.env.delta_retention
+            && retention::apply(&log, &mut record, log.head()?, keep)?
+        {
+            self.store.put_session(&record)?;
+        }
+        let loaded = replay(&log)?;
+        if loaded.open_turn.is_none() && record.status != SessionStatus::Idle {
+            // Stopped between a turn's end and the status change that follows it.
+            record.status = SessionStatus::Idle;
+            self.store.put_session(&record)?;
+        }
+        Ok((record, log, loaded))
+    }
+
+    /// Loads every session that was busy when the daemon last stopped, so its open turn is
+    /// ended (and its interrupted tools answered) now rather than when someone next opens it,
+    /// and waits until each has written its recovery: a client of the daemon that just became
+    /// ready replays a recovered session, never one still "running". Returns how many were
+    /// loaded; one that cannot be loaded is logged and left alone.
+    pub async fn recover_interrupted(&self) -> usize {
+        let records = match self.store.sessions() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("cannot scan sessions for recovery: {e}");
+                return 0;
+            }
+        };
+        // Load them all first, so their recoveries run side by side; each actor recovers
+        // before anything else it is asked.
+        let mut loaded = Vec::new();
+        for record in records.iter().filter(|r| r.status != SessionStatus::Idle) {
+            match self.get(&record.id) {
+                Ok(handle) => loaded.push((record.id.clone(), handle)),
+                Err(e) => tracing::error!(session = %record.id, "cannot recover: {e}"),
+            }
+        }
+        for (id, handle) in &loaded {
+            if let Err(e) = handle.settled().await {
+                tracing::error!(session = %id, "recovery did not finish: {e}");
+            }
+        }
+        loaded.len()
+    }
+
+    /// The sessions that pass `filter`, most recently active first, one page at a time.
+    pub async fn list(&self, filter: &ListFilter) -> Result<SessionList, SessionError> {
+        let records = self.store.sessions()?;
+        let live: HashMap<SessionId, SessionHandle> = self
+            .live()
+            .iter()
+            .filter(|(_, h)| !h.is_stopped())
+            .map(|(id, h)| (id.clone(), h.clone()))
+            .collect();
+        let mut out = Vec::with_capacity(records.len());
+        for record in records {
+            if filter.cwd.as_ref().is_some_and(|c| *c != record.cwd) {
+                continue;
+            }
+            let summary = match live.get(&record.id) {
+                Some(h) => match h.summary().await {
+                    Ok(s) => s,
+                    Err(_) => continue, // deleted meanwhile
+                },
+                None => {
+                    let head = self.store.log(&record.id)?.head()?;
+                    summary_of(&record, head, Vec::new())
+                }
+            };
+            if filter.status.is_some_and(|s| s != summary.status) {
+                continue;
+            }
+            out.push(summary);
+        }
+        out.sort_by(|a, b| (&b.updated_at, &b.session_id.0).cmp(&(&a.updated_at, &a.session_id.0)));
+        let total = out.len();
+        if let Some(cursor) = &filter.cursor {
+            // Keyset paging: everything strictly after the cursor's (updatedAt, id) position.
+            let (at, id) = cursor.split_once('|').unwrap_or((cursor.as_str(), ""));
+            out.retain(|s| (s.updated_at.as_str(), s.session_id.0.as_str()) < (at, id));
+        }
+        let mut next_cursor = None;
+        if let Some(limit) = filter.limit.filter(|l| *l < out.len()) {
+            out.truncate(limit);
+            next_cursor = out
+                .last()
+                .map(|s| format!("{}|{}", s.updated_at, s.session_id));
+        }
+        Ok(SessionList {
+            sessions: out,
+            total,
+            next_cursor,
+        })
+    }
+
+    /// Deletes a session; its subscribers get `session_deleted` and their subscriptions end.
+    pub async fn delete(&self, id: &SessionId, by: Option<ClientRef>) -> Result<(), SessionError> {
+        let handle = self.get(id)?;
+        handle.delete(by).await?;
+        self.live().remove(id);
+        Ok(())
+    }
+
+    /// Every durable event of a session, in order.
+    async fn events(
+        &self,
+        id: &SessionId,
+    ) -> Result<(SessionSummary, Vec<tether_proto::Event>), SessionError> {
+        let summary = self.get(id)?.summary().await?;
+        let log = self.store.log(id)?;
+        let mut events = Vec::new();
+        for record in log.iter_between(0, summary.head_seq) {
+            let (_, bytes) = record?;
+            if let Ok(e) = serde_json::from_slice::<tether_proto::Event>(&bytes) {
+                events.push(e);
+            }
+        }
+        Ok((summary, events))
+    }
+
+    /// The session as `markdown` or `jsonl`.
+    pub async fn export(&self, id: &SessionId, format: &str) -> Result<String, SessionError> {
+        let (summary, events) = self.events(id).await?;
+        Ok(match format {
+            "jsonl" => export::jsonl(&events),
+            _ => {
+                let title = summary
+                    .title
+                    .clone()
+                    .unwrap_or_else(|| format!("Session {id}"));
+                export::markdown(&title, &summary.cwd, &events)
+            }
+        })
+    }
+
+    /// A new session holding `id`'s events up to `at` (default: its last durable event),
+    /// presence events left out, seqs renumbered. A turn open at that point is ended as
+    /// interrupted when the fork loads.
+    pub async fn fork(&self, id: &SessionId, at: Option<u64>) -> Result<SessionId, SessionError> {
+        let (summary, events) = self.events(id).await?;
+        let record = self
+            .store
+            .session(id)?
+            .ok_or_else(|| SessionError::NotFound(id.clone()))?;
+        let at = at.unwrap_or(summary.head_seq).min(summary.head_seq);
+        let new_id = SessionId(uuid::Uuid::new_v4().to_string());
+        let log = self.store.log(&new_id)?;
+        let mut seq = 0;
+        for mut e in events
+            .into_iter()
+            .filter(|e| e.seq.is_some_and(|s| s <= at))
+        {
+            if matches!(
+                e.kind,
+                tether_proto::EventKind::ClientAttached { .. }
+                    | tether_proto::EventKind::ClientDetached { .. }
+            ) {
+                continue;
+            }
+            seq += 1;
+            e.seq = Some(seq);
+            e.session_id = new_id.clone();
+            let json = serde_json::to_vec(&e).map_err(|e| SessionError::Commit(e.to_string()))?;
+            log.append(seq, &json)?;
+        }
+        let now = now_rfc3339();
+        let forked = SessionRecord {
+            id: new_id.clone(),
+            title: Some(format!(
+                "{} (fork)",
+                record
+                    .title
+                    .clone()
+                    .unwrap_or_else(|| id.0.chars().take(8).collect())
+            )),
+            status: SessionStatus::Idle,
+            created_at: now.clone(),
+            updated_at: now,
+            ..record
+        };
+        self.store.put_session(&forked)?;
+        self.store.flush().await?;
+        let handle = self.get(&new_id)?;
+        handle
+            .note(format!("forked from session {id} at event #{at}"))
+            .await?;
+        Ok(new_id)
+    }
+
+    /// How many sessions are stored and how many are loaded.
+    pub fn counts(&self) -> (u64, u64) {
+        let loaded = self.live().values().filter(|h| !h.is_stopped()).count();
+        (self.store.session_count() as u64, loaded as u64)
+    }
+
+    /// Stops every actor after committing its events; subscribers get `daemon_shutdown`.
+    pub async fn shutdown(&self) {
+        let handles: Vec<SessionHandle> = self.live().drain().map(|(_, h)| h).collect();
+        for h in handles {
+            h.shutdown().await;
+        }
+    }
+
+    /// What turns run with.
+    pub fn env(&self) -> &TurnEnv {
+        &self.env
+    }
+
+    /// The daemon's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The store, for final flushes.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+/// Shared ownership of the registry, as the RPC layer holds it.
+pub type SharedSessions = Arc<Sessions>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(dir: &std::path::Path) -> Arc<TurnEnv> {
+        Arc::new(TurnEnv {
+            llm: Err("no model in this test".into()),
+            catalog: Default::default(),
+            tools: crate::tools::builtin(),
+            limits: Default::default(),
+            data_dir: dir.to_owned(),
+            web: Arc::new(crate::llm::WebFetcher::new().expect("http client")),
+            fast_model: "haiku".into(),
+            idle_unload: None,
+            delta_retention: None,
+            permission_mode: Default::default(),
+            log_user_prompts: false,
+            policy: Default::default(),
+            cache_ttl: None,
+            config_hooks: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_damaged_record_is_skipped_and_reported_never_an_empty_session() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let sessions = Sessions::new(store.clone(), 1, env(dir.path()));
+        let new = NewSession {
+            cwd: "/tmp".into(),
+            title: Some("keep me".into()),
+            ..Default::default()
+        };
+        let id = sessions.create(new, None).await.expect("created");
+        sessions.shutdown().await;
+        // A torn record after the good one.
+        store
+            .log(&id)
+            .expect("log")
+            .append(2, b"{\"sessionId\": \"torn")
+            .expect("append");
+        store.flush().await.expect("flush");
+
+        let reloaded = Sessions::new(store.clone(), 2, env(dir.path()));
+        let handle = reloaded.get(&id).expect("loads");
+        // The first answer may come within the batch that logs the notice; the second is after.
+        handle.summary().await.expect("summary");
+        let summary = handle.summary().await.expect("summary");
+        assert_eq!(summary.title.as_deref(), Some("keep me"));
+        assert_eq!(summary.head_seq, 3, "the notice follows the damaged record");
+        let notice = store.log(&id).expect("log").read(2, 3, 1).expect("read");
+        let text = String::from_utf8_lossy(&notice[0].1).into_owned();
+        assert!(
+            text.contains("damaged record(s)") && text.contains("[2]"),
+            "{text}"
+        );
+    }
+}
