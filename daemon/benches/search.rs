@@ -5,7 +5,7 @@
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tether_daemon::agent::{ToolContext, Workspace};
+use tether_daemon::tools::{ToolContext, Workspace};
 
 fn best_of(n: usize, mut f: impl FnMut()) -> Duration {
     (0..n)
@@ -38,7 +38,7 @@ fn main() {
     let (Some(grep), Some(glob)) = (tools.find("Grep"), tools.find("Glob")) else {
         return eprintln!("tools missing");
     };
-    let run = |tool: &Arc<dyn tether_daemon::agent::Tool>, input: serde_json::Value| {
+    let run = |tool: &Arc<dyn tether_daemon::tools::Tool>, input: serde_json::Value| {
         rt.block_on(tool.run(input.clone(), &ctx));
     };
     let cases = [

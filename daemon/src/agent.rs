@@ -11,26 +11,22 @@ mod compact;
 mod dispatch;
 mod history;
 mod input;
-mod jobs;
 mod prepare;
 mod sink;
 mod subagent;
 mod title;
-mod tool;
 mod turn;
+mod turn_context;
 
 pub use commands::{
     BUILTIN as BUILTIN_COMMANDS, SlashCommand, list as list_commands, parse as parse_command,
 };
 pub use dispatch::{Call, INTERRUPTED};
 pub use history::{History, MISSING_RESULT, SUMMARY_PREFIX};
-pub use input::{MAX_IMAGE_BYTES, Processed, mentions, process as process_input};
-pub use jobs::{Job, JobEnd, Jobs};
+pub use input::{Processed, mentions, process as process_input};
 pub use prepare::{Prepared, Request as PrepareRequest, prepare, settle_context};
 pub use sink::{PermissionAsk, SinkError, TurnSink, Verdict};
-pub use subagent::{Subagents, TASK_TOOL};
+pub use subagent::Subagents;
 pub use title::{TITLE_INSTRUCTION, generate as generate_title};
-pub use tool::{
-    FileStamp, Net, Spent, Tool, ToolContext, ToolFuture, ToolOutput, Tools, Workspace, normalize,
-};
 pub use turn::{CONTINUE_PROMPT, Turn, TurnLimits, TurnOutcome};
+pub use turn_context::{TASK_TOOL, TurnContext};

@@ -92,7 +92,7 @@ pub struct TurnEnv {
     /// Aliases and prices.
     pub catalog: crate::llm::ModelCatalog,
     /// The tools.
-    pub tools: crate::agent::Tools,
+    pub tools: crate::tools::Tools,
     /// Turn limits.
     pub limits: crate::agent::TurnLimits,
     /// The daemon's data directory (project memory lives under it).

@@ -1,22 +1,34 @@
 //! The built-in tools, one file each. Each follows Claude Code's name and input fields, so
-//! prompts and habits carry over.
+//! prompts and habits carry over. `tool.rs` is the `Tool` trait, `ToolContext` and the `Tools`
+//! registry; `workspace.rs` the session's directories; `jobs.rs` its background shells.
+//!
+//! Invariant: tools know nothing of the query loop; sub-agents reach it through the
+//! [`SubagentRunner`] trait the loop implements.
 
 mod bash;
 mod edit;
 mod glob;
 mod grep;
+mod jobs;
 mod ls;
 mod notebook;
 mod read;
 mod task;
 mod todo;
+mod tool;
 mod walk;
 mod web_fetch;
+mod workspace;
 mod write;
 
 pub use bash::reap_orphan;
+pub use jobs::{Job, JobEnd, Jobs};
+pub use read::MAX_IMAGE_BYTES;
+pub use tool::{
+    Net, Spent, SubagentFuture, SubagentRunner, Tool, ToolContext, ToolFuture, ToolOutput, Tools,
+};
+pub use workspace::{FileStamp, Workspace, normalize};
 
-use crate::agent::{Tool, Tools};
 use std::sync::Arc;
 
 /// Every built-in tool.

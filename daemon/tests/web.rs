@@ -6,8 +6,8 @@ use axum::routing::get;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tether_daemon::agent::{Net, ToolContext, Workspace};
 use tether_daemon::llm::{AnthropicClient, Auth, LlmConfig, ModelCatalog, WebError, WebFetcher};
+use tether_daemon::tools::{Net, ToolContext, Workspace};
 use tether_tests::fake_anthropic::{FakeAnthropic, Script, Step};
 
 async fn pages(hits: Arc<AtomicUsize>) -> String {

@@ -4,7 +4,7 @@
 
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
-use crate::llm::{AnthropicClient, Message, MessagesRequest, Role, SystemBlock, ToolDefinition};
+use crate::llm::{Message, MessagesRequest, Model, Role, SystemBlock, ToolDefinition};
 use serde_json::json;
 use std::sync::Arc;
 use tether_proto::EventKind;
@@ -34,7 +34,7 @@ pub struct Compacted {
 /// `error` with code `compaction_failed`). Returns the usage on success.
 #[allow(clippy::too_many_arguments)]
 pub async fn compact(
-    llm: &AnthropicClient,
+    llm: &dyn Model,
     catalog: &crate::llm::ModelCatalog,
     model_id: &str,
     tools: &[ToolDefinition],

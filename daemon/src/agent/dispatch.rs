@@ -4,7 +4,8 @@
 
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
-use super::tool::{ToolContext, ToolOutput, Tools};
+use super::turn_context::TurnContext;
+use crate::tools::{Spent, SubagentRunner, ToolContext, ToolOutput};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,26 +39,16 @@ fn with_note(mut out: ToolOutput, note: Option<String>) -> ToolOutput {
 
 /// What the calls run with.
 pub struct Dispatch<'a> {
-    /// The tools.
-    pub tools: &'a Tools,
-    /// The session's directories.
-    pub workspace: Arc<super::tool::Workspace>,
+    /// The turn's context: tools, workspace, hooks, network, limits.
+    pub ctx: &'a TurnContext,
     /// The turn's cancellation.
     pub cancel: &'a CancellationToken,
-    /// Longest a call may run.
-    pub timeout: Duration,
     /// Where events go.
     pub sink: Arc<dyn TurnSink>,
-    /// The network, for WebFetch.
-    pub net: Option<Arc<super::tool::Net>>,
     /// Sub-agents for the Task tool.
-    pub subagents: Option<Arc<super::subagent::Subagents>>,
+    pub subagents: Option<Arc<dyn SubagentRunner>>,
     /// What tools spent on model requests.
-    pub spent: Arc<std::sync::Mutex<super::tool::Spent>>,
-    /// The project's hooks.
-    pub hooks: Arc<crate::hooks::Hooks>,
-    /// The session's id (hooks receive it).
-    pub session_id: String,
+    pub spent: Arc<std::sync::Mutex<Spent>>,
 }
 
 impl Dispatch<'_> {
@@ -90,6 +81,7 @@ impl Dispatch<'_> {
         let mut batches: Vec<Vec<Call>> = Vec::new();
         for call in calls {
             let read_only = self
+                .ctx
                 .tools
                 .find(&call.name)
                 .is_some_and(|t| t.is_read_only());
@@ -97,7 +89,10 @@ impl Dispatch<'_> {
                 Some(batch)
                     if read_only
                         && batch.iter().all(|c| {
-                            self.tools.find(&c.name).is_some_and(|t| t.is_read_only())
+                            self.ctx
+                                .tools
+                                .find(&c.name)
+                                .is_some_and(|t| t.is_read_only())
                         }) =>
                 {
                     batch.push(call)
@@ -136,26 +131,27 @@ impl Dispatch<'_> {
                 )
                 .await?;
             }
-            let Some(tool) = self.tools.find(&call.name) else {
+            let Some(tool) = self.ctx.tools.find(&call.name) else {
                 let msg = format!(
                     "there is no tool named {:?}; the available tools are: {}",
                     call.name,
-                    self.tools.names().join(", ")
+                    self.ctx.tools.names().join(", ")
                 );
                 self.result(history, &call.id, ToolOutput::error(msg))
                     .await?;
                 continue;
             };
-            if let Err(msg) = self.tools.validate(&call.name, &call.input) {
+            if let Err(msg) = self.ctx.tools.validate(&call.name, &call.input) {
                 self.result(history, &call.id, ToolOutput::error(msg))
                     .await?;
                 continue;
             }
-            let cwd = self.workspace.cwd();
+            let cwd = self.ctx.workspace.cwd();
             let mut hook = None;
-            if self.hooks.has("PreToolUse") {
-                let input = serde_json::json!({"session_id": self.session_id, "cwd": cwd, "tool_name": tool.name(), "tool_input": call.input});
+            if self.ctx.hooks.has("PreToolUse") {
+                let input = serde_json::json!({"session_id": self.ctx.session_id, "cwd": cwd, "tool_name": tool.name(), "tool_input": call.input});
                 let outcome = self
+                    .ctx
                     .hooks
                     .run("PreToolUse", Some(tool.name()), input, &cwd)
                     .await;
@@ -195,9 +191,9 @@ impl Dispatch<'_> {
             let ctx = ToolContext {
                 emit: Arc::new(move |event| emit_sink.send(event)),
                 subagents: self.subagents.clone(),
-                net: self.net.clone(),
+                net: Some(self.ctx.net.clone()),
                 spent: self.spent.clone(),
-                workspace: self.workspace.clone(),
+                workspace: self.ctx.workspace.clone(),
                 cancel: self.cancel.child_token(),
                 progress: Arc::new(move |chunk: String| {
                     sink.send(EventKind::ToolProgress {
@@ -206,12 +202,12 @@ impl Dispatch<'_> {
                     })
                 }),
             };
-            let timeout = self.timeout;
+            let timeout = self.ctx.limits.tool_timeout;
             let name = call.name.clone();
             let id = call.id.clone();
             unanswered.push(id.clone());
-            let hooks = self.hooks.clone();
-            let post_input = serde_json::json!({"session_id": self.session_id, "cwd": self.workspace.cwd(), "tool_name": tool.name(), "tool_input": call.input});
+            let hooks = self.ctx.hooks.clone();
+            let post_input = serde_json::json!({"session_id": self.ctx.session_id, "cwd": self.ctx.workspace.cwd(), "tool_name": tool.name(), "tool_input": call.input});
             let hook_sink = self.sink.clone();
             let given = ["file_path", "notebook_path", "path"]
                 .iter()

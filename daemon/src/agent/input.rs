@@ -9,8 +9,6 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use tether_proto::InputItem;
 
-/// Largest image the API takes (base64-decoded bytes).
-pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 /// Largest PDF the API takes.
 pub const MAX_PDF_BYTES: usize = 32 * 1024 * 1024;
 /// Largest text file attached by a mention.
@@ -53,11 +51,11 @@ pub fn process(cwd: &Path, items: &[InputItem]) -> Processed {
                         out.notices.push(format!(
                             "image not attached: {media} is not png, jpeg, gif or webp"
                         ));
-                    } else if size > MAX_IMAGE_BYTES {
+                    } else if size > crate::tools::MAX_IMAGE_BYTES {
                         out.notices.push(format!(
                             "image not attached: {} KB is over the API's limit of {} KB",
                             size / 1024,
-                            MAX_IMAGE_BYTES / 1024
+                            crate::tools::MAX_IMAGE_BYTES / 1024
                         ));
                     } else {
                         out.content.push(image_block(&media, data.clone()));
@@ -157,7 +155,7 @@ fn attach(cwd: &Path, mention: &str, out: &mut Processed) {
             bytes.len() / (1024 * 1024)
         )),
         Some("application/pdf") => out.content.push(json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": b64()}})),
-        Some(_) if bytes.len() > MAX_IMAGE_BYTES => out.notices.push(format!(
+        Some(_) if bytes.len() > crate::tools::MAX_IMAGE_BYTES => out.notices.push(format!(
             "@{mention} was not attached: {} KB is over the API's image limit of 5 MB",
             bytes.len() / 1024
         )),

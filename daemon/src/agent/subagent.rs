@@ -1,47 +1,25 @@
 //! Sub-agents: the query loop run on a child conversation with its own history and a tool subset
-//! (never the Task tool itself, which bounds recursion). The child's progress streams as the
+//! (never the Task tool itself, which bounds recursion); the tools reach it through
+//! [`SubagentRunner`]. The child's progress streams as the
 //! parent call's `tool_progress`; its usage counts toward the session.
 
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
-use super::tool::{ToolContext, ToolOutput, Tools};
-use super::turn::{Turn, TurnLimits};
-use crate::llm::{AnthropicClient, ModelCatalog, SystemBlock};
+use super::turn::Turn;
+use super::turn_context::TurnContext;
+use crate::tools::{SubagentFuture, SubagentRunner, ToolContext, ToolOutput};
 use serde_json::json;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use tether_proto::{EventKind, TokenUsage};
 
-/// The name of the tool that starts sub-agents (left out of a child's tools).
-pub const TASK_TOOL: &str = "Task";
-
-/// What a child turn runs with, inherited from its parent turn.
+/// Runs child turns for the Task tool of one parent turn.
 pub struct Subagents {
-    /// The model client.
-    pub llm: Arc<AnthropicClient>,
-    /// Aliases and prices.
-    pub catalog: ModelCatalog,
-    /// The parent's model.
-    pub model: String,
-    /// The parent's system prompt.
-    pub system: Vec<SystemBlock>,
-    /// The child's tools.
-    pub tools: Tools,
-    /// The parent's limits.
-    pub limits: TurnLimits,
-    /// Thinking, effort and betas, as the parent turn asked for them.
-    pub policy: crate::llm::RequestPolicy,
-    /// Web pages.
-    pub web: Arc<crate::llm::WebFetcher>,
-    /// The project's hooks.
-    pub hooks: Arc<crate::hooks::Hooks>,
-    /// The session's id.
-    pub session_id: String,
-    /// The parent's outlet, which answers the child's permission checks.
+    /// What the children run with (the parent's context without the Task tool).
+    pub ctx: Arc<TurnContext>,
+    /// The parent's outlet, which answers the children's permission checks.
     pub authorizer: Arc<dyn TurnSink>,
-    /// The small fast model.
-    pub fast_model: String,
 }
 
 /// Collects a child's final answer and turns its events into progress text.
@@ -101,29 +79,29 @@ impl TurnSink for ChildSink {
     }
 }
 
+impl SubagentRunner for Subagents {
+    fn run<'a>(
+        &'a self,
+        description: &'a str,
+        prompt: &'a str,
+        ctx: &'a ToolContext,
+    ) -> SubagentFuture<'a> {
+        Box::pin(self.run_child(description, prompt, ctx))
+    }
+}
+
 impl Subagents {
     /// Runs `prompt` as a child conversation; returns its final answer and what it spent.
-    pub async fn run(
+    async fn run_child(
         &self,
         description: &str,
         prompt: &str,
         ctx: &ToolContext,
     ) -> (ToolOutput, TokenUsage, Option<f64>) {
         let turn = Turn {
-            model: self.model.clone(),
-            system: self.system.clone(),
-            tools: self.tools.clone(),
-            llm: self.llm.clone(),
-            catalog: self.catalog.clone(),
-            workspace: ctx.workspace.clone(),
+            ctx: self.ctx.clone(),
             cancel: ctx.cancel.child_token(),
-            limits: self.limits.clone(),
             subagents: None,
-            web: self.web.clone(),
-            fast_model: self.fast_model.clone(),
-            hooks: self.hooks.clone(),
-            session_id: self.session_id.clone(),
-            policy: self.policy.clone(),
         };
         let mut history = History::default();
         history.apply(

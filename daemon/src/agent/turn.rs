@@ -5,10 +5,9 @@ use super::compact::{MAX_FAILURES, compact};
 use super::dispatch::{Call, Dispatch};
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
-use super::tool::Tools;
-use crate::llm::{
-    AnthropicClient, LlmError, MessagesRequest, ModelCatalog, StreamUpdate, SystemBlock, Usage,
-};
+use super::turn_context::TurnContext;
+use crate::llm::{LlmError, MessagesRequest, StreamUpdate, Usage};
+use crate::tools::SubagentRunner;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -55,36 +54,14 @@ impl Default for TurnLimits {
     }
 }
 
-/// Everything a turn runs with.
+/// A turn: its context, its cancellation, and its sub-agents.
 pub struct Turn {
-    /// Model alias or id.
-    pub model: String,
-    /// The system prompt.
-    pub system: Vec<SystemBlock>,
-    /// The tools.
-    pub tools: Tools,
-    /// The model client.
-    pub llm: Arc<AnthropicClient>,
-    /// Aliases and prices.
-    pub catalog: ModelCatalog,
-    /// The session's directories.
-    pub workspace: Arc<super::tool::Workspace>,
+    /// What it runs with.
+    pub ctx: Arc<TurnContext>,
     /// Fires on `turn/cancel`.
     pub cancel: CancellationToken,
-    /// Limits.
-    pub limits: TurnLimits,
     /// Sub-agents for the Task tool (`None` inside a sub-agent).
-    pub subagents: Option<Arc<super::subagent::Subagents>>,
-    /// Web pages, for WebFetch.
-    pub web: Arc<crate::llm::WebFetcher>,
-    /// The small fast model.
-    pub fast_model: String,
-    /// The project's hooks.
-    pub hooks: Arc<crate::hooks::Hooks>,
-    /// The session's id (hooks receive it).
-    pub session_id: String,
-    /// Thinking, effort and betas asked for (each request takes what its model supports).
-    pub policy: crate::llm::RequestPolicy,
+    pub subagents: Option<Arc<dyn SubagentRunner>>,
 }
 
 /// How a turn ended.
@@ -155,16 +132,17 @@ impl Turn {
         reason: &str,
         extra: Option<&str>,
     ) -> Result<Option<super::compact::Compacted>, SinkError> {
-        if self.hooks.has("PreCompact") {
-            let cwd = self.workspace.cwd();
+        if self.ctx.hooks.has("PreCompact") {
+            let cwd = self.ctx.workspace.cwd();
             let trigger = if reason == "manual" { "manual" } else { "auto" };
             let input = serde_json::json!({
-                "session_id": self.session_id,
+                "session_id": self.ctx.session_id,
                 "cwd": cwd,
                 "trigger": trigger,
                 "custom_instructions": extra.unwrap_or(""),
             });
             let outcome = self
+                .ctx
                 .hooks
                 .run("PreCompact", Some(trigger), input, &cwd)
                 .await;
@@ -176,8 +154,8 @@ impl Turn {
             }
         }
         compact(
-            &self.llm,
-            &self.catalog,
+            &*self.ctx.net.llm,
+            &self.ctx.net.catalog,
             model_id,
             tools,
             history,
@@ -191,7 +169,7 @@ impl Turn {
 
     fn count(&self, tally: &mut Tally, model_id: &str, usage: &Usage) {
         tally.usage.add(&TokenUsage::from(usage));
-        tally.cost = match (tally.cost, self.catalog.cost_usd(model_id, usage)) {
+        tally.cost = match (tally.cost, self.ctx.net.catalog.cost_usd(model_id, usage)) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
@@ -208,8 +186,8 @@ impl Turn {
             usage: TokenUsage::default(),
             cost: Some(0.0),
         };
-        let model_id = self.catalog.resolve(&self.model);
-        let tools = self.tools.definitions();
+        let model_id = self.ctx.net.catalog.resolve(&self.ctx.model);
+        let tools = self.ctx.tools.definitions();
         let done = self
             .compact(
                 &model_id,
@@ -288,22 +266,12 @@ impl Turn {
         sink: &Arc<dyn TurnSink>,
         tally: &mut Tally,
     ) -> Result<bool, SinkError> {
-        let spent = Arc::new(std::sync::Mutex::new(super::tool::Spent::default()));
+        let spent = Arc::new(std::sync::Mutex::new(crate::tools::Spent::default()));
         let dispatch = Dispatch {
-            tools: &self.tools,
-            workspace: self.workspace.clone(),
+            ctx: &self.ctx,
             cancel: &self.cancel,
-            timeout: self.limits.tool_timeout,
             sink: sink.clone(),
             subagents: self.subagents.clone(),
-            hooks: self.hooks.clone(),
-            session_id: self.session_id.clone(),
-            net: Some(Arc::new(super::tool::Net {
-                llm: self.llm.clone(),
-                catalog: self.catalog.clone(),
-                web: self.web.clone(),
-                fast_model: self.fast_model.clone(),
-            })),
             spent: spent.clone(),
         };
         let cancelled = dispatch.run(calls, history).await?;
@@ -324,8 +292,8 @@ impl Turn {
         sink: Arc<dyn TurnSink>,
         tally: &mut Tally,
     ) -> Result<TurnOutcome, SinkError> {
-        let mut model_id = self.catalog.resolve(&self.model);
-        let tools = self.tools.definitions();
+        let mut model_id = self.ctx.net.catalog.resolve(&self.ctx.model);
+        let tools = self.ctx.tools.definitions();
         let mut continuations = 0;
         let mut requests = 0;
         let mut compacted_for_length = false;
@@ -335,11 +303,16 @@ impl Turn {
                 return Ok(tally.outcome("cancelled", None));
             }
             requests += 1;
-            if requests > self.limits.max_requests {
+            if requests > self.ctx.limits.max_requests {
                 return Ok(tally.outcome("max_turns", None));
             }
-            let window = self.catalog.info(&model_id).map(|m| m.context_window);
-            if let (Some(pct), Some(w)) = (self.limits.auto_compact_percent, window)
+            let window = self
+                .ctx
+                .net
+                .catalog
+                .info(&model_id)
+                .map(|m| m.context_window);
+            if let (Some(pct), Some(w)) = (self.ctx.limits.auto_compact_percent, window)
                 && history.last_context_tokens as f64 >= pct / 100.0 * w as f64
                 && history.compaction_failures < MAX_FAILURES
                 && let Some(c) = self
@@ -348,12 +321,15 @@ impl Turn {
             {
                 self.count(tally, &model_id, &c.usage);
             }
-            let mut request =
-                MessagesRequest::new(model_id.clone(), self.limits.max_tokens, history.messages());
-            request.system = self.system.clone();
+            let mut request = MessagesRequest::new(
+                model_id.clone(),
+                self.ctx.limits.max_tokens,
+                history.messages(),
+            );
+            request.system = self.ctx.system.clone();
             request.tools = tools.clone();
-            self.catalog.shape(&mut request, &self.policy);
-            let request = request.with_cache_breakpoints(self.policy.prefix_ttl);
+            self.ctx.net.catalog.shape(&mut request, &self.ctx.policy);
+            let request = request.with_cache_breakpoints(self.ctx.policy.prefix_ttl);
 
             let mut completed: HashSet<usize> = HashSet::new();
             // Text blocks still being written, so a cancel can keep what was said.
@@ -428,7 +404,9 @@ impl Turn {
                     history.apply(&event, None);
                     sink.send(event);
                 };
-                self.llm
+                self.ctx
+                    .net
+                    .llm
                     .stream(&request, &mut on_update, &self.cancel)
                     .await
             };
@@ -472,14 +450,19 @@ impl Turn {
                 Err(e)
                     if e.is_overloaded()
                         && self
+                            .ctx
                             .limits
                             .fallback_model
                             .as_ref()
-                            .is_some_and(|f| self.catalog.resolve(f) != model_id) =>
+                            .is_some_and(|f| self.ctx.net.catalog.resolve(f) != model_id) =>
                 {
-                    let to = self
-                        .catalog
-                        .resolve(self.limits.fallback_model.as_deref().unwrap_or_default());
+                    let to = self.ctx.net.catalog.resolve(
+                        self.ctx
+                            .limits
+                            .fallback_model
+                            .as_deref()
+                            .unwrap_or_default(),
+                    );
                     let event = EventKind::ModelFallback {
                         from: model_id.clone(),
                         to: to.clone(),
@@ -584,7 +567,7 @@ impl Turn {
                 return Ok(tally.outcome("cancelled", None));
             }
             match stop_reason.as_str() {
-                "max_tokens" if continuations < self.limits.max_continuations => {
+                "max_tokens" if continuations < self.ctx.limits.max_continuations => {
                     continuations += 1;
                     let event = EventKind::Continuation {
                         attempt: continuations,
@@ -595,11 +578,11 @@ impl Turn {
                 }
                 "pause_turn" | "tool_use" => {}
                 "end_turn" | "stop_sequence"
-                    if self.hooks.has("Stop") && stop_hooks < MAX_STOP_HOOK_CONTINUATIONS =>
+                    if self.ctx.hooks.has("Stop") && stop_hooks < MAX_STOP_HOOK_CONTINUATIONS =>
                 {
-                    let cwd = self.workspace.cwd();
-                    let input = serde_json::json!({"session_id": self.session_id, "cwd": cwd, "stop_hook_active": stop_hooks > 0});
-                    let outcome = self.hooks.run("Stop", None, input, &cwd).await;
+                    let cwd = self.ctx.workspace.cwd();
+                    let input = serde_json::json!({"session_id": self.ctx.session_id, "cwd": cwd, "stop_hook_active": stop_hooks > 0});
+                    let outcome = self.ctx.hooks.run("Stop", None, input, &cwd).await;
                     for n in outcome.notices {
                         sink.send(EventKind::Notice {
                             level: "warning".into(),
@@ -624,3 +607,6 @@ impl Turn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

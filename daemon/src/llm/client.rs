@@ -8,6 +8,8 @@ use super::request::MessagesRequest;
 use super::retry::RetryPolicy;
 use futures::{StreamExt, TryStreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -49,6 +51,30 @@ pub struct AnthropicClient {
     endpoint: String,
     headers: HeaderMap,
     auth: Auth,
+}
+
+/// A model that streams replies: the Anthropic client, or a scripted one in tests of the query
+/// loop.
+pub trait Model: Send + Sync {
+    /// Streams `request`, handing each piece to `on_update` (retries included), until the
+    /// message is complete, a non-retryable error, or `cancel`.
+    fn stream<'a>(
+        &'a self,
+        request: &'a MessagesRequest,
+        on_update: &'a mut (dyn FnMut(StreamUpdate) + Send),
+        cancel: &'a CancellationToken,
+    ) -> Pin<Box<dyn Future<Output = Result<AssembledMessage, LlmError>> + Send + 'a>>;
+}
+
+impl Model for AnthropicClient {
+    fn stream<'a>(
+        &'a self,
+        request: &'a MessagesRequest,
+        on_update: &'a mut (dyn FnMut(StreamUpdate) + Send),
+        cancel: &'a CancellationToken,
+    ) -> Pin<Box<dyn Future<Output = Result<AssembledMessage, LlmError>> + Send + 'a>> {
+        Box::pin(AnthropicClient::stream(self, request, on_update, cancel))
+    }
 }
 
 impl AnthropicClient {

@@ -49,7 +49,7 @@ pub struct Rule {
 
 /// Lexically resolves `.` and `..`.
 pub fn normalize(path: &Path) -> PathBuf {
-    crate::agent::normalize(path)
+    crate::tools::normalize(path)
 }
 
 impl Rule {

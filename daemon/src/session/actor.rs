@@ -15,8 +15,9 @@ use super::presence::Presence;
 use super::recovery::{Loaded, OpenTurn, OrphanShell};
 use super::turns::{Preparation, Queued, TurnRequest, Turns};
 use super::{Configure, SessionError, TurnEnv};
-use crate::agent::{History, PermissionAsk, SinkError, TurnOutcome, Verdict, Workspace};
+use crate::agent::{History, PermissionAsk, SinkError, TurnOutcome, Verdict};
 use crate::store::{EventLog, SessionRecord, Store};
+use crate::tools::Workspace;
 use std::collections::HashSet;
 use std::sync::Arc;
 use tether_proto::{
@@ -106,7 +107,7 @@ pub(super) enum Command {
     ShellEnded {
         id: String,
         command: String,
-        end: crate::agent::JobEnd,
+        end: crate::tools::JobEnd,
     },
     /// Background shells an earlier daemon left running.
     RecoverShells {

@@ -287,11 +287,11 @@ impl SessionActor {
     }
 
     /// A background shell of this session ended.
-    pub(super) fn shell_ended(&mut self, id: String, command: String, end: crate::agent::JobEnd) {
+    pub(super) fn shell_ended(&mut self, id: String, command: String, end: crate::tools::JobEnd) {
         let (state, exit_code) = match end {
-            crate::agent::JobEnd::Exited(code) => ("exited", code),
-            crate::agent::JobEnd::Killed => ("killed", None),
-            crate::agent::JobEnd::Lost => ("lost", None),
+            crate::tools::JobEnd::Exited(code) => ("exited", code),
+            crate::tools::JobEnd::Killed => ("killed", None),
+            crate::tools::JobEnd::Lost => ("lost", None),
         };
         self.emit(EventKind::BackgroundShellEnded {
             message: format!("background shell {id} ({command}) {}", end.describe()),

@@ -158,7 +158,7 @@ pub(super) enum TurnJob {
 /// Everything [`SessionActor::launch`] needs besides the turn id.
 pub(super) struct Launch {
     pub model: String,
-    pub tools: crate::agent::Tools,
+    pub tools: crate::tools::Tools,
     pub hooks: Arc<crate::hooks::Hooks>,
     pub job: TurnJob,
     pub cancel: CancellationToken,
@@ -517,7 +517,12 @@ impl SessionActor {
         let cwd = std::path::PathBuf::from(&record.cwd);
         let notes = crate::context::project_memory(&self.env.data_dir, &cwd);
         let session_id = record.id.0.clone();
-        let env = self.env.clone();
+        let net = Arc::new(crate::tools::Net {
+            llm,
+            catalog: self.env.catalog.clone(),
+            web: self.env.web.clone(),
+            fast_model: self.env.fast_model.clone(),
+        });
         let workspace = self.workspace.clone();
         let mut history = self.history.clone();
         let sink = Arc::new(ActorSink {
@@ -565,41 +570,25 @@ impl SessionActor {
                 {
                     system.push(crate::llm::SystemBlock::text(extra.clone()));
                 }
-                let child_tools: Vec<String> = tools
-                    .names()
-                    .into_iter()
-                    .filter(|n| *n != crate::agent::TASK_TOOL)
-                    .map(str::to_owned)
-                    .collect();
-                let subagents = Arc::new(crate::agent::Subagents {
-                    hooks: hooks.clone(),
-                    session_id: session_id.clone(),
-                    llm: llm.clone(),
-                    catalog: env.catalog.clone(),
-                    model: model.clone(),
-                    system: system.clone(),
-                    tools: tools.subset(&child_tools),
-                    limits: limits.clone(),
-                    policy: policy.clone(),
-                    web: env.web.clone(),
-                    fast_model: env.fast_model.clone(),
-                    authorizer: sink.clone(),
-                });
-                let turn = Turn {
+                let ctx = Arc::new(crate::agent::TurnContext {
+                    session_id,
                     model,
                     system,
                     tools,
-                    llm,
-                    catalog: env.catalog.clone(),
+                    net,
                     workspace,
-                    cancel,
                     limits,
-                    subagents: Some(subagents),
-                    hooks,
-                    session_id,
-                    web: env.web.clone(),
-                    fast_model: env.fast_model.clone(),
                     policy,
+                    hooks,
+                });
+                let subagents = crate::agent::Subagents {
+                    ctx: Arc::new(ctx.for_child()),
+                    authorizer: sink.clone(),
+                };
+                let turn = Turn {
+                    ctx,
+                    cancel,
+                    subagents: Some(Arc::new(subagents)),
                 };
                 match job {
                     TurnJob::Run => turn.run(history, sink).await,

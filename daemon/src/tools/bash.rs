@@ -3,7 +3,7 @@
 //! shows them) streams as progress; a timeout or cancel kills the whole group, grandchildren
 //! included; a `cd` persists for later calls as long as it stays inside the working directories.
 
-use crate::agent::{JobEnd, Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{JobEnd, Tool, ToolContext, ToolFuture, ToolOutput};
 use grep_matcher::Matcher as _;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -460,7 +460,7 @@ pub fn cut_middle(text: &str, max_chars: usize, full_path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::Workspace;
+    use crate::tools::Workspace;
     use std::sync::{Arc, Mutex};
 
     fn ctx(root: &Path) -> (ToolContext, Arc<Mutex<String>>) {
@@ -573,7 +573,7 @@ mod tests {
 #[cfg(test)]
 mod background {
     use super::*;
-    use crate::agent::Workspace;
+    use crate::tools::Workspace;
     use std::sync::Arc;
 
     #[tokio::test]

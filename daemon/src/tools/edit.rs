@@ -5,7 +5,7 @@
 //! unified diff goes to clients in the result's details.
 
 use super::write::write_atomic;
-use crate::agent::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! at most 100, respecting `.gitignore`.
 
 use super::walk::walker;
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 

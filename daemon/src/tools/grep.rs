@@ -4,7 +4,7 @@
 //! groups; binary files skipped.
 
 use super::walk::walker;
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use serde_json::{Value, json};

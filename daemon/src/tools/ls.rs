@@ -1,7 +1,7 @@
 //! `LS {path, ignore?}`: a directory as a tree, respecting `.gitignore`, at most 1000 entries.
 
 use super::walk::walker;
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 
 /// Most entries listed.

@@ -3,7 +3,7 @@
 //! uses it for `.ipynb` files).
 
 use super::write::write_atomic;
-use crate::agent::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 
 /// Longest output text shown per cell.

@@ -1,9 +1,12 @@
 //! `Read {file_path, offset?, limit?}`: a text file as numbered lines (`cat -n` style), or an
 //! image as image content. Remembers what it read for the staleness rule of Write and Edit.
 
-use crate::agent::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
 use base64::Engine;
 use serde_json::{Value, json};
+
+/// Largest image the API takes (base64-decoded bytes).
+pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 
 /// Lines returned when no limit is given.
 const DEFAULT_LIMIT: usize = 2000;
@@ -64,7 +67,7 @@ impl Tool for Read {
             ctx.workspace
                 .remember(&path, FileStamp::of(&bytes, meta.modified().ok()));
             if let Some(media) = image_type(&path) {
-                if bytes.len() > crate::agent::MAX_IMAGE_BYTES {
+                if bytes.len() > MAX_IMAGE_BYTES {
                     return ToolOutput::error(format!(
                         "{} is {} KB, over the 5 MB image limit",
                         path.display(),

@@ -1,7 +1,7 @@
 //! `Task {description, prompt, subagent_type?}`: hands a self-contained job to a sub-agent with
 //! its own conversation and returns its final answer.
 
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 
 /// Starts a sub-agent.

@@ -2,7 +2,7 @@
 //! binaries, ranges.
 
 use super::{edit::Edit, read::Read, write::Write};
-use crate::agent::{Tool, ToolContext, ToolOutput, Workspace};
+use crate::tools::{Tool, ToolContext, ToolOutput, Workspace};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! `TodoWrite {todos}`: the agent's task list for the session. Each call replaces the list; the
 //! list reaches clients as a `plan_updated` event (and so is kept in the session's log).
 
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 use tether_proto::EventKind;
 

@@ -1,8 +1,8 @@
 //! `WebFetch {url, prompt}`: fetches a page (as Markdown) and has the fast model answer `prompt`
 //! about it, so a long page costs the main conversation only the answer.
 
-use crate::agent::{Tool, ToolContext, ToolFuture, ToolOutput};
 use crate::llm::{Message, MessagesRequest, SystemBlock};
+use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 
 /// Most page characters given to the fast model.

@@ -2,7 +2,7 @@
 //! creating parent directories and keeping an existing file's permissions. An existing file must
 //! have been read in this session and be unchanged since.
 
-use crate::agent::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 
 /// Writes a file.

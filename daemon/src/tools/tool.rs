@@ -1,8 +1,10 @@
-//! The `Tool` trait and the registry the query loop looks tools up in.
+//! The `Tool` trait, what a call runs with (`ToolContext`), and the registry the query loop
+//! looks tools up in (`Tools`: input validators compiled once, when the daemon starts).
 //!
 //! Invariant: a tool failure is an `is_error` [`ToolOutput`] the model can act on, never a
 //! daemon error.
 
+use super::workspace::Workspace;
 use crate::llm::ToolDefinition;
 use serde_json::Value;
 use std::future::Future;
@@ -57,138 +59,6 @@ impl ToolOutput {
     }
 }
 
-/// What a file looked like when a tool last read or wrote it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileStamp {
-    modified: Option<std::time::SystemTime>,
-    hash: u64,
-}
-
-impl FileStamp {
-    /// The stamp of `bytes` read from a file with `modified` time.
-    pub fn of(bytes: &[u8], modified: Option<std::time::SystemTime>) -> Self {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut h);
-        Self {
-            modified,
-            hash: h.finish(),
-        }
-    }
-}
-
-/// A session's working directories and current directory, shared by its tools across turns.
-///
-/// Invariant: the current directory always stays inside one of the roots; this is the one check
-/// of path containment the permission layer builds on.
-#[derive(Debug)]
-pub struct Workspace {
-    roots: Vec<PathBuf>,
-    cwd: std::sync::Mutex<PathBuf>,
-    scratch: PathBuf,
-    stamps: std::sync::Mutex<std::collections::HashMap<PathBuf, FileStamp>>,
-    /// Background jobs (shells started with `run_in_background`).
-    pub jobs: super::jobs::Jobs,
-}
-
-impl Workspace {
-    /// A workspace rooted at `root` (plus `extra` directories), with `scratch` for tool output files.
-    pub fn new(root: PathBuf, extra: Vec<PathBuf>, scratch: PathBuf) -> Self {
-        let mut roots = vec![root.clone()];
-        roots.extend(extra);
-        Self {
-            roots,
-            cwd: std::sync::Mutex::new(root),
-            scratch,
-            stamps: Default::default(),
-            jobs: Default::default(),
-        }
-    }
-
-    /// Remembers what a file looked like when it was read or written.
-    pub fn remember(&self, path: &std::path::Path, stamp: FileStamp) {
-        self.stamps
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(normalize(path), stamp);
-    }
-
-    /// Checks that an existing file was read in this session and has not changed since; a file
-    /// that does not exist needs no reading.
-    pub fn check_fresh(&self, path: &std::path::Path) -> Result<(), String> {
-        let Ok(bytes) = std::fs::read(path) else {
-            return Ok(());
-        };
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        let known = self
-            .stamps
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&normalize(path))
-            .copied();
-        match known {
-            None => Err(format!(
-                "{} exists but has not been read in this session; Read it first so you change what is really there",
-                path.display()
-            )),
-            Some(s) if s.hash != FileStamp::of(&bytes, modified).hash => Err(format!(
-                "{} was modified since you last read it (by the user or another program); Read it again before changing it",
-                path.display()
-            )),
-            Some(_) => Ok(()),
-        }
-    }
-
-    /// The current directory.
-    pub fn cwd(&self) -> PathBuf {
-        self.cwd.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Whether `path` is inside the working directories.
-    pub fn contains(&self, path: &std::path::Path) -> bool {
-        let path = normalize(path);
-        self.roots.iter().any(|r| path.starts_with(normalize(r)))
-    }
-
-    /// Moves the current directory; refused outside the working directories.
-    pub fn set_cwd(&self, dir: PathBuf) -> Result<(), String> {
-        if !self.contains(&dir) {
-            return Err(format!(
-                "{} is outside the session's working directories ({}); the current directory stays {}",
-                dir.display(),
-                self.roots
-                    .iter()
-                    .map(|r| r.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                self.cwd().display()
-            ));
-        }
-        *self.cwd.lock().unwrap_or_else(|p| p.into_inner()) = dir;
-        Ok(())
-    }
-
-    /// A directory for files tools hand back by path (full outputs).
-    pub fn scratch(&self) -> &std::path::Path {
-        &self.scratch
-    }
-}
-
-/// `path` with `.` and `..` resolved lexically (symlinks are not followed).
-pub fn normalize(path: &std::path::Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 /// Where a tool runs and how it reports.
 #[derive(Clone)]
 pub struct ToolContext {
@@ -203,7 +73,7 @@ pub struct ToolContext {
     /// The network: the model client and the web fetcher (for WebFetch).
     pub net: Option<Arc<Net>>,
     /// Runs sub-agents (absent inside a sub-agent).
-    pub subagents: Option<Arc<super::subagent::Subagents>>,
+    pub subagents: Option<Arc<dyn SubagentRunner>>,
     /// Tokens and cost spent by the tool itself (a sub-agent's model requests).
     pub spent: Arc<std::sync::Mutex<Spent>>,
 }
@@ -211,7 +81,7 @@ pub struct ToolContext {
 /// What tools that talk to the network use.
 pub struct Net {
     /// The model client.
-    pub llm: Arc<crate::llm::AnthropicClient>,
+    pub llm: Arc<dyn crate::llm::Model>,
     /// Aliases and prices.
     pub catalog: crate::llm::ModelCatalog,
     /// Web pages.
@@ -288,6 +158,22 @@ impl ToolContext {
     }
 }
 
+/// A sub-agent's run: its final answer, the tokens it used and what they cost.
+pub type SubagentFuture<'a> =
+    Pin<Box<dyn Future<Output = (ToolOutput, tether_proto::TokenUsage, Option<f64>)> + Send + 'a>>;
+
+/// Runs sub-agents for the Task tool: a child conversation on the same model, its progress
+/// streamed through the calling tool's context. The query loop implements it.
+pub trait SubagentRunner: Send + Sync {
+    /// Runs `prompt` as a child conversation; returns its final answer and what it spent.
+    fn run<'a>(
+        &'a self,
+        description: &'a str,
+        prompt: &'a str,
+        ctx: &'a ToolContext,
+    ) -> SubagentFuture<'a>;
+}
+
 /// A boxed tool future.
 pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
 
@@ -317,7 +203,7 @@ struct Entry {
 /// The tools of a session (or a sub-agent's subset).
 #[derive(Clone, Default)]
 pub struct Tools {
-    entries: Arc<Vec<Entry>>,
+    entries: Vec<Arc<Entry>>,
 }
 
 impl Tools {
@@ -336,17 +222,16 @@ impl Tools {
                         None
                     }
                 };
-                Entry { tool, validator }
+                Arc::new(Entry { tool, validator })
             })
             .collect();
-        Self {
-            entries: Arc::new(entries),
-        }
+        Self { entries }
     }
 
-    /// Only the tools named in `names` (by name or alias).
+    /// Only the tools named in `names` (by name or alias); their validators are shared, not
+    /// compiled again.
     pub fn subset(&self, names: &[String]) -> Self {
-        let tools: Vec<Arc<dyn Tool>> = self
+        let entries = self
             .entries
             .iter()
             .filter(|e| {
@@ -354,9 +239,9 @@ impl Tools {
                     .iter()
                     .any(|n| n == e.tool.name() || e.tool.aliases().contains(&n.as_str()))
             })
-            .map(|e| e.tool.clone())
+            .cloned()
             .collect();
-        Self::new(tools)
+        Self { entries }
     }
 
     /// The tool called `name` (or one of its aliases).

@@ -1,0 +1,137 @@
+//! A session's workspace: its working directories and current directory (the one check of path
+//! containment the permission layer builds on), the stamps that catch stale edits, the scratch
+//! directory, and its background jobs.
+
+use std::path::PathBuf;
+
+/// What a file looked like when a tool last read or wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    modified: Option<std::time::SystemTime>,
+    hash: u64,
+}
+
+impl FileStamp {
+    /// The stamp of `bytes` read from a file with `modified` time.
+    pub fn of(bytes: &[u8], modified: Option<std::time::SystemTime>) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut h);
+        Self {
+            modified,
+            hash: h.finish(),
+        }
+    }
+}
+
+/// A session's working directories and current directory, shared by its tools across turns.
+///
+/// Invariant: the current directory always stays inside one of the roots; this is the one check
+/// of path containment the permission layer builds on.
+#[derive(Debug)]
+pub struct Workspace {
+    roots: Vec<PathBuf>,
+    cwd: std::sync::Mutex<PathBuf>,
+    scratch: PathBuf,
+    stamps: std::sync::Mutex<std::collections::HashMap<PathBuf, FileStamp>>,
+    /// Background jobs (shells started with `run_in_background`).
+    pub jobs: super::jobs::Jobs,
+}
+
+impl Workspace {
+    /// A workspace rooted at `root` (plus `extra` directories), with `scratch` for tool output files.
+    pub fn new(root: PathBuf, extra: Vec<PathBuf>, scratch: PathBuf) -> Self {
+        let mut roots = vec![root.clone()];
+        roots.extend(extra);
+        Self {
+            roots,
+            cwd: std::sync::Mutex::new(root),
+            scratch,
+            stamps: Default::default(),
+            jobs: Default::default(),
+        }
+    }
+
+    /// Remembers what a file looked like when it was read or written.
+    pub fn remember(&self, path: &std::path::Path, stamp: FileStamp) {
+        self.stamps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(normalize(path), stamp);
+    }
+
+    /// Checks that an existing file was read in this session and has not changed since; a file
+    /// that does not exist needs no reading.
+    pub fn check_fresh(&self, path: &std::path::Path) -> Result<(), String> {
+        let Ok(bytes) = std::fs::read(path) else {
+            return Ok(());
+        };
+        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let known = self
+            .stamps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&normalize(path))
+            .copied();
+        match known {
+            None => Err(format!(
+                "{} exists but has not been read in this session; Read it first so you change what is really there",
+                path.display()
+            )),
+            Some(s) if s.hash != FileStamp::of(&bytes, modified).hash => Err(format!(
+                "{} was modified since you last read it (by the user or another program); Read it again before changing it",
+                path.display()
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The current directory.
+    pub fn cwd(&self) -> PathBuf {
+        self.cwd.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether `path` is inside the working directories.
+    pub fn contains(&self, path: &std::path::Path) -> bool {
+        let path = normalize(path);
+        self.roots.iter().any(|r| path.starts_with(normalize(r)))
+    }
+
+    /// Moves the current directory; refused outside the working directories.
+    pub fn set_cwd(&self, dir: PathBuf) -> Result<(), String> {
+        if !self.contains(&dir) {
+            return Err(format!(
+                "{} is outside the session's working directories ({}); the current directory stays {}",
+                dir.display(),
+                self.roots
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.cwd().display()
+            ));
+        }
+        *self.cwd.lock().unwrap_or_else(|p| p.into_inner()) = dir;
+        Ok(())
+    }
+
+    /// A directory for files tools hand back by path (full outputs).
+    pub fn scratch(&self) -> &std::path::Path {
+        &self.scratch
+    }
+}
+
+/// `path` with `.` and `..` resolved lexically (symlinks are not followed).
+pub fn normalize(path: &std::path::Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
