@@ -28,5 +28,5 @@ pub use prepare::{Prepared, Request as PrepareRequest, prepare, settle_context};
 pub use sink::{PermissionAsk, SinkError, TurnSink, Verdict};
 pub use subagent::Subagents;
 pub use title::{TITLE_INSTRUCTION, generate as generate_title};
-pub use turn::{CONTINUE_PROMPT, Turn, TurnLimits, TurnOutcome};
-pub use turn_context::{TASK_TOOL, TurnContext};
+pub use turn::{CONTINUE_PROMPT, Turn, TurnOutcome};
+pub use turn_context::{TASK_TOOL, TurnContext, TurnLimits};

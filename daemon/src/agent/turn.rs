@@ -11,7 +11,6 @@ use crate::tools::SubagentRunner;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 use tether_proto::{EventKind, TokenUsage, TurnError};
 use tokio_util::sync::CancellationToken;
 
@@ -22,37 +21,6 @@ make that call again in full.";
 
 /// Extra model calls Stop hooks may force in one turn.
 pub const MAX_STOP_HOOK_CONTINUATIONS: u32 = 3;
-
-/// Limits of a turn.
-#[derive(Debug, Clone)]
-pub struct TurnLimits {
-    /// `max_tokens` of each request, capped by the model's own limit; 0 is the model's limit.
-    pub max_tokens: u32,
-    /// Continuations after `max_tokens`.
-    pub max_continuations: u32,
-    /// Model requests per turn before it stops with `max_turns`.
-    pub max_requests: u32,
-    /// Longest a tool call may run.
-    pub tool_timeout: Duration,
-    /// Compact before a request once the last one filled this much of the context window
-    /// (percent); `None` disables automatic compaction.
-    pub auto_compact_percent: Option<f64>,
-    /// Model to switch to when the model stays overloaded after every retry.
-    pub fallback_model: Option<String>,
-}
-
-impl Default for TurnLimits {
-    fn default() -> Self {
-        Self {
-            max_tokens: 0,
-            max_continuations: 3,
-            max_requests: 200,
-            tool_timeout: Duration::from_secs(600),
-            auto_compact_percent: Some(90.0),
-            fallback_model: None,
-        }
-    }
-}
 
 /// A turn: its context, its cancellation, and its sub-agents.
 pub struct Turn {

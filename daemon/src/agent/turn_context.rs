@@ -4,11 +4,11 @@
 //! Invariant: nothing in it changes during the turn; what does change (the history, the tally,
 //! the model after a fallback) lives in the loop.
 
-use super::turn::TurnLimits;
 use crate::hooks::Hooks;
 use crate::llm::{RequestPolicy, SystemBlock};
 use crate::tools::{Net, Tools, Workspace};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The name of the tool that starts sub-agents (left out of a child's tools).
 pub const TASK_TOOL: &str = "Task";
@@ -56,6 +56,37 @@ impl TurnContext {
             limits: self.limits.clone(),
             policy: self.policy.clone(),
             hooks: self.hooks.clone(),
+        }
+    }
+}
+
+/// Limits of a turn.
+#[derive(Debug, Clone)]
+pub struct TurnLimits {
+    /// `max_tokens` of each request, capped by the model's own limit; 0 is the model's limit.
+    pub max_tokens: u32,
+    /// Continuations after `max_tokens`.
+    pub max_continuations: u32,
+    /// Model requests per turn before it stops with `max_turns`.
+    pub max_requests: u32,
+    /// Longest a tool call may run.
+    pub tool_timeout: Duration,
+    /// Compact before a request once the last one filled this much of the context window
+    /// (percent); `None` disables automatic compaction.
+    pub auto_compact_percent: Option<f64>,
+    /// Model to switch to when the model stays overloaded after every retry.
+    pub fallback_model: Option<String>,
+}
+
+impl Default for TurnLimits {
+    fn default() -> Self {
+        Self {
+            max_tokens: 0,
+            max_continuations: 3,
+            max_requests: 200,
+            tool_timeout: Duration::from_secs(600),
+            auto_compact_percent: Some(90.0),
+            fallback_model: None,
         }
     }
 }

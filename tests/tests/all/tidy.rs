@@ -1,6 +1,7 @@
 //! The repository's own rules, read from its sources: every Rust file says what it owns (`//!`
 //! first), each heavy dependency is named only by the module that owns it (ARCHITECTURE.md),
-//! and the daemon's top-level modules import each other without a circle.
+//! the daemon's top-level modules import each other without a circle, and neither do the
+//! files of the query loop (`agent/`) and of the tools.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -196,4 +197,64 @@ fn the_daemons_modules_import_each_other_without_a_circle() {
         }
     }
     assert!(circles.is_empty(), "import circles: {circles:?}");
+}
+
+/// The files of one daemon module (`daemon/src/<module>/<file>.rs`, tests left out) and the
+/// siblings each names as `super::<file>`.
+fn file_graph(module: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let dir = format!("daemon/src/{module}");
+    let files: Vec<(String, String)> = rust_files(&dir)
+        .into_iter()
+        .filter(|(path, _)| !path.ends_with("tests.rs"))
+        .map(|(path, text)| {
+            let name = path
+                .trim_start_matches(&format!("{dir}/"))
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .trim_end_matches(".rs")
+                .to_owned();
+            (name, text)
+        })
+        .collect();
+    let names: BTreeSet<String> = files.iter().map(|(n, _)| n.clone()).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (name, text) in &files {
+        let entry = graph.entry(name.clone()).or_default();
+        for line in code_lines(text) {
+            for (i, _) in line.match_indices("super::") {
+                let other: String = line[i + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if other != *name && names.contains(&other) {
+                    entry.insert(other);
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_query_loop_and_the_tools_files_import_each_other_without_a_circle() {
+    for module in ["agent", "tools"] {
+        let graph = file_graph(module);
+        assert!(
+            graph.values().any(|targets| !targets.is_empty()),
+            "the {module} graph has edges: {graph:?}"
+        );
+        let mut circles = Vec::new();
+        for (from, targets) in &graph {
+            for to in targets {
+                if let Some(path) = path_back(&graph, from, to) {
+                    circles.push(path.join(" → "));
+                }
+            }
+        }
+        assert!(
+            circles.is_empty(),
+            "import circles in {module}/: {circles:?}"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! The query loop against a scripted model and a recording sink: no socket, no store, no HTTP.
 
 use super::*;
+use crate::agent::TurnLimits;
 use crate::agent::sink::{PermissionAsk, Verdict};
 use crate::llm::{AssembledMessage, Model};
 use crate::tools::{Net, Workspace};
