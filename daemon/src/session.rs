@@ -1,5 +1,5 @@
 //! Live sessions: the registry that loads them on demand (`registry.rs`) and the per-session
-//! actor that owns each one (`actor.rs` and its parts: `journal`, `presence`, `broker`,
+//! actor that owns each one (`actor.rs` and its parts: `journal`, `ledger`, `presence`, `broker`,
 //! `turns`, `commands`, `configure`, `recovery`); `export` and `retention` read and prune logs.
 //!
 //! Invariant: everything that changes a session goes through its actor (one writer, no locks on
@@ -11,6 +11,7 @@ mod commands;
 mod configure;
 mod export;
 mod journal;
+mod ledger;
 mod presence;
 mod recovery;
 mod registry;

@@ -47,7 +47,7 @@ pub async fn compact(
     let started = EventKind::CompactionStarted {
         reason: reason.to_owned(),
     };
-    history.apply(&started, None);
+    history.apply(&started);
     sink.commit(started).await?;
     let mut messages = history.messages();
     let mut ask = INSTRUCTIONS.to_owned();
@@ -87,7 +87,7 @@ pub async fn compact(
                     tokens_after: message.usage.output_tokens,
                     summary: summary.trim().to_owned(),
                 };
-                history.apply(&done, None);
+                history.apply(&done);
                 sink.commit(done).await?;
                 return Ok(Some(Compacted {
                     usage: message.usage,
@@ -101,7 +101,7 @@ pub async fn compact(
         code: "compaction_failed".into(),
         message: format!("compaction failed: {failure}"),
     };
-    history.apply(&err, None);
+    history.apply(&err);
     sink.commit(err).await?;
     if history.compaction_failures >= MAX_FAILURES {
         sink.send(EventKind::Notice {

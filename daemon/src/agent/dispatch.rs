@@ -53,7 +53,7 @@ pub struct Dispatch<'a> {
 
 impl Dispatch<'_> {
     async fn record(&self, history: &mut History, event: EventKind) -> Result<(), SinkError> {
-        history.apply(&event, None);
+        history.apply(&event);
         self.sink.commit(event).await
     }
 

@@ -8,8 +8,7 @@
 
 use crate::llm::{Message, Role};
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use tether_proto::{EventKind, TokenUsage, TurnId};
+use tether_proto::EventKind;
 
 /// How a summary opens the history after compaction.
 pub const SUMMARY_PREFIX: &str = "This session continues an earlier conversation that was summarized to free context. \
@@ -24,34 +23,17 @@ pub const INTERRUPTED_BY_RESTART: &str = "[Request interrupted: the agent stoppe
 /// What a tool result says when the log has none for a call (a crash or cancel before it).
 pub const MISSING_RESULT: &str = "interrupted: no result was recorded for this tool call";
 
-/// A session's conversation as the model sees it, plus the session totals.
+/// A session's conversation as the model sees it (the session's totals and permission history
+/// are its ledger, kept by the session).
 #[derive(Debug, Clone, Default)]
 pub struct History {
     messages: Vec<Message>,
     /// Blocks of the reply being streamed; committed by `assistant_message_completed`.
     pending: Vec<Value>,
-    /// Tokens of every finished turn.
-    pub usage: TokenUsage,
-    /// Cost of every finished turn; `None` once any turn's cost was unknown.
-    pub cost_usd: Option<f64>,
     /// Input tokens of the last model request (how full the context is).
     pub last_context_tokens: u64,
-    /// `clientTurnId` → turn id, for idempotent `turn/start`.
-    pub client_turns: HashMap<String, TurnId>,
     /// Compactions that failed in a row.
     pub compaction_failures: u32,
-    /// Permission requests not answered yet: request id → the `permission_requested` data.
-    pub pending_permissions: std::collections::BTreeMap<String, Value>,
-    /// Answered requests: request id → (decision, who).
-    pub resolved_permissions: HashMap<
-        String,
-        (
-            tether_proto::PermissionDecision,
-            Option<tether_proto::ClientRef>,
-        ),
-    >,
-    /// Rules added by `allow_session` / `allow_always` answers.
-    pub session_rules: Vec<String>,
     /// The session's prompt prefix, once captured (`system_prompt`).
     pub prefix: Option<Prefix>,
     /// What the conversation has told the model of the parts that change: the prefix's, then
@@ -59,7 +41,6 @@ pub struct History {
     pub told: Told,
     /// The last turn was interrupted: the next prompt says so first.
     interrupted: Option<&'static str>,
-    turns_ended: u64,
 }
 
 /// A session's prompt prefix, as logged.
@@ -140,43 +121,11 @@ impl History {
             .collect()
     }
 
-    /// The open permission request logged for a tool call, with the rules an "always" answer
-    /// adds.
-    pub fn logged_request(&self, tool_call_id: &str) -> Option<(String, Vec<String>)> {
-        let (id, p) = self
-            .pending_permissions
-            .iter()
-            .find(|(_, p)| p["toolCallId"].as_str() == Some(tool_call_id))?;
-        let rules = match p["rules"].as_array() {
-            Some(list) if !list.is_empty() => list
-                .iter()
-                .filter_map(|r| r.as_str().map(str::to_owned))
-                .collect(),
-            _ => vec![p["rule"].as_str().unwrap_or_default().to_owned()],
-        };
-        Some((id.clone(), rules))
-    }
-
-    /// The tool calls with an open permission request.
-    pub fn awaiting_tool_calls(&self) -> std::collections::HashSet<String> {
-        self.pending_permissions
-            .values()
-            .filter_map(|p| p["toolCallId"].as_str().map(str::to_owned))
-            .collect()
-    }
-
     /// Applies one event of the session's log.
-    pub fn apply(&mut self, event: &EventKind, turn_id: Option<&TurnId>) {
+    pub fn apply(&mut self, event: &EventKind) {
         match event {
-            EventKind::TurnStarted {
-                content,
-                client_turn_id,
-                ..
-            } => {
+            EventKind::TurnStarted { content, .. } => {
                 self.pending.clear();
-                if let (Some(c), Some(t)) = (client_turn_id, turn_id) {
-                    self.client_turns.insert(c.clone(), t.clone());
-                }
                 if let Some(marker) = self.interrupted.take() {
                     self.push(Role::User, vec![json!({"type": "text", "text": marker})]);
                 }
@@ -210,12 +159,7 @@ impl History {
             EventKind::Continuation { prompt, .. } => {
                 self.push(Role::User, vec![json!({"type": "text", "text": prompt})]);
             }
-            EventKind::TurnEnded {
-                usage,
-                cost_usd,
-                stop_reason,
-                ..
-            } => {
+            EventKind::TurnEnded { stop_reason, .. } => {
                 // An interrupted reply keeps the text it got to (never a half tool call), and
                 // the next prompt says it was interrupted; a failed one leaves nothing.
                 let pending = std::mem::take(&mut self.pending);
@@ -232,13 +176,6 @@ impl History {
                     self.push(Role::Assistant, said);
                     self.interrupted = Some(marker);
                 }
-                self.usage.add(usage);
-                self.cost_usd = match (self.turns_ended, self.cost_usd, cost_usd) {
-                    (0, _, c) => *c,
-                    (_, Some(a), Some(b)) => Some(a + b),
-                    _ => None,
-                };
-                self.turns_ended += 1;
             }
             EventKind::HistoryCleared {} => {
                 self.messages.clear();
@@ -293,29 +230,6 @@ impl History {
             }
             EventKind::Error { code, .. } if code == "compaction_failed" => {
                 self.compaction_failures += 1
-            }
-            EventKind::PermissionRequested { request_id, .. } => {
-                if let Ok(v) = serde_json::to_value(event) {
-                    self.pending_permissions
-                        .insert(request_id.clone(), v["data"].clone());
-                }
-            }
-            EventKind::PermissionResolved {
-                request_id,
-                decision,
-                resolved_by,
-                rule,
-                rules,
-                ..
-            } => {
-                self.pending_permissions.remove(request_id);
-                self.resolved_permissions
-                    .insert(request_id.clone(), (*decision, resolved_by.clone()));
-                if !rules.is_empty() {
-                    self.session_rules.extend(rules.iter().cloned());
-                } else if let Some(rule) = rule {
-                    self.session_rules.push(rule.clone());
-                }
             }
             _ => {}
         }
@@ -422,6 +336,7 @@ fn answer_in_order(content: &mut Vec<Value>, ids: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tether_proto::TokenUsage;
 
     fn turn(text: &str) -> EventKind {
         EventKind::TurnStarted {
@@ -487,7 +402,7 @@ mod tests {
             result("c"),
             result("a"),
         ] {
-            h.apply(&e, None);
+            h.apply(&e);
         }
         assert_eq!(
             roles(&h),
@@ -515,34 +430,30 @@ mod tests {
     #[test]
     fn failed_attempts_leave_no_trace_and_an_interrupted_reply_keeps_its_text() {
         let mut h = History::default();
-        h.apply(&turn("one"), None);
-        h.apply(&block(json!({"type": "text", "text": "first try"})), None);
-        h.apply(
-            &EventKind::Retrying {
-                attempt: 1,
-                delay_ms: 1,
-                error: "x".into(),
-                discarded: true,
-            },
-            None,
-        );
-        h.apply(&block(json!({"type": "text", "text": "second"})), None);
-        h.apply(&block(json!({"type": "text", "text": ""})), None);
-        h.apply(&done(), None);
-        h.apply(&turn("two"), None);
-        h.apply(&block(json!({"type": "text", "text": "cut"})), None);
-        h.apply(
-            &block(json!({"type": "tool_use", "id": "half", "name": "Read", "input": {}})),
-            None,
-        );
+        h.apply(&turn("one"));
+        h.apply(&block(json!({"type": "text", "text": "first try"})));
+        h.apply(&EventKind::Retrying {
+            attempt: 1,
+            delay_ms: 1,
+            error: "x".into(),
+            discarded: true,
+        });
+        h.apply(&block(json!({"type": "text", "text": "second"})));
+        h.apply(&block(json!({"type": "text", "text": ""})));
+        h.apply(&done());
+        h.apply(&turn("two"));
+        h.apply(&block(json!({"type": "text", "text": "cut"})));
+        h.apply(&block(
+            json!({"type": "tool_use", "id": "half", "name": "Read", "input": {}}),
+        ));
         let ended = |stop: &str| EventKind::TurnEnded {
             stop_reason: stop.into(),
             usage: TokenUsage::default(),
             cost_usd: None,
             error: None,
         };
-        h.apply(&ended("cancelled"), None);
-        h.apply(&turn("three"), None);
+        h.apply(&ended("cancelled"));
+        h.apply(&turn("three"));
         let msgs = h.messages();
         assert_eq!(msgs.len(), 5, "{msgs:?}");
         assert_eq!(
@@ -562,9 +473,9 @@ mod tests {
             ]
         );
         // A failed turn leaves nothing; the next prompt joins the failed one's.
-        h.apply(&block(json!({"type": "text", "text": "doomed"})), None);
-        h.apply(&ended("error"), None);
-        h.apply(&turn("four"), None);
+        h.apply(&block(json!({"type": "text", "text": "doomed"})));
+        h.apply(&ended("error"));
+        h.apply(&turn("four"));
         let msgs = h.messages();
         assert_eq!(msgs.len(), 5);
         assert_eq!(msgs[4].content.len(), 3);
@@ -573,15 +484,14 @@ mod tests {
     #[test]
     fn clear_forgets_and_orphans_are_dropped() {
         let mut h = History::default();
-        h.apply(&turn("one"), None);
-        h.apply(
-            &block(json!({"type": "tool_use", "id": "a", "name": "Read", "input": {}})),
-            None,
-        );
-        h.apply(&done(), None);
-        h.apply(&EventKind::HistoryCleared {}, None);
-        h.apply(&result("a"), None);
-        h.apply(&turn("fresh"), None);
+        h.apply(&turn("one"));
+        h.apply(&block(
+            json!({"type": "tool_use", "id": "a", "name": "Read", "input": {}}),
+        ));
+        h.apply(&done());
+        h.apply(&EventKind::HistoryCleared {});
+        h.apply(&result("a"));
+        h.apply(&turn("fresh"));
         assert_eq!(roles(&h), vec![(Role::User, vec!["text".into()])]);
     }
 }

@@ -176,7 +176,7 @@ pub async fn settle_context(
     let Some(kind) = context_event(history, now) else {
         return Ok(());
     };
-    history.apply(&kind, None);
+    history.apply(&kind);
     sink.commit(kind).await
 }
 
@@ -306,7 +306,7 @@ mod tests {
         let mut history = History::default();
         let first = context_event(&history, now(Some("# Git\nclean"))).expect("prefix");
         assert!(matches!(first, EventKind::SystemPrompt { .. }));
-        history.apply(&first, None);
+        history.apply(&first);
         assert_eq!(context_event(&history, now(Some("# Git\nclean"))), None);
         match context_event(&history, now(None)) {
             Some(EventKind::ContextUpdated { date, git, memory }) => {

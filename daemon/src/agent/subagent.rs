@@ -104,15 +104,12 @@ impl Subagents {
             subagents: None,
         };
         let mut history = History::default();
-        history.apply(
-            &EventKind::TurnStarted {
-                input: Vec::new(),
-                content: vec![json!({"type": "text", "text": prompt})],
-                by: None,
-                client_turn_id: None,
-            },
-            None,
-        );
+        history.apply(&EventKind::TurnStarted {
+            input: Vec::new(),
+            content: vec![json!({"type": "text", "text": prompt})],
+            by: None,
+            client_turn_id: None,
+        });
         let sink = Arc::new(ChildSink {
             authorizer: self.authorizer.clone(),
             progress: ctx.progress.clone(),

@@ -369,7 +369,7 @@ impl Turn {
                             }
                         }
                     };
-                    history.apply(&event, None);
+                    history.apply(&event);
                     sink.send(event);
                 };
                 self.ctx
@@ -391,7 +391,7 @@ impl Turn {
                             index: index as u32,
                             block: serde_json::json!({"type": "text", "text": text}),
                         };
-                        history.apply(&event, None);
+                        history.apply(&event);
                         sink.commit(event).await?;
                     }
                     return Ok(tally.outcome("cancelled", None));
@@ -435,7 +435,7 @@ impl Turn {
                         from: model_id.clone(),
                         to: to.clone(),
                     };
-                    history.apply(&event, None);
+                    history.apply(&event);
                     sink.commit(event).await?;
                     model_id = to;
                     requests -= 1;
@@ -446,7 +446,7 @@ impl Turn {
                         code: e.code().to_owned(),
                         message: e.to_string(),
                     };
-                    history.apply(&event, None);
+                    history.apply(&event);
                     sink.commit(event).await?;
                     return Ok(tally.outcome("error", Some(turn_error(&e))));
                 }
@@ -464,7 +464,7 @@ impl Turn {
                         index: index as u32,
                         block: block.clone(),
                     };
-                    history.apply(&event, None);
+                    history.apply(&event);
                     sink.send(event);
                 }
             }
@@ -492,20 +492,11 @@ impl Turn {
                 usage,
                 stop_reason: Some(stop_reason.clone()),
             };
-            history.apply(&done, None);
+            history.apply(&done);
             sink.commit(done).await?;
-            let mut session = history.usage;
+            let (mut session, before) = self.ctx.spent_before;
             session.add(&tally.usage);
-            let session_cost = match (
-                history
-                    .cost_usd
-                    .or(if history.usage == TokenUsage::default() {
-                        Some(0.0)
-                    } else {
-                        None
-                    }),
-                tally.cost,
-            ) {
+            let session_cost = match (before, tally.cost) {
                 (Some(a), Some(b)) => Some(a + b),
                 _ => None,
             };
@@ -541,7 +532,7 @@ impl Turn {
                         attempt: continuations,
                         prompt: CONTINUE_PROMPT.into(),
                     };
-                    history.apply(&event, None);
+                    history.apply(&event);
                     sink.commit(event).await?;
                 }
                 "pause_turn" | "tool_use" => {}
@@ -565,7 +556,7 @@ impl Turn {
                         attempt: stop_hooks,
                         prompt: format!("A Stop hook asks you to continue: {reason}"),
                     };
-                    history.apply(&event, None);
+                    history.apply(&event);
                     sink.commit(event).await?;
                 }
                 _ if message.content().iter().any(|b| b["type"] == "tool_use")

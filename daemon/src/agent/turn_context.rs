@@ -9,6 +9,7 @@ use crate::llm::{RequestPolicy, SystemBlock};
 use crate::tools::{Net, Tools, Workspace};
 use std::sync::Arc;
 use std::time::Duration;
+use tether_proto::TokenUsage;
 
 /// The name of the tool that starts sub-agents (left out of a child's tools).
 pub const TASK_TOOL: &str = "Task";
@@ -33,6 +34,9 @@ pub struct TurnContext {
     pub policy: RequestPolicy,
     /// The project's hooks.
     pub hooks: Arc<Hooks>,
+    /// What the session had spent when the turn started (tokens, cost if known), so usage
+    /// updates can show the session's totals.
+    pub spent_before: (TokenUsage, Option<f64>),
 }
 
 impl TurnContext {
@@ -56,6 +60,8 @@ impl TurnContext {
             limits: self.limits.clone(),
             policy: self.policy.clone(),
             hooks: self.hooks.clone(),
+            // A child's usage updates are not shown.
+            spent_before: (TokenUsage::default(), Some(0.0)),
         }
     }
 }

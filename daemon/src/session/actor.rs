@@ -11,6 +11,7 @@
 
 use super::broker::Broker;
 use super::journal::{AppendError, Attachment, Journal};
+use super::ledger::Ledger;
 use super::presence::Presence;
 use super::recovery::{Loaded, OpenTurn, OrphanShell};
 use super::turns::{Preparation, Queued, TurnRequest, Turns};
@@ -270,8 +271,10 @@ pub(super) struct SessionActor {
     pub(super) broker: Broker,
     /// The running turn and the queue.
     pub(super) turns: Turns,
-    /// The conversation and the session's ledger, derived from the log.
+    /// The conversation, derived from the log.
     pub(super) history: History,
+    /// Totals, idempotency keys and permission history, derived from the log.
+    pub(super) ledger: Ledger,
     pub(super) env: Arc<TurnEnv>,
     pub(super) workspace: Arc<Workspace>,
     /// Every task the actor started: turns, their preparation, titles, notification hooks.
@@ -323,6 +326,7 @@ pub(super) fn spawn(
         broker: Broker::default(),
         turns: Turns::default(),
         history: loaded.history,
+        ledger: loaded.ledger,
         env,
         workspace,
         tasks: JoinSet::new(),
@@ -605,7 +609,7 @@ impl SessionActor {
     }
 
     /// Appends an event to the log (durable and broadcast at the end of the batch) and applies
-    /// it to the history. A failed write makes the session read-only ([`Self::storage_failed`]).
+    /// it to the history and the ledger. A failed write makes the session read-only ([`Self::storage_failed`]).
     pub(super) fn try_emit(
         &mut self,
         kind: EventKind,
@@ -613,7 +617,8 @@ impl SessionActor {
     ) -> Result<(), SessionError> {
         match self.journal.append(kind, turn_id) {
             Ok(event) => {
-                self.history.apply(&event.kind, event.turn_id.as_ref());
+                self.history.apply(&event.kind);
+                self.ledger.apply(&event.kind, event.turn_id.as_ref());
                 Ok(())
             }
             Err(AppendError::ReadOnly(e)) => Err(e),

@@ -204,7 +204,7 @@ impl SessionActor {
         ask: PermissionAsk,
         reply: oneshot::Sender<Result<Verdict, SinkError>>,
     ) {
-        if let Some((request_id, rules)) = self.history.logged_request(&ask.tool_call_id) {
+        if let Some((request_id, rules)) = self.ledger.open_request_for(&ask.tool_call_id) {
             // A request an earlier daemon logged (the turn was resumed) stays open as it was.
             return self.hold(request_id, Waiting::new(turn_id, rules, reply));
         }
@@ -300,7 +300,7 @@ impl SessionActor {
         }
         self.journal.writable()?;
         let Some(waiting) = self.broker.take(&request_id) else {
-            return match self.history.resolved_permissions.get(&request_id) {
+            return match self.ledger.resolution(&request_id) {
                 Some((decision, resolved_by)) => Ok(PermissionResponse {
                     status: "already_resolved".into(),
                     decision: *decision,

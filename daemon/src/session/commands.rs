@@ -145,8 +145,8 @@ impl SessionActor {
 
     fn cost_text(&self) -> String {
         let model = &self.journal.record.model;
-        let u = self.history.usage;
-        let cost = match self.history.cost_usd {
+        let u = self.ledger.usage;
+        let cost = match self.ledger.cost_usd {
             Some(c) => format!("${c:.4}"),
             None if u == TokenUsage::default() => "$0.0000".into(),
             None => "unknown (a model without a price was used)".into(),

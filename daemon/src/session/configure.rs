@@ -108,7 +108,7 @@ impl SessionActor {
         let mut rules = crate::permissions::load_settings(&root, home.as_deref());
         rules.add(
             "allow",
-            &self.history.session_rules,
+            self.ledger.session_rules(),
             &root,
             home.as_deref(),
             "session",
@@ -162,9 +162,9 @@ impl SessionActor {
     pub(super) fn snapshot(&self) -> SessionSnapshot {
         SessionSnapshot {
             summary: self.summary(),
-            pending_permissions: self.history.pending_permissions.values().cloned().collect(),
-            usage: self.history.usage,
-            cost_usd: self.history.cost_usd,
+            pending_permissions: self.ledger.open_requests(),
+            usage: self.ledger.usage,
+            cost_usd: self.ledger.cost_usd,
             running_turn: self.turns.running_id().cloned(),
         }
     }

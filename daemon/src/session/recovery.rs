@@ -7,6 +7,7 @@
 
 use super::SessionError;
 use super::actor::SessionActor;
+use super::ledger::Ledger;
 use super::turns::{Launch, TurnJob};
 use crate::agent::{History, TurnOutcome};
 use crate::store::EventLog;
@@ -18,6 +19,7 @@ use tether_proto::{Event, EventKind, PermissionDecision, Seq, TokenUsage, TurnId
 pub(super) struct Loaded {
     pub head: Seq,
     pub history: History,
+    pub ledger: Ledger,
     pub open_turn: Option<OpenTurn>,
     /// Seqs of records that could not be decoded (skipped).
     pub damaged: Vec<Seq>,
@@ -31,6 +33,7 @@ impl Loaded {
         Self {
             head: 0,
             history: History::default(),
+            ledger: Ledger::default(),
             open_turn: None,
             damaged: Vec::new(),
             shells: Vec::new(),
@@ -67,7 +70,7 @@ pub(super) fn interrupted_outcome() -> TurnOutcome {
     }
 }
 
-/// Replays a session's log into its history.
+/// Replays a session's log into its history and ledger.
 pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
     let head = log.head()?;
     let mut loaded = Loaded::empty();
@@ -80,7 +83,8 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
             continue;
         };
         track(&mut loaded, &event);
-        loaded.history.apply(&event.kind, event.turn_id.as_ref());
+        loaded.history.apply(&event.kind);
+        loaded.ledger.apply(&event.kind, event.turn_id.as_ref());
     }
     Ok(loaded)
 }
@@ -153,7 +157,7 @@ impl SessionActor {
                 at(),
             );
         }
-        let waiting_for_answer = self.history.awaiting_tool_calls();
+        let waiting_for_answer = self.ledger.awaiting_tool_calls();
         let awaiting: HashSet<&String> = open
             .unanswered
             .iter()
@@ -194,7 +198,7 @@ impl SessionActor {
             },
             at(),
         );
-        let pending: Vec<String> = self.history.pending_permissions.keys().cloned().collect();
+        let pending = self.ledger.open_ids();
         for request_id in pending {
             self.emit_in(
                 EventKind::PermissionResolved {

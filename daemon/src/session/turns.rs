@@ -251,7 +251,7 @@ impl SessionActor {
         request: TurnRequest,
     ) -> Result<TurnStarted, SessionError> {
         if let Some(c) = &request.client_turn_id {
-            if let Some(turn_id) = self.history.client_turns.get(c) {
+            if let Some(turn_id) = self.ledger.turn_for(c) {
                 return Ok(TurnStarted {
                     turn_id: turn_id.clone(),
                     queued: false,
@@ -525,6 +525,7 @@ impl SessionActor {
         });
         let workspace = self.workspace.clone();
         let mut history = self.history.clone();
+        let spent_before = self.ledger.spent();
         let sink = Arc::new(ActorSink {
             tx: tx.clone(),
             turn_id: turn_id.clone(),
@@ -580,6 +581,7 @@ impl SessionActor {
                     limits,
                     policy,
                     hooks,
+                    spent_before,
                 });
                 let subagents = crate::agent::Subagents {
                     ctx: Arc::new(ctx.for_child()),

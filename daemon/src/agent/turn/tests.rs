@@ -173,6 +173,7 @@ impl Setup {
                 limits,
                 policy: Default::default(),
                 hooks: Default::default(),
+                spent_before: Default::default(),
             }),
             cancel: CancellationToken::new(),
             subagents: None,
@@ -182,15 +183,12 @@ impl Setup {
 
 fn asked(prompt: &str) -> History {
     let mut history = History::default();
-    history.apply(
-        &EventKind::TurnStarted {
-            input: Vec::new(),
-            content: vec![text(prompt)],
-            by: None,
-            client_turn_id: None,
-        },
-        None,
-    );
+    history.apply(&EventKind::TurnStarted {
+        input: Vec::new(),
+        content: vec![text(prompt)],
+        by: None,
+        client_turn_id: None,
+    });
     history
 }
 
