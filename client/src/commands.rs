@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 use tether_proto::{
-    ClientKind, Event, EventKind, PermissionMode, Role, SessionId, SessionStatus, SessionSummary,
-    Since, TetherRpcClient,
+    CheckStatus, ClientKind, Event, EventKind, PermissionMode, Role, SessionId, SessionStatus,
+    SessionSummary, Since, TetherRpcClient,
 };
 
 /// How to print.
@@ -434,9 +434,9 @@ pub async fn config_show(socket: &Path, out: Output) -> anyhow::Result<ExitCode>
 /// running daemon, else from a local `tetherd doctor`.
 pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<ExitCode> {
     use std::os::unix::fs::PermissionsExt;
-    let check = |name: &str, status: &str, detail: String| tether_proto::Check {
+    let check = |name: &str, status: CheckStatus, detail: String| tether_proto::Check {
         name: name.into(),
-        status: status.into(),
+        status,
         detail,
     };
     let mut checks = Vec::new();
@@ -452,17 +452,17 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
     checks.push(match (mode(socket), mode(dir)) {
         (_, Some(_)) if dir_verdict.is_err() => check(
             "socket",
-            "fail",
+            CheckStatus::Fail,
             dir_verdict.err().map(|e| e.to_string()).unwrap_or_default(),
         ),
         (Some(0o600), Some(d)) => check(
             "socket",
-            "ok",
+            CheckStatus::Ok,
             format!("{} (0600, directory {d:04o}, yours)", socket.display()),
         ),
         (Some(m), Some(d)) => check(
             "socket",
-            "warn",
+            CheckStatus::Warn,
             format!(
                 "{} has mode {m:04o} (directory {d:04o}); expected 0600",
                 socket.display()
@@ -470,7 +470,7 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
         ),
         _ => check(
             "socket",
-            "ok",
+            CheckStatus::Ok,
             format!(
                 "{} (absent; created when the daemon starts)",
                 socket.display()
@@ -483,7 +483,7 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
                 let status = conn.client.daemon_status().await?;
                 checks.push(check(
                     "daemon",
-                    "ok",
+                    CheckStatus::Ok,
                     format!(
                         "tetherd {} (pid {}) up {}s, {} session(s)",
                         status.daemon.version,
@@ -497,7 +497,7 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
             Err(ConnectError::NotRunning(_)) => {
                 checks.push(check(
                     "daemon",
-                    "ok",
+                    CheckStatus::Ok,
                     "not running; it starts when a command needs it".into(),
                 ));
                 let mut args = vec!["doctor", "--json"];
@@ -508,7 +508,7 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
                 serde_json::from_str(&text).context("tetherd doctor gave no JSON")?
             }
             Err(e) => {
-                checks.push(check("daemon", "fail", e.to_string()));
+                checks.push(check("daemon", CheckStatus::Fail, e.to_string()));
                 Vec::new()
             }
         };
@@ -517,15 +517,15 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
         print_json(&checks)?;
     } else {
         for c in &checks {
-            let mark = match c.status.as_str() {
-                "ok" => "✓",
-                "warn" => "!",
+            let mark = match c.status {
+                CheckStatus::Ok => "✓",
+                CheckStatus::Warn => "!",
                 _ => "✗",
             };
             println!("{mark} {:<15} {}", c.name, c.detail);
         }
     }
-    Ok(if checks.iter().any(|c| c.status == "fail") {
+    Ok(if checks.iter().any(|c| c.status == CheckStatus::Fail) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

@@ -13,7 +13,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tether_proto::{
-    ClientKind, InputItem, PermissionDecision, Role, SessionId, Since, TetherRpcClient, TurnOptions,
+    ClientKind, InputItem, NoticeLevel, PermissionDecision, Role, SessionId, Since, StopReason,
+    TetherRpcClient, TurnOptions,
 };
 
 /// What `tether -p` runs.
@@ -127,7 +128,7 @@ async fn ask_command(command: &str, request: &Value) -> (PermissionDecision, Opt
 #[derive(Default)]
 struct Totals {
     result: String,
-    stop_reason: String,
+    stop_reason: Option<StopReason>,
     error: Option<Value>,
     input: u64,
     output: u64,
@@ -152,23 +153,20 @@ impl Totals {
             Some(c) => self.cost += c,
             None => self.cost_unknown = true,
         }
-        self.stop_reason = data["stopReason"].as_str().unwrap_or("").to_owned();
+        self.stop_reason = data["stopReason"].as_str().map(StopReason::parse);
         self.error = data.get("error").cloned();
     }
 
     fn ok(&self) -> bool {
-        matches!(
-            self.stop_reason.as_str(),
-            "end_turn" | "stop_sequence" | "command"
-        )
+        self.stop_reason.as_ref().is_some_and(StopReason::is_normal)
     }
 
     /// The result object in Claude Code's shape (its field names, its `subtype`s), plus
     /// tether's `error` (code, message, retryable) when the run failed.
     fn result(&self, session: &SessionId, started: Instant) -> Value {
-        let subtype = match (self.ok(), self.stop_reason.as_str()) {
+        let subtype = match (self.ok(), &self.stop_reason) {
             (true, _) => "success",
-            (false, "max_turns") => "error_max_turns",
+            (false, Some(StopReason::MaxTurns)) => "error_max_turns",
             (false, _) => "error_during_execution",
         };
         let mut result = json!({
@@ -178,7 +176,7 @@ impl Totals {
             "duration_ms": started.elapsed().as_millis() as u64,
             "num_turns": self.num_turns,
             "result": self.result,
-            "stop_reason": self.stop_reason,
+            "stop_reason": self.stop_reason.as_ref().map_or("", StopReason::as_str),
             "session_id": session,
             "total_cost_usd": (!self.cost_unknown).then_some(self.cost),
             "usage": {
@@ -275,7 +273,9 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
             if format == "stream-json" {
                 writeln!(out, "{raw}")?;
                 out.flush()?;
-            } else if raw["type"] == "notice" && raw["data"]["level"] == "warning" {
+            } else if raw["type"] == "notice"
+                && raw["data"]["level"] == NoticeLevel::Warning.as_str()
+            {
                 // (stream-json readers see it in the stream.)
                 eprintln!(
                     "tether: warning: {}",
@@ -372,7 +372,10 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         .error
         .as_ref()
         .and_then(|e| e["message"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("the turn stopped: {}", totals.stop_reason));
+        .unwrap_or_else(|| {
+            let why = totals.stop_reason.as_ref().map_or("", StopReason::as_str);
+            format!("the turn stopped: {why}")
+        });
     eprintln!("tether: {why}");
     Ok(ExitCode::FAILURE)
 }

@@ -154,7 +154,10 @@ pub fn event_line(ev: &Event) -> String {
             None => "[block]".into(),
         },
         EventKind::AssistantMessageCompleted { stop_reason, .. } => {
-            format!("reply complete ({})", stop_reason.as_deref().unwrap_or("?"))
+            format!(
+                "reply complete ({})",
+                stop_reason.as_ref().map_or("?", |s| s.as_str())
+            )
         }
         EventKind::ToolCall { name, input, .. } => format!("▶ {name} {input}"),
         EventKind::ToolProgress { chunk, .. } => chunk.trim_end().to_owned(),
@@ -456,7 +459,7 @@ mod tests {
                 block: json!({"type": "text", "text": "Hello world"}),
             },
             EventKind::Notice {
-                level: "info".into(),
+                level: tether_proto::NoticeLevel::Info,
                 message: "done".into(),
             },
         ] {

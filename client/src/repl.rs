@@ -574,7 +574,7 @@ impl Repl {
             )
             .await
         {
-            Ok(r) if r.status == "already_resolved" => {
+            Ok(r) if r.status == tether_proto::ResponseStatus::AlreadyResolved => {
                 let who = r
                     .resolved_by
                     .as_ref()

@@ -13,7 +13,7 @@ use crate::render;
 use crate::style::Style;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use tether_proto::{ConnectionId, Event, EventKind};
+use tether_proto::{ConnectionId, Event, EventKind, InputItem, NoticeLevel, StopReason};
 
 /// Lines of a tool result shown before folding.
 const RESULT_LINES: usize = 4;
@@ -505,11 +505,11 @@ impl View {
                 }
                 let text: Vec<String> = input
                     .iter()
-                    .map(|i| match i["type"].as_str() {
-                        Some("text") => i["text"].as_str().unwrap_or("").to_owned(),
-                        Some("file") => format!("@{}", i["path"].as_str().unwrap_or("")),
-                        Some(other) => format!("[{other}]"),
-                        None => String::new(),
+                    .map(|i| match i {
+                        InputItem::Text { text } => text.clone(),
+                        InputItem::File { path } => format!("@{path}"),
+                        InputItem::Image { .. } => "[image]".to_owned(),
+                        InputItem::Unknown => "[attachment]".to_owned(),
                     })
                     .collect();
                 let from = by
@@ -673,7 +673,7 @@ impl View {
             }
             EventKind::Notice { level, message } => out.push_str(&format!(
                 "{}\n",
-                if level == "warning" {
+                if *level == NoticeLevel::Warning {
                     s.warn(&format!("! {message}"))
                 } else {
                     s.dim(&format!("· {message}"))
@@ -755,22 +755,23 @@ impl View {
                     ),
                 };
                 // A command the daemon answered (/cost, /model, …) needs no footer.
-                if stop_reason == "command"
+                if *stop_reason == StopReason::Command
                     && error.is_none()
                     && tokens == 0
                     && usage.output_tokens == 0
                 {
                     return out;
                 }
-                let stop_reason = match stop_reason.as_str() {
-                    "end_turn" | "stop_sequence" | "command" => "done",
-                    "cancelled" => "interrupted",
-                    "interrupted_by_restart" => "interrupted by a daemon restart",
-                    "max_tokens" => "stopped at the output limit",
-                    "max_turns" => "stopped at the turn's request limit",
-                    "refusal" => "the model declined",
-                    "error" => "failed",
-                    other => other,
+                let stop_reason = match stop_reason {
+                    StopReason::EndTurn | StopReason::StopSequence | StopReason::Command => "done",
+                    StopReason::Compacted => "compacted",
+                    StopReason::Cancelled => "interrupted",
+                    StopReason::InterruptedByRestart => "interrupted by a daemon restart",
+                    StopReason::MaxTokens => "stopped at the output limit",
+                    StopReason::MaxTurns => "stopped at the turn's request limit",
+                    StopReason::Refusal => "the model declined",
+                    StopReason::Error => "failed",
+                    other => other.as_str(),
                 };
                 let line = format!(
                     "─ {stop_reason}{took} · {tokens} in{cached} / {} out tokens{cost}",

@@ -5,12 +5,12 @@
 use crate::config::Config;
 use crate::llm::AnthropicClient;
 use std::path::Path;
-use tether_proto::Check;
+use tether_proto::{Check, CheckStatus};
 
-fn check(name: &str, status: &str, detail: impl Into<String>) -> Check {
+fn check(name: &str, status: CheckStatus, detail: impl Into<String>) -> Check {
     Check {
         name: name.to_owned(),
-        status: status.to_owned(),
+        status,
         detail: detail.into(),
     }
 }
@@ -28,7 +28,7 @@ fn data_dir_check(dir: &Path) -> Check {
     {
         return check(
             "data directory",
-            "fail",
+            CheckStatus::Fail,
             format!("{} is not writable: {e}", dir.display()),
         );
     }
@@ -36,7 +36,7 @@ fn data_dir_check(dir: &Path) -> Check {
     if let Some((path, mode)) = tether_proto::private::first_open_entry(dir) {
         return check(
             "data directory",
-            "warn",
+            CheckStatus::Warn,
             format!(
                 "{} has mode {mode:04o}: other users may read your sessions; tetherd makes it \
                  private at its next start (or run `chmod -R go= {}`)",
@@ -48,7 +48,7 @@ fn data_dir_check(dir: &Path) -> Check {
     match free_bytes(dir) {
         Some(free) if free < 512 << 20 => check(
             "data directory",
-            "warn",
+            CheckStatus::Warn,
             format!(
                 "{}: only {} MiB free; sessions stop saving when the disk is full",
                 dir.display(),
@@ -57,7 +57,7 @@ fn data_dir_check(dir: &Path) -> Check {
         ),
         Some(free) => check(
             "data directory",
-            "ok",
+            CheckStatus::Ok,
             format!(
                 "{} (private, writable, {} GiB free)",
                 dir.display(),
@@ -66,7 +66,7 @@ fn data_dir_check(dir: &Path) -> Check {
         ),
         None => check(
             "data directory",
-            "ok",
+            CheckStatus::Ok,
             format!("{} (private, writable)", dir.display()),
         ),
     }
@@ -80,13 +80,13 @@ fn git_check() -> Check {
     if on_path {
         check(
             "git",
-            "ok",
+            CheckStatus::Ok,
             format!("libgit2 {major}.{minor}.{patch}; git on PATH"),
         )
     } else {
         check(
             "git",
-            "warn",
+            CheckStatus::Warn,
             format!(
                 "libgit2 {major}.{minor}.{patch}; no git on PATH (the model's git commands will fail)"
             ),
@@ -103,10 +103,14 @@ pub async fn checks(
 ) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(match &config.file {
-        Some(f) => check("config", "ok", format!("{} is valid", f.display())),
+        Some(f) => check(
+            "config",
+            CheckStatus::Ok,
+            format!("{} is valid", f.display()),
+        ),
         None => check(
             "config",
-            "ok",
+            CheckStatus::Ok,
             match crate::config::default_path() {
                 Some(p) => format!(
                     "no file at {}; defaults and environment in use",
@@ -119,23 +123,27 @@ pub async fn checks(
     out.push(data_dir_check(data_dir));
     out.push(match llm {
         Ok(client) => match client.credential_kind() {
-            Some(kind) => check("credentials", "ok", format!("from {kind}")),
+            Some(kind) => check("credentials", CheckStatus::Ok, format!("from {kind}")),
             None => check(
                 "credentials",
-                "fail",
+                CheckStatus::Fail,
                 "none: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, or TETHER_API_KEY_HELPER)",
             ),
         },
-        Err(why) => check("credentials", "fail", why.to_owned()),
+        Err(why) => check("credentials", CheckStatus::Fail, why.to_owned()),
     });
     out.push(git_check());
     let base = config.string("api.base_url").unwrap_or_default();
     out.push(match (online, llm) {
-        (false, _) => check("api", "ok", format!("{base} (not contacted; use --online)")),
-        (true, Err(why)) => check("api", "fail", why.to_owned()),
+        (false, _) => check(
+            "api",
+            CheckStatus::Ok,
+            format!("{base} (not contacted; use --online)"),
+        ),
+        (true, Err(why)) => check("api", CheckStatus::Fail, why.to_owned()),
         (true, Ok(client)) => match client.ping().await {
-            Ok(status) => check("api", "ok", format!("{base} answered {status}")),
-            Err(e) => check("api", "fail", format!("{base}: {e}")),
+            Ok(status) => check("api", CheckStatus::Ok, format!("{base} answered {status}")),
+            Err(e) => check("api", CheckStatus::Fail, format!("{base}: {e}")),
         },
     });
     out

@@ -15,16 +15,61 @@ use std::time::Duration;
 
 /// Default hook timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-/// The events hooks can attach to.
-pub const EVENTS: &[&str] = &[
-    "PreToolUse",
-    "PostToolUse",
-    "UserPromptSubmit",
-    "Stop",
-    "SessionStart",
-    "PreCompact",
-    "Notification",
-];
+/// The events hooks can attach to, named as in Claude Code's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookEvent {
+    /// Before a tool call runs (may block it, or decide its permission).
+    PreToolUse,
+    /// After a tool call ran (may add to its result).
+    PostToolUse,
+    /// Before a prompt goes to the model (may block it, or add context).
+    UserPromptSubmit,
+    /// When the model stops (may ask it to go on).
+    Stop,
+    /// At a session's first prompt since it was loaded (may add context).
+    SessionStart,
+    /// Before the conversation is compacted.
+    PreCompact,
+    /// When the session waits for a permission answer.
+    Notification,
+}
+
+impl HookEvent {
+    /// Every event.
+    pub const ALL: [Self; 7] = [
+        Self::PreToolUse,
+        Self::PostToolUse,
+        Self::UserPromptSubmit,
+        Self::Stop,
+        Self::SessionStart,
+        Self::PreCompact,
+        Self::Notification,
+    ];
+
+    /// The name settings files use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PreToolUse => "PreToolUse",
+            Self::PostToolUse => "PostToolUse",
+            Self::UserPromptSubmit => "UserPromptSubmit",
+            Self::Stop => "Stop",
+            Self::SessionStart => "SessionStart",
+            Self::PreCompact => "PreCompact",
+            Self::Notification => "Notification",
+        }
+    }
+
+    /// The event a settings file names.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for HookEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Command {
@@ -34,7 +79,7 @@ struct Command {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    event: String,
+    event: HookEvent,
     matcher: Option<String>,
     commands: Vec<Command>,
 }
@@ -109,12 +154,12 @@ impl Hooks {
             }
             return;
         };
-        for (event, entries) in map {
-            if !EVENTS.contains(&event.as_str()) {
+        for (name, entries) in map {
+            let Some(event) = HookEvent::parse(name) else {
                 self.problems
-                    .push(format!("{source}: unknown hook event {event:?}"));
+                    .push(format!("{source}: unknown hook event {name:?}"));
                 continue;
-            }
+            };
             for entry in entries.as_array().into_iter().flatten() {
                 let matcher = entry["matcher"]
                     .as_str()
@@ -142,7 +187,7 @@ impl Hooks {
                     continue;
                 }
                 self.entries.push(Entry {
-                    event: event.clone(),
+                    event,
                     matcher,
                     commands,
                 });
@@ -151,7 +196,7 @@ impl Hooks {
     }
 
     /// Whether any hook listens to `event`.
-    pub fn has(&self, event: &str) -> bool {
+    pub fn has(&self, event: HookEvent) -> bool {
         self.entries.iter().any(|e| e.event == event)
     }
 
@@ -159,13 +204,13 @@ impl Hooks {
     /// for PreCompact), feeding them `input` (to which `hook_event_name` is added).
     pub async fn run(
         &self,
-        event: &str,
+        event: HookEvent,
         target: Option<&str>,
         mut input: Value,
         cwd: &Path,
     ) -> Outcome {
         let mut outcome = Outcome::default();
-        input["hook_event_name"] = json!(event);
+        input["hook_event_name"] = json!(event.as_str());
         let stdin = input.to_string();
         for entry in self.entries.iter().filter(|e| e.event == event) {
             if let (Some(m), Some(t)) = (&entry.matcher, target) {
@@ -184,7 +229,7 @@ impl Hooks {
     }
 }
 
-async fn run_one(cmd: &Command, stdin: &str, cwd: &Path, event: &str, outcome: &mut Outcome) {
+async fn run_one(cmd: &Command, stdin: &str, cwd: &Path, event: HookEvent, outcome: &mut Outcome) {
     use tokio::io::AsyncWriteExt;
     let child = tokio::process::Command::new("sh")
         .arg("-c")
@@ -267,7 +312,9 @@ async fn run_one(cmd: &Command, stdin: &str, cwd: &Path, event: &str, outcome: &
                 if let Some(ctx) = specific["additionalContext"].as_str() {
                     outcome.context.push(ctx.to_owned());
                 }
-            } else if !stdout.is_empty() && matches!(event, "UserPromptSubmit" | "SessionStart") {
+            } else if !stdout.is_empty()
+                && matches!(event, HookEvent::UserPromptSubmit | HookEvent::SessionStart)
+            {
                 outcome.context.push(stdout);
             }
         }
@@ -313,7 +360,7 @@ mod tests {
         }));
         let rm = h
             .run(
-                "PreToolUse",
+                crate::hooks::HookEvent::PreToolUse,
                 Some("Bash"),
                 json!({"tool_input": {"command": "rm -rf x"}}),
                 dir.path(),
@@ -322,7 +369,7 @@ mod tests {
         assert_eq!(rm.block.as_deref(), Some("no rm here"));
         let ls = h
             .run(
-                "PreToolUse",
+                crate::hooks::HookEvent::PreToolUse,
                 Some("Bash"),
                 json!({"tool_input": {"command": "ls"}}),
                 dir.path(),
@@ -330,22 +377,46 @@ mod tests {
             .await;
         assert_eq!(ls, Outcome::default());
         let edit = h
-            .run("PreToolUse", Some("Write"), json!({}), dir.path())
+            .run(
+                crate::hooks::HookEvent::PreToolUse,
+                Some("Write"),
+                json!({}),
+                dir.path(),
+            )
             .await;
         assert_eq!(edit.permission, Some(HookPermission::Allow));
         let other = h
-            .run("PreToolUse", Some("Read"), json!({}), dir.path())
+            .run(
+                crate::hooks::HookEvent::PreToolUse,
+                Some("Read"),
+                json!({}),
+                dir.path(),
+            )
             .await;
         assert_eq!(other, Outcome::default(), "matchers are anchored");
         let post = h
-            .run("PostToolUse", Some("Read"), json!({}), dir.path())
+            .run(
+                crate::hooks::HookEvent::PostToolUse,
+                Some("Read"),
+                json!({}),
+                dir.path(),
+            )
             .await;
         assert_eq!(post.context, ["lint: ok"]);
         let started = std::time::Instant::now();
-        let stop = h.run("Stop", None, json!({}), dir.path()).await;
+        let stop = h
+            .run(crate::hooks::HookEvent::Stop, None, json!({}), dir.path())
+            .await;
         assert!(started.elapsed() < Duration::from_secs(3));
         assert!(stop.notices[0].contains("did not finish"), "{stop:?}");
-        let note = h.run("Notification", None, json!({}), dir.path()).await;
+        let note = h
+            .run(
+                crate::hooks::HookEvent::Notification,
+                None,
+                json!({}),
+                dir.path(),
+            )
+            .await;
         assert!(note.notices[0].contains("exited with 1"));
         assert!(note.block.is_none());
     }

@@ -254,10 +254,13 @@ fn doctor(config: &Config, data_dir: &std::path::Path, online: bool, json: bool)
         }
     } else {
         for c in &checks {
-            println!("{:<5} {:<15} {}", c.status, c.name, c.detail);
+            println!("{:<5} {:<15} {}", c.status.as_str(), c.name, c.detail);
         }
     }
-    if checks.iter().any(|c| c.status == "fail") {
+    if checks
+        .iter()
+        .any(|c| c.status == tether_proto::CheckStatus::Fail)
+    {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

@@ -8,13 +8,15 @@
 
 use crate::ids::{Epoch, Seq, SessionId, TurnId};
 use crate::types::{
-    ClientRef, PermissionDecision, PermissionMode, Role, SessionStatus, TokenUsage, TurnError,
+    ClientRef, InputItem, PermissionDecision, PermissionMode, Role, SessionStatus, TokenUsage,
+    TurnError,
 };
+use crate::vocab::{DetachReason, NoticeLevel, RecoveryAction, ShellState, StopReason};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// One event of a session, as logged and as sent to subscribers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     /// The session it belongs to.
@@ -35,7 +37,7 @@ pub struct Event {
 }
 
 /// The event types, tagged `type` with their payload in `data`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(
     tag = "type",
     content = "data",
@@ -121,8 +123,8 @@ pub enum EventKind {
         client: ClientRef,
         /// Its role.
         role: Role,
-        /// Why: `unsubscribed`, `disconnected`, `lagged`.
-        reason: String,
+        /// Why: the client went away, fell behind, or its replay failed.
+        reason: DetachReason,
     },
     /// What the session is doing changed.
     SessionStatus {
@@ -132,7 +134,7 @@ pub enum EventKind {
     /// A turn began; `content` is the user message sent to the model.
     TurnStarted {
         /// The input as the client gave it.
-        input: Vec<Value>,
+        input: Vec<InputItem>,
         /// The API content blocks built from it (text, attachments, images).
         content: Vec<Value>,
         /// Who started it.
@@ -145,7 +147,7 @@ pub enum EventKind {
     /// A turn ended.
     TurnEnded {
         /// The API's stop reason, or tether's (`cancelled`, `error`, `max_turns`, …).
-        stop_reason: String,
+        stop_reason: StopReason,
         /// Tokens of every request of the turn.
         usage: TokenUsage,
         /// What the turn cost; `None` when the model's price is unknown.
@@ -200,7 +202,7 @@ pub enum EventKind {
         usage: TokenUsage,
         /// Why the model stopped.
         #[serde(default)]
-        stop_reason: Option<String>,
+        stop_reason: Option<StopReason>,
     },
     /// A tool call is about to run.
     ToolCall {
@@ -239,7 +241,7 @@ pub enum EventKind {
         /// The command it ran.
         command: String,
         /// `exited`, `killed` or `lost`.
-        state: String,
+        state: ShellState,
         /// Its exit code, when it exited.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
@@ -290,7 +292,7 @@ pub enum EventKind {
     /// A turn the daemon's stop cut short was repaired on restart.
     TurnRecovered {
         /// What was done, e.g. `ended`.
-        action: String,
+        action: RecoveryAction,
         /// Tool calls given an "interrupted" result.
         #[serde(default)]
         interrupted_tools: Vec<String>,
@@ -389,7 +391,7 @@ pub enum EventKind {
     /// Something a user should know that is not an error.
     Notice {
         /// `info` or `warning`.
-        level: String,
+        level: NoticeLevel,
         /// The text.
         message: String,
     },

@@ -12,13 +12,16 @@ pub mod ids;
 pub mod paths;
 pub mod private;
 pub mod rpc;
+pub mod schema;
 pub mod types;
+pub mod vocab;
 
 pub use error::ErrorCode;
 pub use event::{Event, EventKind, content_text};
 pub use ids::{ConnectionId, Epoch, Seq, SessionId, TurnId};
 pub use rpc::{TetherRpcClient, TetherRpcServer};
 pub use types::*;
+pub use vocab::*;
 
 /// The protocol version spoken by this build; `initialize` reports it.
 pub const PROTOCOL_VERSION: u32 = 1;

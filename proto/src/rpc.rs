@@ -108,7 +108,7 @@ pub trait TetherRpc {
     async fn session_export(
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
-        format: Option<String>,
+        format: Option<crate::vocab::ExportFormat>,
     ) -> RpcResult<SessionExport>;
 
     /// Starts a turn; its progress arrives as events.

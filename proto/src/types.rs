@@ -4,7 +4,9 @@ use crate::ids::{ConnectionId, Epoch, Seq, SessionId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// What kind of program a client is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ClientKind {
     /// The terminal client.
@@ -19,7 +21,9 @@ pub enum ClientKind {
 }
 
 /// How a subscriber takes part in a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// May start turns and answer permission prompts.
@@ -30,7 +34,9 @@ pub enum Role {
 }
 
 /// How tool calls are authorised in a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum PermissionMode {
     /// Ask for anything not allowed by a rule.
@@ -73,7 +79,7 @@ impl PermissionMode {
 }
 
 /// Options of one turn (what headless runs ask for).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TurnOptions {
     /// Most model requests the turn may make before it stops with `max_turns`.
@@ -98,7 +104,7 @@ pub struct TurnOptions {
 }
 
 /// What `models/list` answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelList {
     /// The model of new sessions (alias or id).
@@ -110,7 +116,7 @@ pub struct ModelList {
 }
 
 /// An alias (`opus`) and the id it resolves to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelAlias {
     /// The alias.
@@ -120,7 +126,7 @@ pub struct ModelAlias {
 }
 
 /// One model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelEntry {
     /// The API id.
@@ -152,7 +158,7 @@ pub struct ModelEntry {
 }
 
 /// One configuration key as `daemon/config` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigEntry {
     /// Dotted key, as in config.toml (`api.max_retries`).
@@ -169,19 +175,19 @@ pub struct ConfigEntry {
 }
 
 /// One line of `daemon/doctor`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Check {
     /// What was checked.
     pub name: String,
-    /// `ok`, `warn` or `fail`.
-    pub status: String,
+    /// The verdict.
+    pub status: crate::vocab::CheckStatus,
     /// What was found.
     pub detail: String,
 }
 
 /// Result of `daemon/config`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigReport {
     /// The configuration file read, if any.
@@ -213,7 +219,9 @@ impl ConfigReport {
 }
 
 /// What a session is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
     /// No turn is running.
@@ -285,7 +293,7 @@ impl<'de> Deserialize<'de> for Since {
 }
 
 /// Who a client says it is in `initialize`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientInfo {
     /// Program name, e.g. `tether`.
@@ -300,7 +308,9 @@ pub struct ClientInfo {
 
 /// What a client can do. On the wire an object (`{"permissions": true}`); anything else —
 /// an array, a number — is invalid params, and unknown keys are ignored for newer clients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(
     rename_all = "camelCase",
     try_from = "serde_json::Map<String, serde_json::Value>"
@@ -329,7 +339,7 @@ impl TryFrom<serde_json::Map<String, serde_json::Value>> for Capabilities {
 }
 
 /// The daemon's identity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DaemonInfo {
     /// The daemon's version.
@@ -339,7 +349,7 @@ pub struct DaemonInfo {
 }
 
 /// Result of `initialize`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResult {
     /// The protocol version the daemon speaks.
@@ -353,7 +363,7 @@ pub struct InitializeResult {
 }
 
 /// A client as it appears in events (`by`, `resolvedBy`, presence).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientRef {
     /// The connection's id.
@@ -366,7 +376,7 @@ pub struct ClientRef {
 }
 
 /// A client attached to a session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AttachedClient {
     /// The client.
@@ -376,7 +386,7 @@ pub struct AttachedClient {
 }
 
 /// Result of `daemon/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DaemonStatus {
     /// The daemon.
@@ -402,7 +412,7 @@ pub struct DaemonStatus {
 }
 
 /// Result of `daemon/shutdown`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ShutdownResult {
     /// Always true: the daemon drains and exits after answering.
@@ -410,7 +420,7 @@ pub struct ShutdownResult {
 }
 
 /// Result of `session/new`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionNewResult {
     /// The new session's id.
@@ -418,7 +428,7 @@ pub struct SessionNewResult {
 }
 
 /// A session's metadata as `session/list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSummary {
     /// Its id.
@@ -452,7 +462,7 @@ pub struct SessionSummary {
 }
 
 /// Result of `session/list`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionList {
     /// Most recently updated first.
@@ -466,7 +476,7 @@ pub struct SessionList {
 }
 
 /// Result of `session/get`: the full snapshot of a session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSnapshot {
     /// Its metadata.
@@ -487,7 +497,9 @@ pub struct SessionSnapshot {
 }
 
 /// Token counts, as events and `session/get` report them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenUsage {
     /// Uncached input tokens.
@@ -515,7 +527,7 @@ impl TokenUsage {
 }
 
 /// Why a turn failed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnError {
     /// Stable code, e.g. `auth`, `overloaded`, `prompt_too_long`.
@@ -527,7 +539,7 @@ pub struct TurnError {
 }
 
 /// One item of a turn's input.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(
     tag = "type",
     rename_all = "snake_case",
@@ -556,10 +568,14 @@ pub enum InputItem {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         media_type: Option<String>,
     },
+    /// An item of a type this build does not know (in a newer daemon's `turn_started`);
+    /// `turn/start` refuses it.
+    #[serde(other)]
+    Unknown,
 }
 
 /// An answer to a permission request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionDecision {
     /// Run this call.
@@ -588,7 +604,9 @@ impl PermissionDecision {
 }
 
 /// What happens to a permission request while no controller is attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct NoControllerPolicy {
     /// `wait` (the default), `deny` or `allow`.
@@ -599,7 +617,9 @@ pub struct NoControllerPolicy {
 }
 
 /// The action of a [`NoControllerPolicy`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum NoControllerAction {
     /// Keep waiting for a controller.
@@ -612,7 +632,7 @@ pub enum NoControllerAction {
 }
 
 /// A slash command a session understands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandInfo {
     /// Its name without the slash (`a:b` for `.claude/commands/a/b.md`).
@@ -624,11 +644,11 @@ pub struct CommandInfo {
 }
 
 /// One permission rule in effect, and where it comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleEntry {
-    /// `allow`, `ask` or `deny`.
-    pub kind: String,
+    /// What the rule does.
+    pub kind: crate::vocab::RuleKind,
     /// As written, e.g. `Bash(npm run test:*)`.
     pub rule: String,
     /// A settings file's path, `session` (answered "don't ask again"), or this turn's options.
@@ -636,7 +656,7 @@ pub struct RuleEntry {
 }
 
 /// Result of `permission/rules`: what decides a session's tool calls.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionRules {
     /// The session's permission mode.
@@ -650,11 +670,11 @@ pub struct PermissionRules {
 }
 
 /// Result of `permission/respond`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionResponse {
-    /// `accepted` (this answer decided) or `already_resolved` (another came first).
-    pub status: String,
+    /// Whether this answer decided, or another came first.
+    pub status: crate::vocab::ResponseStatus,
     /// The decision that holds.
     pub decision: PermissionDecision,
     /// Who made it.
@@ -663,7 +683,9 @@ pub struct PermissionResponse {
 }
 
 /// What `turn/start` does while a turn runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum BusyMode {
     /// Refuse with `session_busy`.
@@ -674,7 +696,7 @@ pub enum BusyMode {
 }
 
 /// Result of `turn/start`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnStarted {
     /// The turn's id (the same for a repeated `clientTurnId`).
@@ -684,7 +706,7 @@ pub struct TurnStarted {
 }
 
 /// Result of `turn/cancel`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnCancelled {
     /// Whether a turn was running (cancelling nothing is not an error).
@@ -692,17 +714,17 @@ pub struct TurnCancelled {
 }
 
 /// Result of `session/export`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionExport {
-    /// `markdown` or `jsonl`.
-    pub format: String,
+    /// Its format.
+    pub format: crate::vocab::ExportFormat,
     /// The export.
     pub content: String,
 }
 
 /// Result of `session/delete`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionDeleted {
     /// The deleted session's id.

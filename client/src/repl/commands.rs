@@ -268,7 +268,10 @@ impl Repl {
                 let md = self
                     .conn
                     .client
-                    .session_export(self.session.id.clone(), Some("markdown".into()))
+                    .session_export(
+                        self.session.id.clone(),
+                        Some(tether_proto::ExportFormat::Markdown),
+                    )
                     .await?;
                 let file = if arg.is_empty() {
                     format!(

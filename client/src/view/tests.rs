@@ -32,7 +32,9 @@ fn turn() -> Vec<Event> {
             1,
             "2026-12-01T10:00:00.000Z",
             EventKind::TurnStarted {
-                input: vec![json!({"type": "text", "text": "fix the build"})],
+                input: vec![tether_proto::InputItem::Text {
+                    text: "fix the build".into(),
+                }],
                 content: vec![],
                 by: Some(other()),
                 client_turn_id: None,
@@ -142,7 +144,7 @@ fn turn() -> Vec<Event> {
             207,
             "2026-12-01T10:00:04.500Z",
             EventKind::TurnEnded {
-                stop_reason: "end_turn".into(),
+                stop_reason: tether_proto::StopReason::EndTurn,
                 usage: TokenUsage {
                     input_tokens: 1200,
                     output_tokens: 340,
@@ -353,7 +355,7 @@ fn the_turn_footer_says_how_much_the_cache_served_and_an_unknown_cost() {
             2,
             "2026-12-01T10:00:01.000Z",
             EventKind::TurnEnded {
-                stop_reason: "end_turn".into(),
+                stop_reason: tether_proto::StopReason::EndTurn,
                 usage,
                 cost_usd,
                 error: None,

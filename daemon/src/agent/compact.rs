@@ -105,7 +105,7 @@ pub async fn compact(
     sink.commit(err).await?;
     if history.compaction_failures >= MAX_FAILURES {
         sink.send(EventKind::Notice {
-            level: "warning".into(),
+            level: tether_proto::NoticeLevel::Warning,
             message: format!(
                 "compaction failed {MAX_FAILURES} times in a row; automatic compaction is off until one succeeds (try /compact)"
             ),

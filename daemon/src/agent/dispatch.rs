@@ -5,6 +5,7 @@
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
 use super::turn_context::TurnContext;
+use crate::hooks::HookEvent;
 use crate::tools::{Spent, SubagentRunner, ToolContext, ToolOutput};
 use serde_json::Value;
 use std::sync::Arc;
@@ -148,16 +149,16 @@ impl Dispatch<'_> {
             }
             let cwd = self.ctx.workspace.cwd();
             let mut hook = None;
-            if self.ctx.hooks.has("PreToolUse") {
+            if self.ctx.hooks.has(HookEvent::PreToolUse) {
                 let input = serde_json::json!({"session_id": self.ctx.session_id, "cwd": cwd, "tool_name": tool.name(), "tool_input": call.input});
                 let outcome = self
                     .ctx
                     .hooks
-                    .run("PreToolUse", Some(tool.name()), input, &cwd)
+                    .run(HookEvent::PreToolUse, Some(tool.name()), input, &cwd)
                     .await;
                 for n in outcome.notices {
                     self.sink.send(EventKind::Notice {
-                        level: "warning".into(),
+                        level: tether_proto::NoticeLevel::Warning,
                         message: n,
                     });
                 }
@@ -231,14 +232,16 @@ impl Dispatch<'_> {
                     }
                 };
                 let mut out = with_note(out, note);
-                if hooks.has("PostToolUse") {
+                if hooks.has(HookEvent::PostToolUse) {
                     let mut input = post_input;
                     input["tool_response"] = out.content.clone();
                     let cwd = ctx.workspace.cwd();
-                    let outcome = hooks.run("PostToolUse", Some(&name), input, &cwd).await;
+                    let outcome = hooks
+                        .run(HookEvent::PostToolUse, Some(&name), input, &cwd)
+                        .await;
                     for n in outcome.notices {
                         hook_sink.send(EventKind::Notice {
-                            level: "warning".into(),
+                            level: tether_proto::NoticeLevel::Warning,
                             message: n,
                         });
                     }

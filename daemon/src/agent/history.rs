@@ -8,7 +8,7 @@
 
 use crate::llm::{Message, Role};
 use serde_json::{Value, json};
-use tether_proto::EventKind;
+use tether_proto::{EventKind, StopReason};
 
 /// How a summary opens the history after compaction.
 pub const SUMMARY_PREFIX: &str = "This session continues an earlier conversation that was summarized to free context. \
@@ -163,9 +163,9 @@ impl History {
                 // An interrupted reply keeps the text it got to (never a half tool call), and
                 // the next prompt says it was interrupted; a failed one leaves nothing.
                 let pending = std::mem::take(&mut self.pending);
-                let marker = match stop_reason.as_str() {
-                    "cancelled" => Some(INTERRUPTED_BY_USER),
-                    "interrupted_by_restart" => Some(INTERRUPTED_BY_RESTART),
+                let marker = match stop_reason {
+                    StopReason::Cancelled => Some(INTERRUPTED_BY_USER),
+                    StopReason::InterruptedByRestart => Some(INTERRUPTED_BY_RESTART),
                     _ => None,
                 };
                 if let Some(marker) = marker {
@@ -355,7 +355,7 @@ mod tests {
         EventKind::AssistantMessageCompleted {
             model: "m".into(),
             usage: TokenUsage::default(),
-            stop_reason: Some("end_turn".into()),
+            stop_reason: Some(StopReason::EndTurn),
         }
     }
 
@@ -447,7 +447,7 @@ mod tests {
             json!({"type": "tool_use", "id": "half", "name": "Read", "input": {}}),
         ));
         let ended = |stop: &str| EventKind::TurnEnded {
-            stop_reason: stop.into(),
+            stop_reason: StopReason::parse(stop),
             usage: TokenUsage::default(),
             cost_usd: None,
             error: None,

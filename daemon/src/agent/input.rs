@@ -39,6 +39,8 @@ pub fn process(cwd: &Path, items: &[InputItem]) -> Processed {
                 }
             }
             InputItem::File { path } => attach(cwd, path, &mut out),
+            // Refused by `turn/start`; nothing to attach.
+            InputItem::Unknown => {}
             InputItem::Image {
                 path,
                 data,

@@ -9,6 +9,7 @@
 use super::commands::SlashCommand;
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
+use crate::hooks::HookEvent;
 use crate::hooks::Hooks;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -123,25 +124,27 @@ async fn run(request: Request) -> Prepared {
         return prepared;
     }
     let hooks = prepared.hooks.clone();
-    if session_start && hooks.has("SessionStart") {
+    if session_start && hooks.has(HookEvent::SessionStart) {
         prepared.session_started = true;
         let input = json!({"session_id": session_id, "cwd": cwd, "source": "startup"});
         let outcome = hooks
-            .run("SessionStart", Some("startup"), input, &cwd)
+            .run(HookEvent::SessionStart, Some("startup"), input, &cwd)
             .await;
         prepared.notices.extend(outcome.notices);
         prepared
             .content
             .extend(outcome.context.into_iter().map(text_block));
     }
-    if hooks.has("UserPromptSubmit") {
+    if hooks.has(HookEvent::UserPromptSubmit) {
         let prompt: Vec<&str> = prepared
             .content
             .iter()
             .filter_map(|b| b["text"].as_str())
             .collect();
         let input = json!({"session_id": session_id, "cwd": cwd, "prompt": prompt.join("\n")});
-        let outcome = hooks.run("UserPromptSubmit", None, input, &cwd).await;
+        let outcome = hooks
+            .run(HookEvent::UserPromptSubmit, None, input, &cwd)
+            .await;
         prepared.notices.extend(outcome.notices);
         prepared.blocked = outcome.block.or(outcome.stop);
         prepared

@@ -12,7 +12,7 @@ use serde_json::json;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use tether_proto::{EventKind, TokenUsage};
+use tether_proto::{EventKind, StopReason, TokenUsage};
 
 /// Runs child turns for the Task tool of one parent turn.
 pub struct Subagents {
@@ -123,11 +123,11 @@ impl Subagents {
             .unwrap_or_else(|p| p.into_inner())
             .1
             .clone();
-        let out = match (&outcome.error, outcome.stop_reason.as_str()) {
+        let out = match (&outcome.error, &outcome.stop_reason) {
             (Some(e), _) => {
                 ToolOutput::error(format!("the sub-agent failed ({}): {}", e.code, e.message))
             }
-            (None, "cancelled") => {
+            (None, StopReason::Cancelled) => {
                 ToolOutput::error("the sub-agent was interrupted before it finished")
             }
             (None, _) if answer.trim().is_empty() => {

@@ -6,12 +6,13 @@ use super::dispatch::{Call, Dispatch};
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
 use super::turn_context::TurnContext;
+use crate::hooks::HookEvent;
 use crate::llm::{LlmError, MessagesRequest, StreamUpdate, Usage};
 use crate::tools::SubagentRunner;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
-use tether_proto::{EventKind, TokenUsage, TurnError};
+use tether_proto::{EventKind, StopReason, TokenUsage, TurnError};
 use tokio_util::sync::CancellationToken;
 
 /// The user message that asks the model to go on after `max_tokens`.
@@ -36,7 +37,7 @@ pub struct Turn {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnOutcome {
     /// The API's stop reason or tether's (`cancelled`, `error`, `max_turns`).
-    pub stop_reason: String,
+    pub stop_reason: StopReason,
     /// Tokens of every request of the turn.
     pub usage: TokenUsage,
     /// What it cost; `None` when the model's price is unknown.
@@ -51,9 +52,9 @@ struct Tally {
 }
 
 impl Tally {
-    fn outcome(&self, stop_reason: &str, error: Option<TurnError>) -> TurnOutcome {
+    fn outcome(&self, stop_reason: StopReason, error: Option<TurnError>) -> TurnOutcome {
         TurnOutcome {
-            stop_reason: stop_reason.to_owned(),
+            stop_reason,
             usage: self.usage,
             cost_usd: self.cost,
             error,
@@ -80,7 +81,7 @@ impl Turn {
         match self.run_loop(&mut history, sink, &mut tally).await {
             Ok(outcome) => outcome,
             Err(e) => tally.outcome(
-                "error",
+                StopReason::Error,
                 Some(TurnError {
                     code: "storage".into(),
                     message: e.to_string(),
@@ -100,7 +101,7 @@ impl Turn {
         reason: &str,
         extra: Option<&str>,
     ) -> Result<Option<super::compact::Compacted>, SinkError> {
-        if self.ctx.hooks.has("PreCompact") {
+        if self.ctx.hooks.has(HookEvent::PreCompact) {
             let cwd = self.ctx.workspace.cwd();
             let trigger = if reason == "manual" { "manual" } else { "auto" };
             let input = serde_json::json!({
@@ -112,11 +113,11 @@ impl Turn {
             let outcome = self
                 .ctx
                 .hooks
-                .run("PreCompact", Some(trigger), input, &cwd)
+                .run(HookEvent::PreCompact, Some(trigger), input, &cwd)
                 .await;
             for n in outcome.notices {
                 sink.send(EventKind::Notice {
-                    level: "warning".into(),
+                    level: tether_proto::NoticeLevel::Warning,
                     message: n,
                 });
             }
@@ -169,11 +170,11 @@ impl Turn {
         match done {
             Ok(Some(c)) => {
                 self.count(&mut tally, &model_id, &c.usage);
-                tally.outcome("compacted", None)
+                tally.outcome(StopReason::Compacted, None)
             }
-            Ok(None) if self.cancel.is_cancelled() => tally.outcome("cancelled", None),
+            Ok(None) if self.cancel.is_cancelled() => tally.outcome(StopReason::Cancelled, None),
             Ok(None) => tally.outcome(
-                "error",
+                StopReason::Error,
                 Some(TurnError {
                     code: "compaction_failed".into(),
                     message: "the conversation could not be compacted".into(),
@@ -181,7 +182,7 @@ impl Turn {
                 }),
             ),
             Err(e) => tally.outcome(
-                "error",
+                StopReason::Error,
                 Some(TurnError {
                     code: "storage".into(),
                     message: e.to_string(),
@@ -208,14 +209,14 @@ impl Turn {
                 .run_calls(calls, &mut history, &sink, &mut tally)
                 .await?
             {
-                return Ok(tally.outcome("cancelled", None));
+                return Ok(tally.outcome(StopReason::Cancelled, None));
             }
             self.run_loop(&mut history, sink.clone(), &mut tally).await
         }
         .await;
         result.unwrap_or_else(|e: SinkError| {
             tally.outcome(
-                "error",
+                StopReason::Error,
                 Some(TurnError {
                     code: "storage".into(),
                     message: e.to_string(),
@@ -268,11 +269,11 @@ impl Turn {
         let mut stop_hooks = 0;
         loop {
             if self.cancel.is_cancelled() {
-                return Ok(tally.outcome("cancelled", None));
+                return Ok(tally.outcome(StopReason::Cancelled, None));
             }
             requests += 1;
             if requests > self.ctx.limits.max_requests {
-                return Ok(tally.outcome("max_turns", None));
+                return Ok(tally.outcome(StopReason::MaxTurns, None));
             }
             let window = self
                 .ctx
@@ -394,7 +395,7 @@ impl Turn {
                         history.apply(&event);
                         sink.commit(event).await?;
                     }
-                    return Ok(tally.outcome("cancelled", None));
+                    return Ok(tally.outcome(StopReason::Cancelled, None));
                 }
                 Err(e)
                     if !compacted_for_length
@@ -412,7 +413,7 @@ impl Turn {
                             self.count(tally, &model_id, &c.usage);
                             continue;
                         }
-                        None => return Ok(tally.outcome("error", Some(turn_error(&e)))),
+                        None => return Ok(tally.outcome(StopReason::Error, Some(turn_error(&e)))),
                     }
                 }
                 Err(e)
@@ -448,7 +449,7 @@ impl Turn {
                     };
                     history.apply(&event);
                     sink.commit(event).await?;
-                    return Ok(tally.outcome("error", Some(turn_error(&e))));
+                    return Ok(tally.outcome(StopReason::Error, Some(turn_error(&e))));
                 }
             };
 
@@ -470,7 +471,7 @@ impl Turn {
             }
             for t in &message.truncated_tool_inputs {
                 let event = EventKind::Notice {
-                    level: "warning".into(),
+                    level: tether_proto::NoticeLevel::Warning,
                     message: format!(
                         "the model's call to {} was cut off before its input was complete; it was not run",
                         t.name
@@ -480,10 +481,8 @@ impl Turn {
             }
             let usage = TokenUsage::from(&message.usage);
             self.count(tally, &model_id, &message.usage);
-            let stop_reason = message
-                .stop_reason
-                .clone()
-                .unwrap_or_else(|| "end_turn".into());
+            let stop_reason =
+                StopReason::parse(message.stop_reason.as_deref().unwrap_or("end_turn"));
             let done = EventKind::AssistantMessageCompleted {
                 model: message.message["model"]
                     .as_str()
@@ -523,10 +522,10 @@ impl Turn {
                 })
                 .collect();
             if !calls.is_empty() && self.run_calls(calls, history, &sink, tally).await? {
-                return Ok(tally.outcome("cancelled", None));
+                return Ok(tally.outcome(StopReason::Cancelled, None));
             }
-            match stop_reason.as_str() {
-                "max_tokens" if continuations < self.ctx.limits.max_continuations => {
+            match &stop_reason {
+                StopReason::MaxTokens if continuations < self.ctx.limits.max_continuations => {
                     continuations += 1;
                     let event = EventKind::Continuation {
                         attempt: continuations,
@@ -535,21 +534,22 @@ impl Turn {
                     history.apply(&event);
                     sink.commit(event).await?;
                 }
-                "pause_turn" | "tool_use" => {}
-                "end_turn" | "stop_sequence"
-                    if self.ctx.hooks.has("Stop") && stop_hooks < MAX_STOP_HOOK_CONTINUATIONS =>
+                StopReason::PauseTurn | StopReason::ToolUse => {}
+                StopReason::EndTurn | StopReason::StopSequence
+                    if self.ctx.hooks.has(HookEvent::Stop)
+                        && stop_hooks < MAX_STOP_HOOK_CONTINUATIONS =>
                 {
                     let cwd = self.ctx.workspace.cwd();
                     let input = serde_json::json!({"session_id": self.ctx.session_id, "cwd": cwd, "stop_hook_active": stop_hooks > 0});
-                    let outcome = self.ctx.hooks.run("Stop", None, input, &cwd).await;
+                    let outcome = self.ctx.hooks.run(HookEvent::Stop, None, input, &cwd).await;
                     for n in outcome.notices {
                         sink.send(EventKind::Notice {
-                            level: "warning".into(),
+                            level: tether_proto::NoticeLevel::Warning,
                             message: n,
                         });
                     }
                     let Some(reason) = outcome.block else {
-                        return Ok(tally.outcome(&stop_reason, None));
+                        return Ok(tally.outcome(stop_reason, None));
                     };
                     stop_hooks += 1;
                     let event = EventKind::Continuation {
@@ -560,8 +560,8 @@ impl Turn {
                     sink.commit(event).await?;
                 }
                 _ if message.content().iter().any(|b| b["type"] == "tool_use")
-                    && stop_reason != "max_tokens" => {}
-                other => return Ok(tally.outcome(other, None)),
+                    && stop_reason != StopReason::MaxTokens => {}
+                _ => return Ok(tally.outcome(stop_reason, None)),
             }
         }
     }

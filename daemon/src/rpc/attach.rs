@@ -9,7 +9,7 @@ use jsonrpsee::core::server::{SubscriptionMessage, SubscriptionSink};
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Duration;
-use tether_proto::{ClientRef, Event, EventKind, Role, Seq, Since};
+use tether_proto::{ClientRef, DetachReason, Event, EventKind, Role, Seq, Since};
 use tokio::sync::broadcast::error::RecvError;
 
 /// Events read from the log per replay step.
@@ -71,7 +71,7 @@ async fn stream(
     mut att: Attachment,
     since: Since,
     sub: &Subscriber,
-) -> &'static str {
+) -> DetachReason {
     let mut last: Seq = match since {
         Since::Seq(n) => n.min(att.watermark),
         Since::Head => att.watermark,
@@ -86,7 +86,7 @@ async fn stream(
             },
         );
         if send(sink, snapshot).await.is_err() {
-            return "closed";
+            return DetachReason::Closed;
         }
     }
     while last < att.watermark {
@@ -95,13 +95,13 @@ async fn stream(
             Ok(_) => break,
             Err(e) => {
                 tracing::error!(session = %sub.session.id(), "replay failed: {e}");
-                return "replay_failed";
+                return DetachReason::ReplayFailed;
             }
         };
         for (seq, bytes) in chunk {
             let json = String::from_utf8_lossy(&bytes).into_owned();
             if send(sink, message(json)).await.is_err() {
-                return "closed";
+                return DetachReason::Closed;
             }
             last = seq;
         }
@@ -113,12 +113,12 @@ async fn stream(
         },
     );
     if send(sink, done).await.is_err() {
-        return "closed";
+        return DetachReason::Closed;
     }
     loop {
         tokio::select! {
             biased;
-            _ = sink.closed() => return "closed",
+            _ = sink.closed() => return DetachReason::Closed,
             received = att.events.recv() => match received {
                 Ok(ev) => {
                     if let Some(seq) = ev.seq {
@@ -128,19 +128,19 @@ async fn stream(
                         last = seq;
                     }
                     if send(sink, message(ev.json.to_string())).await.is_err() {
-                        return "closed";
+                        return DetachReason::Closed;
                     }
                     if ev.ends_stream {
-                        return "ended";
+                        return DetachReason::Ended;
                     }
                 }
                 Err(RecvError::Lagged(_)) => {
                     if let Some(m) = control(sub, EventKind::Lagged { last_seq: last }) {
                         let _ = sink.send_timeout(m, LAGGED_SEND_TIMEOUT).await;
                     }
-                    return "lagged";
+                    return DetachReason::Lagged;
                 }
-                Err(RecvError::Closed) => return "ended",
+                Err(RecvError::Closed) => return DetachReason::Ended,
             }
         }
     }

@@ -321,17 +321,12 @@ impl TetherRpcServer for RpcApi {
     async fn session_export(
         &self,
         session_id: SessionId,
-        format: Option<String>,
+        format: Option<ExportFormat>,
     ) -> RpcResult<SessionExport> {
-        let format = format.unwrap_or_else(|| "markdown".into());
-        if !matches!(format.as_str(), "markdown" | "jsonl") {
-            return Err(invalid_params(format!(
-                "format must be markdown or jsonl, got {format:?}"
-            )));
-        }
+        let format = format.unwrap_or_default();
         let content = self
             .sessions
-            .export(&session_id, &format)
+            .export(&session_id, format)
             .await
             .map_err(rpc_error)?;
         Ok(SessionExport { format, content })
@@ -350,6 +345,11 @@ impl TetherRpcServer for RpcApi {
         self.check_running()?;
         if input.is_empty() {
             return Err(invalid_params("input must hold at least one item"));
+        }
+        if input.contains(&InputItem::Unknown) {
+            return Err(invalid_params(
+                "input items are text, file or image; this daemon does not know another type",
+            ));
         }
         let options = options.unwrap_or_default();
         if options.max_turns == Some(0) {
@@ -470,7 +470,7 @@ impl TetherRpcServer for RpcApi {
         let sink = match pending.accept().await {
             Ok(sink) => sink,
             Err(_) => {
-                session.detach(client, role, "closed").await;
+                session.detach(client, role, DetachReason::Closed).await;
                 return Ok(());
             }
         };

@@ -22,8 +22,8 @@ use crate::tools::Workspace;
 use std::collections::HashSet;
 use std::sync::Arc;
 use tether_proto::{
-    ClientRef, EventKind, PermissionDecision, PermissionResponse, Role, SessionId, SessionSnapshot,
-    SessionStatus, SessionSummary, TurnId, TurnStarted,
+    ClientRef, DetachReason, EventKind, PermissionDecision, PermissionResponse, Role, SessionId,
+    SessionSnapshot, SessionStatus, SessionSummary, TurnId, TurnStarted,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -46,7 +46,7 @@ pub(super) enum Command {
     Detach {
         client: ClientRef,
         role: Role,
-        reason: &'static str,
+        reason: DetachReason,
     },
     Configure {
         change: Configure,
@@ -179,7 +179,7 @@ impl SessionHandle {
     }
 
     /// Detaches a subscriber (logs `client_detached`); a stopped session ignores it.
-    pub async fn detach(&self, client: ClientRef, role: Role, reason: &'static str) {
+    pub async fn detach(&self, client: ClientRef, role: Role, reason: DetachReason) {
         let _ = self.tx.send(Command::Detach {
             client,
             role,
@@ -339,7 +339,7 @@ pub(super) fn spawn(
     // The recovery runs before anything a client asks.
     if !loaded.damaged.is_empty() {
         actor.emit(EventKind::Notice {
-            level: "info".into(),
+            level: tether_proto::NoticeLevel::Info,
             message: format!(
                 "{} damaged record(s) in this session's log could not be read and were skipped (seq {:?})",
                 loaded.damaged.len(),
@@ -522,19 +522,19 @@ impl SessionActor {
         }
     }
 
-    fn detach(&mut self, client: ClientRef, role: Role, reason: &'static str) {
+    fn detach(&mut self, client: ClientRef, role: Role, reason: DetachReason) {
         self.presence.detach(&client, role);
         self.arm_no_controller();
         self.emit(EventKind::ClientDetached {
             client,
             role,
-            reason: reason.to_owned(),
+            reason,
         });
     }
 
     fn note(&mut self, message: String, reply: oneshot::Sender<Result<(), SessionError>>) {
         let kind = EventKind::Notice {
-            level: "info".into(),
+            level: tether_proto::NoticeLevel::Info,
             message,
         };
         match self.try_emit(kind, None) {

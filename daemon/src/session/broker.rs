@@ -8,6 +8,7 @@
 use super::SessionError;
 use super::actor::SessionActor;
 use crate::agent::{PermissionAsk, SinkError, Verdict};
+use crate::hooks::HookEvent;
 use crate::hooks::HookPermission;
 use crate::permissions::{Call, Decision, RuleSet};
 use std::collections::HashMap;
@@ -269,7 +270,7 @@ impl SessionActor {
             home.as_deref(),
             self.env.config_hooks.as_ref(),
         );
-        if !hooks.has("Notification") {
+        if !hooks.has(HookEvent::Notification) {
             return;
         }
         let cwd = cwd.to_owned();
@@ -279,7 +280,7 @@ impl SessionActor {
             "message": format!("tether needs your permission to use {tool}"),
         });
         self.tasks.spawn(async move {
-            let outcome = hooks.run("Notification", None, input, &cwd).await;
+            let outcome = hooks.run(HookEvent::Notification, None, input, &cwd).await;
             for n in outcome.notices {
                 tracing::warn!("{n}");
             }
@@ -302,7 +303,7 @@ impl SessionActor {
         let Some(waiting) = self.broker.take(&request_id) else {
             return match self.ledger.resolution(&request_id) {
                 Some((decision, resolved_by)) => Ok(PermissionResponse {
-                    status: "already_resolved".into(),
+                    status: tether_proto::ResponseStatus::AlreadyResolved,
                     decision: *decision,
                     resolved_by: resolved_by.clone(),
                 }),
@@ -387,7 +388,7 @@ impl SessionActor {
                     }
                 };
                 self.emit(EventKind::Notice {
-                    level: "info".into(),
+                    level: tether_proto::NoticeLevel::Info,
                     message: note,
                 });
             }
@@ -405,7 +406,7 @@ impl SessionActor {
             self.set_status(SessionStatus::Running);
         }
         Ok(PermissionResponse {
-            status: "accepted".into(),
+            status: tether_proto::ResponseStatus::Accepted,
             decision,
             resolved_by: by,
         })

@@ -60,7 +60,7 @@ impl SessionActor {
     fn say(&mut self, turn_id: &TurnId, message: String) {
         self.emit_in(
             EventKind::Notice {
-                level: "info".into(),
+                level: tether_proto::NoticeLevel::Info,
                 message,
             },
             Some(turn_id.clone()),

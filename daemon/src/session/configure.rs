@@ -7,7 +7,7 @@
 
 use super::actor::SessionActor;
 use super::{Configure, SessionError};
-use tether_proto::{ClientRef, EventKind, SessionSnapshot, SessionSummary};
+use tether_proto::{ClientRef, EventKind, RuleKind, SessionSnapshot, SessionSummary};
 use tokio::sync::oneshot;
 
 impl SessionActor {
@@ -94,7 +94,7 @@ impl SessionActor {
     pub(super) fn report(&mut self, problem: String) {
         if self.reported.insert(problem.clone()) {
             self.emit(EventKind::Notice {
-                level: "warning".into(),
+                level: tether_proto::NoticeLevel::Warning,
                 message: problem,
             });
         }
@@ -133,14 +133,14 @@ impl SessionActor {
     pub(super) fn rules_report(&mut self) -> tether_proto::PermissionRules {
         let rules = self.rules();
         let entries = [
-            ("deny", &rules.deny),
-            ("ask", &rules.ask),
-            ("allow", &rules.allow),
+            (RuleKind::Deny, &rules.deny),
+            (RuleKind::Ask, &rules.ask),
+            (RuleKind::Allow, &rules.allow),
         ]
         .into_iter()
         .flat_map(|(kind, list)| {
             list.iter().map(move |r| tether_proto::RuleEntry {
-                kind: kind.into(),
+                kind: kind.clone(),
                 rule: r.text.clone(),
                 source: r.source.clone(),
             })

@@ -143,7 +143,7 @@ mod tests {
 
     fn ended(stop_reason: &str, error: Option<TurnError>) -> EventKind {
         EventKind::TurnEnded {
-            stop_reason: stop_reason.into(),
+            stop_reason: tether_proto::StopReason::parse(stop_reason),
             usage: TokenUsage::default(),
             cost_usd: Some(0.0123),
             error,
@@ -189,7 +189,7 @@ mod tests {
             EventKind::BackgroundShellEnded {
                 shell_id: "bash_1".into(),
                 command: "npm run dev".into(),
-                state: "exited".into(),
+                state: tether_proto::ShellState::Exited,
                 exit_code: Some(0),
                 message: "background shell bash_1 (npm run dev) exited with code 0".into(),
             },

@@ -308,7 +308,7 @@ mod tests {
 
     fn notice(text: &str) -> EventKind {
         EventKind::Notice {
-            level: "info".into(),
+            level: tether_proto::NoticeLevel::Info,
             message: text.into(),
         }
     }

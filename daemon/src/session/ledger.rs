@@ -216,7 +216,7 @@ mod tests {
         );
         assert_eq!(l.turn_for("k1"), Some(&t));
         let ended = |cost| EventKind::TurnEnded {
-            stop_reason: "end_turn".into(),
+            stop_reason: tether_proto::StopReason::EndTurn,
             usage: TokenUsage {
                 input_tokens: 10,
                 ..TokenUsage::default()

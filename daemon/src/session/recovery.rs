@@ -13,7 +13,9 @@ use crate::agent::{History, TurnOutcome};
 use crate::store::EventLog;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use tether_proto::{Event, EventKind, PermissionDecision, Seq, TokenUsage, TurnId, TurnOptions};
+use tether_proto::{
+    Event, EventKind, PermissionDecision, Seq, ShellState, TokenUsage, TurnId, TurnOptions,
+};
 
 /// What a session's log says when it is loaded.
 pub(super) struct Loaded {
@@ -63,7 +65,7 @@ pub(super) struct OpenTurn {
 /// How a turn the daemon's stop cut ends.
 pub(super) fn interrupted_outcome() -> TurnOutcome {
     TurnOutcome {
-        stop_reason: "interrupted_by_restart".into(),
+        stop_reason: tether_proto::StopReason::InterruptedByRestart,
         usage: TokenUsage::default(),
         cost_usd: Some(0.0),
         error: None,
@@ -184,7 +186,7 @@ impl SessionActor {
         if resume {
             self.emit_in(
                 EventKind::TurnRecovered {
-                    action: "awaiting_permission".into(),
+                    action: tether_proto::RecoveryAction::AwaitingPermission,
                     interrupted_tools: interrupted,
                 },
                 at(),
@@ -193,7 +195,7 @@ impl SessionActor {
         }
         self.emit_in(
             EventKind::TurnRecovered {
-                action: "ended".into(),
+                action: tether_proto::RecoveryAction::Ended,
                 interrupted_tools: open.unanswered.clone(),
             },
             at(),
@@ -214,7 +216,7 @@ impl SessionActor {
         }
         self.end_turn(turn_id, interrupted_outcome());
         self.emit(EventKind::Notice {
-            level: "warning".into(),
+            level: tether_proto::NoticeLevel::Warning,
             message:
                 "the daemon stopped during the last turn; it was ended and the session is ready"
                     .into(),
@@ -240,7 +242,7 @@ impl SessionActor {
             .collect();
         self.emit_in(
             EventKind::Notice {
-                level: "info".into(),
+                level: tether_proto::NoticeLevel::Info,
                 message: "the daemon stopped while this turn waited for permission; the request is still open, and the turn goes on once it is answered".into(),
             },
             Some(turn_id.clone()),
@@ -284,7 +286,7 @@ impl SessionActor {
                 ),
                 shell_id: shell.id,
                 command: shell.command,
-                state: "lost".into(),
+                state: tether_proto::ShellState::Lost,
                 exit_code: None,
             });
         }
@@ -293,15 +295,15 @@ impl SessionActor {
     /// A background shell of this session ended.
     pub(super) fn shell_ended(&mut self, id: String, command: String, end: crate::tools::JobEnd) {
         let (state, exit_code) = match end {
-            crate::tools::JobEnd::Exited(code) => ("exited", code),
-            crate::tools::JobEnd::Killed => ("killed", None),
-            crate::tools::JobEnd::Lost => ("lost", None),
+            crate::tools::JobEnd::Exited(code) => (ShellState::Exited, code),
+            crate::tools::JobEnd::Killed => (ShellState::Killed, None),
+            crate::tools::JobEnd::Lost => (ShellState::Lost, None),
         };
         self.emit(EventKind::BackgroundShellEnded {
             message: format!("background shell {id} ({command}) {}", end.describe()),
             shell_id: id,
             command,
-            state: state.into(),
+            state,
             exit_code,
         });
     }
@@ -387,7 +389,7 @@ mod tests {
                 7,
                 t,
                 EventKind::TurnEnded {
-                    stop_reason: "end_turn".into(),
+                    stop_reason: tether_proto::StopReason::EndTurn,
                     usage: TokenUsage::default(),
                     cost_usd: None,
                     error: None,

@@ -12,7 +12,9 @@ use super::{
 use crate::store::{EventLog, SessionRecord, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tether_proto::{ClientRef, SessionId, SessionList, SessionStatus, SessionSummary};
+use tether_proto::{
+    ClientRef, ExportFormat, SessionId, SessionList, SessionStatus, SessionSummary,
+};
 
 /// Every session of the daemon: the stored ones, and the loaded ones with a running actor.
 pub struct Sessions {
@@ -234,11 +236,15 @@ impl Sessions {
     }
 
     /// The session as `markdown` or `jsonl`.
-    pub async fn export(&self, id: &SessionId, format: &str) -> Result<String, SessionError> {
+    pub async fn export(
+        &self,
+        id: &SessionId,
+        format: ExportFormat,
+    ) -> Result<String, SessionError> {
         let (summary, events) = self.events(id).await?;
         Ok(match format {
-            "jsonl" => export::jsonl(&events),
-            _ => {
+            ExportFormat::Jsonl => export::jsonl(&events),
+            ExportFormat::Markdown => {
                 let title = summary
                     .title
                     .clone()

@@ -100,7 +100,7 @@ mod tests {
 
     fn ended() -> EventKind {
         EventKind::TurnEnded {
-            stop_reason: "end_turn".into(),
+            stop_reason: tether_proto::StopReason::EndTurn,
             usage: TokenUsage::default(),
             cost_usd: None,
             error: None,
@@ -116,7 +116,7 @@ mod tests {
 
     fn note() -> EventKind {
         EventKind::Notice {
-            level: "info".into(),
+            level: tether_proto::NoticeLevel::Info,
             message: "kept".into(),
         }
     }

@@ -341,11 +341,7 @@ impl SessionActor {
                 self.report(problem);
             }
         }
-        let input = request
-            .input
-            .iter()
-            .filter_map(|i| serde_json::to_value(i).ok())
-            .collect();
+        let input = request.input.clone();
         let content = prepared
             .as_ref()
             .map(|p| p.content.clone())
@@ -373,7 +369,7 @@ impl SessionActor {
                     );
                 }
                 None => TurnOutcome {
-                    stop_reason: "cancelled".into(),
+                    stop_reason: tether_proto::StopReason::Cancelled,
                     usage: TokenUsage::default(),
                     cost_usd: Some(0.0),
                     error: None,
@@ -384,7 +380,7 @@ impl SessionActor {
         for notice in &prepared.notices {
             self.emit_in(
                 EventKind::Notice {
-                    level: "warning".into(),
+                    level: tether_proto::NoticeLevel::Warning,
                     message: notice.clone(),
                 },
                 Some(turn_id.clone()),
@@ -606,7 +602,7 @@ impl SessionActor {
                     let what = panic_text(&*panic);
                     tracing::error!("a turn panicked: {what}");
                     TurnOutcome {
-                        stop_reason: "error".into(),
+                        stop_reason: tether_proto::StopReason::Error,
                         usage: TokenUsage::default(),
                         cost_usd: None,
                         error: Some(TurnError {
@@ -691,7 +687,11 @@ impl SessionActor {
     /// Ends a turn that was handled without the model (a command).
     pub(super) fn finish_command(&mut self, turn_id: TurnId, error: Option<TurnError>) {
         let outcome = TurnOutcome {
-            stop_reason: if error.is_some() { "error" } else { "command" }.into(),
+            stop_reason: if error.is_some() {
+                tether_proto::StopReason::Error
+            } else {
+                tether_proto::StopReason::Command
+            },
             usage: TokenUsage::default(),
             cost_usd: Some(0.0),
             error,

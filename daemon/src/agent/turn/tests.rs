@@ -210,7 +210,7 @@ async fn a_tool_call_runs_and_its_result_goes_back_to_the_model() {
         .turn(TurnLimits::default())
         .run(asked("what is in notes.txt?"), sink.clone())
         .await;
-    assert_eq!(outcome.stop_reason, "end_turn");
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
     assert_eq!(outcome.usage.input_tokens, 20, "both requests are counted");
     let results = sink.results();
     assert_eq!(results.len(), 1);
@@ -243,7 +243,7 @@ async fn a_denied_call_is_not_run_and_the_model_hears_why() {
         .turn(TurnLimits::default())
         .run(asked("write it"), sink.clone())
         .await;
-    assert_eq!(outcome.stop_reason, "end_turn");
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
     assert!(!s.root.join("out.txt").exists(), "a denied Write ran");
     assert_eq!(sink.results(), vec![(json!("not today"), true)]);
 }
@@ -265,7 +265,7 @@ async fn invalid_input_and_unknown_tools_become_error_results() {
         .turn(TurnLimits::default())
         .run(asked("go"), sink.clone())
         .await;
-    assert_eq!(outcome.stop_reason, "end_turn");
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
     let results = sink.results();
     assert_eq!(results.len(), 2);
     assert!(results.iter().all(|(_, is_error)| *is_error));
@@ -284,7 +284,7 @@ async fn max_tokens_continues_and_a_request_limit_stops_the_loop() {
         .turn(TurnLimits::default())
         .run(asked("long answer"), sink.clone())
         .await;
-    assert_eq!(outcome.stop_reason, "end_turn");
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
     assert!(
         sink.events()
             .iter()
@@ -311,7 +311,7 @@ async fn max_tokens_continues_and_a_request_limit_stops_the_loop() {
         .turn(limits)
         .run(asked("loop"), Recorder::new(Verdict::Allow))
         .await;
-    assert_eq!(outcome.stop_reason, "max_turns");
+    assert_eq!(outcome.stop_reason, StopReason::MaxTurns);
     assert_eq!(s.model.requests().len(), 2);
 }
 
@@ -328,7 +328,7 @@ async fn an_overloaded_model_falls_back_and_other_errors_end_the_turn() {
     };
     let sink = Recorder::new(Verdict::Allow);
     let outcome = s.turn(limits).run(asked("hi"), sink.clone()).await;
-    assert_eq!(outcome.stop_reason, "end_turn");
+    assert_eq!(outcome.stop_reason, StopReason::EndTurn);
     let fell_back = sink.events().into_iter().find_map(|e| match e {
         EventKind::ModelFallback { to, .. } => Some(to),
         _ => None,
@@ -343,7 +343,7 @@ async fn an_overloaded_model_falls_back_and_other_errors_end_the_turn() {
         .turn(TurnLimits::default())
         .run(asked("hi"), sink.clone())
         .await;
-    assert_eq!(outcome.stop_reason, "error");
+    assert_eq!(outcome.stop_reason, StopReason::Error);
     assert!(outcome.error.is_some());
     assert!(
         sink.events()
@@ -358,6 +358,6 @@ async fn a_cancelled_turn_asks_the_model_nothing() {
     let turn = s.turn(TurnLimits::default());
     turn.cancel.cancel();
     let outcome = turn.run(asked("hi"), Recorder::new(Verdict::Allow)).await;
-    assert_eq!(outcome.stop_reason, "cancelled");
+    assert_eq!(outcome.stop_reason, StopReason::Cancelled);
     assert!(s.model.requests().is_empty());
 }

@@ -1,0 +1,349 @@
+//! The words the protocol uses as values: stop reasons, notice levels, detach reasons, shell
+//! states, recovery actions, permission answer statuses, rule kinds, doctor verdicts and export
+//! formats. Each is an enum, so neither side compares strings.
+//!
+//! Invariant: every enum a peer receives has an `Other` variant that keeps a value this build
+//! does not know, so an older client keeps working with a newer daemon (and the value shows as
+//! it was sent). Only what a client sends the daemon (`ExportFormat`) is closed: an unknown
+//! value there is invalid params.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Why a turn (or one model reply) stopped: the API's reasons and tether's own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model finished.
+    EndTurn,
+    /// The reply reached its output limit.
+    MaxTokens,
+    /// A stop sequence matched.
+    StopSequence,
+    /// The model asked for tools.
+    ToolUse,
+    /// A server tool paused the turn.
+    PauseTurn,
+    /// The model refused.
+    Refusal,
+    /// The context window is full.
+    ModelContextWindowExceeded,
+    /// `turn/cancel`.
+    Cancelled,
+    /// The turn failed (`turn_ended.error` says why).
+    Error,
+    /// The daemon stopped during the turn.
+    InterruptedByRestart,
+    /// The turn made as many model requests as it may.
+    MaxTurns,
+    /// A daemon command (`/model`, `/cost`, …) was answered without the model.
+    Command,
+    /// `/compact` finished.
+    Compacted,
+    /// A reason this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl StopReason {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::EndTurn => "end_turn",
+            Self::MaxTokens => "max_tokens",
+            Self::StopSequence => "stop_sequence",
+            Self::ToolUse => "tool_use",
+            Self::PauseTurn => "pause_turn",
+            Self::Refusal => "refusal",
+            Self::ModelContextWindowExceeded => "model_context_window_exceeded",
+            Self::Cancelled => "cancelled",
+            Self::Error => "error",
+            Self::InterruptedByRestart => "interrupted_by_restart",
+            Self::MaxTurns => "max_turns",
+            Self::Command => "command",
+            Self::Compacted => "compacted",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// The reason named `s` (the API's `stop_reason`, say); an unknown one is kept as `Other`.
+    pub fn parse(s: &str) -> Self {
+        serde_json::from_value(serde_json::Value::String(s.to_owned()))
+            .unwrap_or_else(|_| Self::Other(s.to_owned()))
+    }
+
+    /// Whether the turn ended as it should (the model finished, or a command was answered).
+    pub fn is_normal(&self) -> bool {
+        matches!(
+            self,
+            Self::EndTurn | Self::StopSequence | Self::Command | Self::Compacted
+        )
+    }
+}
+
+/// How much a notice matters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeLevel {
+    /// For information.
+    Info,
+    /// Something may be wrong.
+    Warning,
+    /// A level this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+/// Why a client's subscription ended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DetachReason {
+    /// The client unsubscribed or its connection closed.
+    Closed,
+    /// It fell too far behind the live stream.
+    Lagged,
+    /// Its replay could not be read from the log.
+    ReplayFailed,
+    /// The stream ended (the session was deleted, or the daemon is shutting down).
+    Ended,
+    /// A reason this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl DetachReason {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Closed => "closed",
+            Self::Lagged => "lagged",
+            Self::ReplayFailed => "replay_failed",
+            Self::Ended => "ended",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+/// How a background shell ended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ShellState {
+    /// Its command exited (`exitCode` says how).
+    Exited,
+    /// It was killed (KillShell, or the session ended).
+    Killed,
+    /// The daemon stopped while it ran; its later output is lost.
+    Lost,
+    /// A state this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+/// What the daemon did with a turn it found open at start.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RecoveryAction {
+    /// The turn waits for its permission requests again, and goes on once they are answered.
+    AwaitingPermission,
+    /// The turn was ended (`interrupted_by_restart`).
+    Ended,
+    /// An action this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+/// What became of a `permission/respond`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseStatus {
+    /// This answer decided the request.
+    Accepted,
+    /// Another answer (or the policy, or a cancel) decided it first.
+    AlreadyResolved,
+    /// A status this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+/// What a permission rule does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleKind {
+    /// Runs without asking.
+    Allow,
+    /// Asks even where the mode would allow.
+    Ask,
+    /// Refuses.
+    Deny,
+    /// A kind this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+/// A `daemon/doctor` check's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Fine.
+    Ok,
+    /// Works, but worth a look.
+    Warn,
+    /// Broken.
+    Fail,
+    /// A verdict this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+/// What `session/export` renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExportFormat {
+    /// A Markdown transcript.
+    #[default]
+    Markdown,
+    /// One event per line, as logged.
+    Jsonl,
+}
+
+macro_rules! display_as_str {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+
+impl NoticeLevel {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Info => "info",
+            Self::Warning => "warning",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl ShellState {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Exited => "exited",
+            Self::Killed => "killed",
+            Self::Lost => "lost",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl RecoveryAction {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::AwaitingPermission => "awaiting_permission",
+            Self::Ended => "ended",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl ResponseStatus {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::AlreadyResolved => "already_resolved",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl RuleKind {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Allow => "allow",
+            Self::Ask => "ask",
+            Self::Deny => "deny",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl CheckStatus {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Ok => "ok",
+            Self::Warn => "warn",
+            Self::Fail => "fail",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl ExportFormat {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Markdown => "markdown",
+            Self::Jsonl => "jsonl",
+        }
+    }
+}
+
+display_as_str!(
+    StopReason,
+    NoticeLevel,
+    DetachReason,
+    ShellState,
+    RecoveryAction,
+    ResponseStatus,
+    RuleKind,
+    CheckStatus,
+    ExportFormat
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn known_words_round_trip_and_unknown_ones_are_kept() {
+        for reason in [
+            StopReason::EndTurn,
+            StopReason::InterruptedByRestart,
+            StopReason::ModelContextWindowExceeded,
+        ] {
+            let wire = serde_json::to_value(&reason).expect("encodes");
+            assert_eq!(wire, json!(reason.as_str()));
+            assert_eq!(StopReason::parse(reason.as_str()), reason);
+        }
+        let newer: StopReason = serde_json::from_value(json!("sleeping")).expect("decodes");
+        assert_eq!(newer, StopReason::Other("sleeping".into()));
+        assert_eq!(
+            serde_json::to_value(&newer).expect("encodes"),
+            json!("sleeping")
+        );
+        let status: ResponseStatus =
+            serde_json::from_value(json!("already_resolved")).expect("decodes");
+        assert_eq!(status, ResponseStatus::AlreadyResolved);
+        assert_eq!(
+            serde_json::from_value::<ShellState>(json!("paused")).expect("decodes"),
+            ShellState::Other("paused".into())
+        );
+    }
+
+    #[test]
+    fn an_unknown_export_format_is_refused() {
+        assert!(serde_json::from_value::<ExportFormat>(json!("pdf")).is_err());
+        assert_eq!(
+            serde_json::from_value::<ExportFormat>(json!("jsonl")).expect("decodes"),
+            ExportFormat::Jsonl
+        );
+    }
+}
