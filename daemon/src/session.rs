@@ -11,6 +11,7 @@ mod commands;
 mod configure;
 mod export;
 mod journal;
+mod launch;
 mod ledger;
 mod presence;
 mod recovery;

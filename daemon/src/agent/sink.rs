@@ -5,10 +5,23 @@ use std::future::Future;
 use std::pin::Pin;
 use tether_proto::EventKind;
 
-/// The session's answer when an event could not be recorded.
+/// Why the session could not take a turn's event or permission check.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("the session could not record an event: {0}")]
-pub struct SinkError(pub String);
+pub enum SinkError {
+    /// The session's actor is gone (the daemon is stopping, or the session was deleted).
+    #[error("the session stopped")]
+    Stopped,
+    /// The event could not be saved; the session is read-only from now on.
+    #[error("the session could not record an event: {0}")]
+    Storage(#[source] std::sync::Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl SinkError {
+    /// A storage failure, from the session's own error.
+    pub fn storage(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Storage(std::sync::Arc::new(e))
+    }
+}
 
 /// A tool call awaiting the permission check.
 #[derive(Debug, Clone)]

@@ -554,11 +554,11 @@ impl SessionActor {
         match (ack, result) {
             (Some(ack), Ok(())) => self.journal.after_commit(move |err| {
                 let _ = ack.send(match err {
-                    Some(e) => Err(SinkError(e.to_string())),
+                    Some(e) => Err(SinkError::Storage(e.clone())),
                     None => Ok(()),
                 });
             }),
-            (Some(ack), Err(e)) => drop(ack.send(Err(SinkError(e.to_string())))),
+            (Some(ack), Err(e)) => drop(ack.send(Err(SinkError::storage(e)))),
             (None, _) => {}
         }
     }

@@ -246,7 +246,7 @@ impl SessionActor {
                     rules: suggested.clone(),
                 };
                 if let Err(e) = self.try_emit(event, Some(turn_id.clone())) {
-                    let _ = reply.send(Err(SinkError(e.to_string())));
+                    let _ = reply.send(Err(SinkError::storage(e)));
                     return;
                 }
                 self.hold(request_id, Waiting::new(turn_id, suggested, reply));
@@ -398,7 +398,7 @@ impl SessionActor {
         // The tool runs only once the decision is durable.
         self.journal.after_commit(move |err| {
             waiting.answer(match err {
-                Some(e) => Err(SinkError(e.to_string())),
+                Some(e) => Err(SinkError::Storage(e.clone())),
                 None => Ok(verdict),
             })
         });

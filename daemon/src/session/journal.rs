@@ -41,7 +41,7 @@ pub struct Attachment {
 }
 
 /// Something to do once the batch is durable (`None`) or has failed (`Some`).
-type Deferred = Box<dyn FnOnce(Option<&SessionError>) + Send>;
+type Deferred = Box<dyn FnOnce(Option<&Arc<SessionError>>) + Send>;
 
 /// Why an append was refused.
 #[derive(Debug)]
@@ -169,7 +169,7 @@ impl Journal {
     }
 
     /// Runs `then` once the current batch is durable (`None`) or failed (`Some`).
-    pub fn after_commit(&mut self, then: impl FnOnce(Option<&SessionError>) + Send + 'static) {
+    pub fn after_commit(&mut self, then: impl FnOnce(Option<&Arc<SessionError>>) + Send + 'static) {
         self.deferred.push(Box::new(then));
     }
 
@@ -219,7 +219,7 @@ impl Journal {
 
     /// Makes the batch durable, then broadcasts its events and answers its callers. On failure
     /// nothing of the batch is broadcast, its callers get the error, and it is returned.
-    pub async fn commit(&mut self) -> Result<(), SessionError> {
+    pub async fn commit(&mut self) -> Result<(), Arc<SessionError>> {
         if !self.pending() {
             return Ok(());
         }
@@ -249,10 +249,11 @@ impl Journal {
             }
             Err(e) => {
                 tracing::error!(session = %self.record.id, "commit failed: {e}");
+                let shared = Arc::new(e);
                 for d in deferred {
-                    d(Some(&e));
+                    d(Some(&shared));
                 }
-                Err(e)
+                Err(shared)
             }
         }
     }

@@ -7,8 +7,8 @@
 
 use super::SessionError;
 use super::actor::SessionActor;
+use super::launch::{Launch, TurnJob};
 use super::ledger::Ledger;
-use super::turns::{Launch, TurnJob};
 use crate::agent::{History, TurnOutcome};
 use crate::store::EventLog;
 use std::collections::{BTreeMap, HashSet};

@@ -9,20 +9,15 @@
 
 use super::SessionError;
 use super::actor::{Command, SessionActor};
-use crate::agent::{
-    Call, PermissionAsk, Prepared, SinkError, SlashCommand, Turn, TurnOutcome, TurnSink, Verdict,
-};
+use super::launch::{Launch, TurnJob, panic_text};
+use crate::agent::{Prepared, SlashCommand, TurnOutcome};
 use futures::FutureExt;
 use std::collections::VecDeque;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::Arc;
 use tether_proto::{
     BusyMode, ClientRef, EventKind, InputItem, SessionStatus, TokenUsage, TurnError, TurnId,
     TurnOptions, TurnStarted,
 };
-use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 /// What `turn/start` (or `session/compact`) asks for.
@@ -122,6 +117,16 @@ impl Turns {
         std::mem::take(&mut self.queue).len()
     }
 
+    /// Makes `turn_id` (a turn resumed after a restart) the running turn.
+    pub fn adopt(&mut self, turn_id: TurnId, cancel: CancellationToken, allow: Vec<String>) {
+        self.running = Some(Running {
+            turn_id,
+            cancel,
+            allow,
+            client_turn_id: None,
+        });
+    }
+
     /// Makes `queued` the running turn.
     fn run(&mut self, queued: &Queued) -> CancellationToken {
         let cancel = CancellationToken::new();
@@ -143,94 +148,6 @@ pub enum Preparation {
     Cancelled,
     /// The preparation crashed, with what it said.
     Failed(String),
-}
-
-/// What a launched turn does.
-pub(super) enum TurnJob {
-    /// A model turn.
-    Run,
-    /// `/compact [instructions]`.
-    Compact(Option<String>),
-    /// Goes on with these tool calls of a turn an earlier daemon left waiting for permission.
-    Resume(Vec<Call>),
-}
-
-/// Everything [`SessionActor::launch`] needs besides the turn id.
-pub(super) struct Launch {
-    pub model: String,
-    pub tools: crate::tools::Tools,
-    pub hooks: Arc<crate::hooks::Hooks>,
-    pub job: TurnJob,
-    pub cancel: CancellationToken,
-    /// The user's prompt text, recorded on the turn span when prompts may be logged.
-    pub prompt: Option<String>,
-    pub options: TurnOptions,
-    /// Started by a person's client (not a script): pauses are likely, so a long-lived cache
-    /// pays.
-    pub interactive: bool,
-}
-
-/// The turn's outlet into its session actor.
-struct ActorSink {
-    tx: mpsc::UnboundedSender<Command>,
-    turn_id: TurnId,
-}
-
-fn stopped() -> SinkError {
-    SinkError("the session stopped".into())
-}
-
-impl TurnSink for ActorSink {
-    fn authorize(
-        &self,
-        ask: PermissionAsk,
-    ) -> Pin<Box<dyn Future<Output = Result<Verdict, SinkError>> + Send + '_>> {
-        Box::pin(async move {
-            let (reply, answer) = oneshot::channel();
-            self.tx
-                .send(Command::Authorize {
-                    turn_id: self.turn_id.clone(),
-                    ask,
-                    reply,
-                })
-                .map_err(|_| stopped())?;
-            answer.await.map_err(|_| stopped())?
-        })
-    }
-
-    fn send(&self, event: EventKind) {
-        let _ = self.tx.send(Command::TurnEvent {
-            turn_id: self.turn_id.clone(),
-            event,
-            ack: None,
-        });
-    }
-
-    fn commit(
-        &self,
-        event: EventKind,
-    ) -> Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + '_>> {
-        Box::pin(async move {
-            let (ack, done) = oneshot::channel();
-            self.tx
-                .send(Command::TurnEvent {
-                    turn_id: self.turn_id.clone(),
-                    event,
-                    ack: Some(ack),
-                })
-                .map_err(|_| stopped())?;
-            done.await.map_err(|_| stopped())?
-        })
-    }
-}
-
-/// What a panic said.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 fn text_of(input: &[InputItem]) -> String {
@@ -442,188 +359,6 @@ impl SessionActor {
             options: request.options,
         };
         self.launch(turn_id, plan);
-    }
-
-    /// Runs a turn's work in its own task; its events come back through an [`ActorSink`].
-    pub(super) fn launch(&mut self, turn_id: TurnId, plan: Launch) {
-        let Launch {
-            model,
-            tools,
-            hooks,
-            job,
-            cancel,
-            prompt,
-            options,
-            interactive,
-        } = plan;
-        if !self.turns.is_running(&turn_id) {
-            self.turns.running = Some(Running {
-                turn_id: turn_id.clone(),
-                cancel: cancel.clone(),
-                allow: options.allowed_tools.clone(),
-                client_turn_id: None,
-            });
-        }
-        let tools = if options.disallowed_tools.is_empty() {
-            tools
-        } else {
-            let keep: Vec<String> = tools
-                .names()
-                .into_iter()
-                .filter(|n| !options.disallowed_tools.iter().any(|d| d == n))
-                .map(str::to_owned)
-                .collect();
-            tools.subset(&keep)
-        };
-        let mut limits = self.env.limits.clone();
-        if let Some(n) = options.max_turns {
-            limits.max_requests = n;
-        }
-        self.set_status(SessionStatus::Running);
-        let llm = match &self.env.llm {
-            Ok(llm) => llm.clone(),
-            Err(message) => {
-                let error = TurnError {
-                    code: "config".into(),
-                    message: message.clone(),
-                    retryable: false,
-                };
-                self.turns.running = None;
-                return self.finish_command(turn_id, Some(error));
-            }
-        };
-        let Some(tx) = self.me.upgrade() else { return };
-        let mut policy = self.env.policy.clone();
-        policy.hide_thinking = options.hide_thinking;
-        policy.prefix_ttl = self.env.cache_ttl.unwrap_or(if interactive {
-            crate::llm::CacheTtl::OneHour
-        } else {
-            crate::llm::CacheTtl::FiveMinutes
-        });
-        // The turn's own level, else the session's (`/effort`), else the configured one.
-        if let Some(e) = options
-            .effort
-            .as_deref()
-            .or(self.journal.record.effort.as_deref())
-            .and_then(crate::llm::Effort::parse)
-        {
-            policy.effort = Some(e);
-        }
-        let record = &self.journal.record;
-        let cwd = std::path::PathBuf::from(&record.cwd);
-        let notes = crate::context::project_memory(&self.env.data_dir, &cwd);
-        let session_id = record.id.0.clone();
-        let net = Arc::new(crate::tools::Net {
-            llm,
-            catalog: self.env.catalog.clone(),
-            web: self.env.web.clone(),
-            fast_model: self.env.fast_model.clone(),
-        });
-        let workspace = self.workspace.clone();
-        let mut history = self.history.clone();
-        let spent_before = self.ledger.spent();
-        let sink = Arc::new(ActorSink {
-            tx: tx.clone(),
-            turn_id: turn_id.clone(),
-        });
-        let span = tracing::info_span!(
-            "turn",
-            session.id = %record.id,
-            turn.id = %turn_id,
-            model = %self.env.catalog.resolve(&model),
-            job = match &job {
-                TurnJob::Run => "run",
-                TurnJob::Compact(_) => "compact",
-                TurnJob::Resume(_) => "resume",
-            },
-            prompt = tracing::field::Empty,
-            stop_reason = tracing::field::Empty,
-            tokens.input = tracing::field::Empty,
-            tokens.output = tracing::field::Empty,
-            cost_usd = tracing::field::Empty,
-        );
-        if let Some(p) = prompt.filter(|_| self.env.log_user_prompts) {
-            span.record("prompt", p);
-        }
-        let task = async move {
-            let job = async {
-                // The prompt prefix at the session's first turn; what changed, at a later fresh
-                // one. Only then is the system prompt known.
-                let tail = matches!(job, TurnJob::Run);
-                if let Err(e) =
-                    crate::agent::settle_context(&mut history, &*sink, &cwd, &notes, tail).await
-                {
-                    tracing::error!("could not log the session's context: {e}");
-                }
-                let mut system = history
-                    .prefix
-                    .as_ref()
-                    .map(|p| p.blocks())
-                    .unwrap_or_default();
-                if let Some(extra) = options
-                    .append_system_prompt
-                    .as_ref()
-                    .filter(|e| !e.trim().is_empty())
-                {
-                    system.push(crate::llm::SystemBlock::text(extra.clone()));
-                }
-                let ctx = Arc::new(crate::agent::TurnContext {
-                    session_id,
-                    model,
-                    system,
-                    tools,
-                    net,
-                    workspace,
-                    limits,
-                    policy,
-                    hooks,
-                    spent_before,
-                });
-                let subagents = crate::agent::Subagents {
-                    ctx: Arc::new(ctx.for_child()),
-                    authorizer: sink.clone(),
-                };
-                let turn = Turn {
-                    ctx,
-                    cancel,
-                    subagents: Some(Arc::new(subagents)),
-                };
-                match job {
-                    TurnJob::Run => turn.run(history, sink).await,
-                    TurnJob::Compact(instructions) => {
-                        turn.compact_only(history, sink, instructions).await
-                    }
-                    TurnJob::Resume(calls) => turn.resume(history, calls, sink).await,
-                }
-            };
-            let outcome = match AssertUnwindSafe(job).catch_unwind().await {
-                Ok(outcome) => outcome,
-                Err(panic) => {
-                    let what = panic_text(&*panic);
-                    tracing::error!("a turn panicked: {what}");
-                    TurnOutcome {
-                        stop_reason: tether_proto::StopReason::Error,
-                        usage: TokenUsage::default(),
-                        cost_usd: None,
-                        error: Some(TurnError {
-                            code: "internal".into(),
-                            message: format!("the turn crashed: {what}"),
-                            retryable: false,
-                        }),
-                    }
-                }
-            };
-            let span = tracing::Span::current();
-            span.record("stop_reason", outcome.stop_reason.as_str());
-            span.record("tokens.input", outcome.usage.input_tokens);
-            span.record("tokens.output", outcome.usage.output_tokens);
-            if let Some(c) = outcome.cost_usd {
-                span.record("cost_usd", c);
-            }
-            let _ = tx.send(Command::TurnFinished { turn_id, outcome });
-        };
-        self.tasks
-            .spawn(tracing::Instrument::instrument(task, span));
     }
 
     /// The turn's task ended.
