@@ -1,11 +1,13 @@
 //! `tether -p`: headless turns for scripts. Prompts come from the argument (or stdin), or one
 //! per line of stdin with `--input-format stream-json`; output is the answer (`text`), one
-//! result object (`json`), or every daemon event then a `result` line (`stream-json`). Exit 0
+//! result object (`json`), Claude Code's messages then a `result` line (`stream-json`, see
+//! `stream_json.rs`), or every daemon event then a `result` line (`events`). Exit 0
 //! when the last turn ended with `end_turn`, 1 with a message otherwise. Nobody can answer a
 //! permission request here: it follows the mode and rules, and an `ask` is denied — or
 //! answered by `--permission-prompt-command`.
 
 use crate::connection;
+use crate::stream_json::{Init, Translator};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
@@ -22,7 +24,7 @@ use tether_proto::{
 pub struct Headless {
     /// The prompt (`None`: read from stdin).
     pub prompt: Option<String>,
-    /// `text`, `json` or `stream-json`.
+    /// `text`, `json`, `stream-json` or `events`.
     pub format: String,
     /// `text` or `stream-json`.
     pub input_format: String,
@@ -38,6 +40,8 @@ pub struct Headless {
     pub permission_prompt_command: Option<String>,
     /// Title of a new session (`-n`); else the prompt's first line.
     pub name: Option<String>,
+    /// With stream-json: the API's stream events too.
+    pub include_partial_messages: bool,
 }
 
 /// The first line of a prompt, shortened to a title.
@@ -194,12 +198,46 @@ impl Totals {
     }
 }
 
+/// Claude Code's stream-json translator for `session`, and its `init` message.
+async fn stream_json_for(
+    conn: &connection::Connection,
+    session: &SessionId,
+    partial: bool,
+) -> anyhow::Result<(Translator, Value)> {
+    let snapshot = conn.client.session_get(session.clone()).await?;
+    let models = conn.client.models_list().await?;
+    let status = conn.client.daemon_status().await?;
+    let commands: Vec<String> = conn
+        .client
+        .session_commands(session.clone())
+        .await?
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    let summary = &snapshot.summary;
+    let model = models
+        .aliases
+        .iter()
+        .find(|a| a.alias == summary.model)
+        .map_or(summary.model.clone(), |a| a.model.clone());
+    let translator = Translator::new(&session.0, &model, partial);
+    let init = translator.init(&Init {
+        session_id: &session.0,
+        cwd: &summary.cwd,
+        model: &model,
+        permission_mode: summary.permission_mode.as_str(),
+        tools: &status.tools,
+        slash_commands: &commands,
+    });
+    Ok((translator, init))
+}
+
 /// `tether -p`.
 pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let format = match h.format.as_str() {
-        f @ ("text" | "json" | "stream-json") => f.to_owned(),
-        other => bail!("unknown output format {other:?} (use text, json or stream-json)"),
+        f @ ("text" | "json" | "stream-json" | "events") => f.to_owned(),
+        other => bail!("unknown output format {other:?} (use text, json, stream-json or events)"),
     };
     let mut prompts: Box<dyn Iterator<Item = anyhow::Result<String>>> =
         match (h.input_format.as_str(), &h.prompt) {
@@ -249,6 +287,12 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
     };
     let mut sub = connection::subscribe(&conn, &session, Role::Controller, Since::Head).await?;
     let mut out = std::io::stdout().lock();
+    let mut claude = None;
+    if format == "stream-json" {
+        let translator = stream_json_for(&conn, &session, h.include_partial_messages).await?;
+        writeln!(out, "{}", translator.1)?;
+        claude = Some(translator.0);
+    }
     let mut totals = Totals::default();
     let mut next = Some(first);
     while let Some(prompt) = next.take() {
@@ -270,13 +314,20 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                 Some(Err(e)) => bail!("bad event from tetherd: {e}"),
                 Some(Ok(raw)) => raw,
             };
-            if format == "stream-json" {
+            if format == "events" {
                 writeln!(out, "{raw}")?;
                 out.flush()?;
-            } else if raw["type"] == "notice"
+            } else if let Some(t) = claude.as_mut().filter(|_| raw["turnId"] == turn) {
+                for line in t.event(&raw) {
+                    writeln!(out, "{line}")?;
+                }
+                out.flush()?;
+            }
+            if format != "events"
+                && raw["type"] == "notice"
                 && raw["data"]["level"] == NoticeLevel::Warning.as_str()
             {
-                // (stream-json readers see it in the stream.)
+                // (readers of `events` see it in the stream.)
                 eprintln!(
                     "tether: warning: {}",
                     raw["data"]["message"].as_str().unwrap_or_default()
@@ -333,7 +384,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                             "tool_input": data["input"],
                         }));
                     }
-                    if decision == PermissionDecision::Deny && format != "stream-json" {
+                    if decision == PermissionDecision::Deny && format != "events" {
                         eprintln!(
                             "tether: denied {}: {}",
                             data["tool"].as_str().unwrap_or("a tool call"),
@@ -360,8 +411,9 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         next = prompts.next().transpose()?;
     }
     let result = totals.result(&session, started);
-    match format.as_str() {
-        "json" | "stream-json" => writeln!(out, "{result}")?,
+    match (format.as_str(), &claude) {
+        (_, Some(t)) => writeln!(out, "{}", t.result(result))?,
+        ("json" | "events", _) => writeln!(out, "{result}")?,
         _ => {}
     }
     out.flush()?;

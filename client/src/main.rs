@@ -6,6 +6,7 @@ mod headless;
 mod markdown;
 mod render;
 mod repl;
+mod stream_json;
 mod style;
 mod view;
 
@@ -27,8 +28,9 @@ struct Cli {
     /// Run headless: one prompt (or stdin) in a new session here, print the answer and exit.
     #[arg(short = 'p', long = "print", value_name = "PROMPT", num_args = 0..=1, default_missing_value = "")]
     print: Option<String>,
-    /// With -p: text (the answer), json (one result object) or stream-json (every event, then
-    /// the result).
+    /// With -p: text (the answer), json (one result object), stream-json (Claude Code's
+    /// messages: init, assistant and user messages, then the result) or events (tether's own
+    /// event stream, then the result).
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     output_format: String,
     /// With -p: text (the prompt) or stream-json (one `{"type":"user",…}` prompt per stdin line).
@@ -48,9 +50,14 @@ struct Cli {
     /// With -p: the new session's title (default: the prompt's first line).
     #[arg(short = 'n', long, value_name = "NAME")]
     name: Option<String>,
-    /// Accepted for claude's scripts (stream-json output is always complete).
+    /// Accepted for claude's scripts, which pass it with stream-json (tether's stream-json is
+    /// always complete).
     #[arg(long)]
     verbose: bool,
+    /// With -p and stream-json: also the API's stream events as they arrive (`stream_event`
+    /// lines), as claude writes them.
+    #[arg(long)]
+    include_partial_messages: bool,
     /// With -p: effort of each request (low, medium, high, xhigh, max; what the model takes).
     #[arg(long, value_name = "LEVEL")]
     effort: Option<String>,
@@ -215,6 +222,7 @@ fn main() -> ExitCode {
                     hide_thinking: true,
                 },
                 permission_prompt_command: cli.permission_prompt_command.clone(),
+                include_partial_messages: cli.include_partial_messages,
             };
             return headless::run(&socket, headless).await;
         }

@@ -409,6 +409,9 @@ pub struct DaemonStatus {
     pub subscriptions: u64,
     /// Whether it is draining.
     pub shutting_down: bool,
+    /// The tools a session's model is offered, by name.
+    #[serde(default)]
+    pub tools: Vec<String>,
 }
 
 /// Result of `daemon/shutdown`.

@@ -134,6 +134,14 @@ impl TetherRpcServer for RpcApi {
             connections: self.connections.count(),
             subscriptions: self.connections.subscription_count(),
             shutting_down: self.shutdown.is_cancelled(),
+            tools: self
+                .sessions
+                .env()
+                .tools
+                .names()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
         })
     }
 

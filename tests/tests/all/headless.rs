@@ -94,7 +94,7 @@ fn print_mode_rejects_bad_options_with_the_daemons_reason() -> anyhow::Result<()
 }
 
 #[test]
-fn print_mode_stream_json_emits_every_event_and_fails_with_the_turn() -> anyhow::Result<()> {
+fn print_mode_events_emits_every_event_and_fails_with_the_turn() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::error(
         401,
         "authentication_error",
@@ -104,7 +104,7 @@ fn print_mode_stream_json_emits_every_event_and_fails_with_the_turn() -> anyhow:
     let out = daemon
         .tether()
         .current_dir(daemon.workdir())
-        .args(["-p", "hello", "--output-format", "stream-json"])
+        .args(["-p", "hello", "--output-format", "events"])
         .output()?;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let types: Vec<String> = String::from_utf8(out.stdout)?
@@ -123,6 +123,136 @@ fn print_mode_stream_json_emits_every_event_and_fails_with_the_turn() -> anyhow:
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tether:"), "a message on errors: {stderr}");
+    Ok(())
+}
+
+/// `--output-format stream-json` writes Claude Code's messages: init, one assistant message
+/// per reply and one user message per tool result, API-shaped, then the result object.
+#[test]
+fn print_mode_stream_json_speaks_claude_codes_messages() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Let me look.").tool_use("Bash", json!({"command": "echo from-the-tool"})),
+        Step::text("It printed from-the-tool."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let out = daemon
+        .tether()
+        .current_dir(daemon.workdir())
+        .args([
+            "-p",
+            "run it",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--allowedTools",
+            "Bash(echo:*)",
+            "--model",
+            "haiku",
+        ])
+        .output()?;
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<Value> = String::from_utf8(out.stdout)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("every line is JSON")?;
+    let session = lines[0]["session_id"].as_str().context("session_id")?;
+    for l in &lines {
+        assert_eq!(l["session_id"], session, "{l}");
+        assert!(l["uuid"].as_str().is_some_and(|u| u.len() == 36), "{l}");
+    }
+    // init: the session as Claude Code describes it.
+    let init = &lines[0];
+    assert_eq!(
+        (&init["type"], &init["subtype"]),
+        (&json!("system"), &json!("init"))
+    );
+    assert_eq!(init["cwd"], daemon.workdir().display().to_string());
+    assert!(
+        init["model"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("claude-haiku")),
+        "{init}"
+    );
+    assert_eq!(init["permissionMode"], "default");
+    let tools: Vec<&str> = init["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        tools.contains(&"Bash") && tools.contains(&"Read"),
+        "{tools:?}"
+    );
+    assert!(
+        init["slash_commands"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c == "compact"))
+    );
+    // The messages in order, without tether's own events.
+    let kinds: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["type"].as_str())
+        .filter(|k| *k != "stream_event")
+        .collect();
+    assert_eq!(
+        kinds,
+        ["system", "assistant", "user", "assistant", "result"]
+    );
+    let replies: Vec<&Value> = lines.iter().filter(|l| l["type"] == "assistant").collect();
+    let first = &replies[0]["message"];
+    assert_eq!(first["role"], "assistant");
+    assert!(
+        first["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("msg_"))
+    );
+    assert_eq!(first["stop_reason"], "tool_use");
+    assert_eq!(first["content"][0]["text"], "Let me look.");
+    let call = &first["content"][1];
+    assert_eq!(
+        (&call["type"], &call["name"]),
+        (&json!("tool_use"), &json!("Bash"))
+    );
+    assert!(
+        first["usage"]["input_tokens"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+    let result_line = lines.iter().find(|l| l["type"] == "user").context("user")?;
+    let block = &result_line["message"]["content"][0];
+    assert_eq!(block["type"], "tool_result");
+    assert_eq!(block["tool_use_id"], call["id"]);
+    assert_eq!(block["is_error"], false);
+    assert!(block["content"].to_string().contains("from-the-tool"));
+    assert_eq!(
+        replies[1]["message"]["content"][0]["text"],
+        "It printed from-the-tool."
+    );
+    // Partial messages: the API's stream events, a message_start to a message_stop per reply.
+    let events: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "stream_event")
+        .filter_map(|l| l["event"]["type"].as_str())
+        .collect();
+    assert_eq!(
+        events.iter().filter(|e| **e == "message_start").count(),
+        2,
+        "{events:?}"
+    );
+    assert_eq!(events.iter().filter(|e| **e == "message_stop").count(), 2);
+    assert!(events.contains(&"content_block_delta"));
+    // The result closes the stream, with Claude Code's fields.
+    let result = lines.last().context("result")?;
+    assert_eq!(
+        (&result["type"], &result["subtype"]),
+        (&json!("result"), &json!("success"))
+    );
+    assert_eq!(result["is_error"], false);
+    assert_eq!(result["result"], "It printed from-the-tool.");
+    assert_eq!(result["num_turns"], 2);
     Ok(())
 }
 
