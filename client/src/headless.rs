@@ -42,6 +42,8 @@ pub struct Headless {
     pub name: Option<String>,
     /// With stream-json: the API's stream events too.
     pub include_partial_messages: bool,
+    /// Cancel the turn once the run has cost more than this (dollars).
+    pub max_budget_usd: Option<f64>,
 }
 
 /// The first line of a prompt, shortened to a title.
@@ -144,6 +146,10 @@ struct Totals {
     num_turns: u64,
     /// The calls refused for want of an answer, as Claude Code lists them.
     denials: Vec<Value>,
+    /// Milliseconds the turns waited on the model's API.
+    api_ms: u64,
+    /// The run was stopped for going over `--max-budget-usd`.
+    over_budget: bool,
 }
 
 impl Totals {
@@ -158,11 +164,12 @@ impl Totals {
             None => self.cost_unknown = true,
         }
         self.stop_reason = data["stopReason"].as_str().map(StopReason::parse);
+        self.api_ms += data["apiMs"].as_u64().unwrap_or(0);
         self.error = data.get("error").cloned();
     }
 
     fn ok(&self) -> bool {
-        self.stop_reason.as_ref().is_some_and(StopReason::is_normal)
+        !self.over_budget && self.stop_reason.as_ref().is_some_and(StopReason::is_normal)
     }
 
     /// The result object in Claude Code's shape (its field names, its `subtype`s), plus
@@ -170,6 +177,7 @@ impl Totals {
     fn result(&self, session: &SessionId, started: Instant) -> Value {
         let subtype = match (self.ok(), &self.stop_reason) {
             (true, _) => "success",
+            (false, _) if self.over_budget => "error_max_budget_usd",
             (false, Some(StopReason::MaxTurns)) => "error_max_turns",
             (false, _) => "error_during_execution",
         };
@@ -178,6 +186,7 @@ impl Totals {
             "subtype": subtype,
             "is_error": !self.ok(),
             "duration_ms": started.elapsed().as_millis() as u64,
+            "duration_api_ms": self.api_ms,
             "num_turns": self.num_turns,
             "result": self.result,
             "stop_reason": self.stop_reason.as_ref().map_or("", StopReason::as_str),
@@ -294,6 +303,16 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         claude = Some(translator.0);
     }
     let mut totals = Totals::default();
+    // What the session had cost before this run (a resumed one has a past).
+    let spent_before = match h.max_budget_usd {
+        Some(_) => conn
+            .client
+            .session_get(session.clone())
+            .await?
+            .cost_usd
+            .unwrap_or(0.0),
+        None => 0.0,
+    };
     let mut next = Some(first);
     while let Some(prompt) = next.take() {
         let turn = conn
@@ -394,6 +413,16 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                     conn.client
                         .permission_respond(session.clone(), request_id, decision, message)
                         .await?;
+                }
+                "usage_updated" if !totals.over_budget => {
+                    let spent = data["sessionCostUsd"].as_f64().unwrap_or(0.0) - spent_before;
+                    if let Some(budget) = h.max_budget_usd.filter(|b| spent > *b) {
+                        totals.over_budget = true;
+                        eprintln!(
+                            "tether: this run has cost ${spent:.4}, over --max-budget-usd {budget}; stopping"
+                        );
+                        conn.client.turn_cancel(session.clone()).await?;
+                    }
                 }
                 "turn_ended" => {
                     totals.add_turn(data);

@@ -70,6 +70,15 @@ struct Cli {
     /// With -p: tools the model does not get.
     #[arg(long = "disallowedTools", alias = "disallowed-tools", value_name = "TOOLS", num_args = 1.., value_delimiter = ',')]
     disallowed_tools: Vec<String>,
+    /// With -p: only these tools (names, comma-separated); "" for none, "default" for all.
+    #[arg(long, value_name = "TOOLS")]
+    tools: Option<String>,
+    /// With -p: the model to go on with when the session's model stays overloaded.
+    #[arg(long, value_name = "MODEL")]
+    fallback_model: Option<String>,
+    /// With -p: stop (cancel the turn) once the run has cost more than this many dollars.
+    #[arg(long, value_name = "USD")]
+    max_budget_usd: Option<f64>,
     /// With -p: text added to the system prompt.
     #[arg(long, value_name = "TEXT")]
     append_system_prompt: Option<String>,
@@ -171,6 +180,21 @@ enum DaemonCmd {
     },
 }
 
+/// `--tools` as claude takes it: names separated by commas or spaces, `""` for none, `default`
+/// for all (`None`: no restriction).
+fn tool_list(arg: &str) -> Option<Vec<String>> {
+    if arg.trim() == "default" {
+        return None;
+    }
+    Some(
+        arg.split([',', ' '])
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -216,6 +240,8 @@ fn main() -> ExitCode {
                     max_turns: cli.max_turns,
                     allowed_tools: cli.allowed_tools.clone(),
                     disallowed_tools: cli.disallowed_tools.clone(),
+                    tools: cli.tools.as_deref().and_then(tool_list),
+                    fallback_model: cli.fallback_model.clone(),
                     append_system_prompt: cli.append_system_prompt.clone(),
                     effort: cli.effort.clone(),
                     // Nobody reads a headless run's thinking; the answer starts sooner without it.
@@ -223,6 +249,7 @@ fn main() -> ExitCode {
                 },
                 permission_prompt_command: cli.permission_prompt_command.clone(),
                 include_partial_messages: cli.include_partial_messages,
+                max_budget_usd: cli.max_budget_usd,
             };
             return headless::run(&socket, headless).await;
         }

@@ -122,6 +122,7 @@ pub fn event_line(ev: &Event) -> String {
             usage,
             cost_usd,
             error,
+            ..
         } => {
             let cost = cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
             let err = error

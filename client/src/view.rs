@@ -727,6 +727,7 @@ impl View {
                 usage,
                 cost_usd,
                 error,
+                ..
             } => {
                 // A call cut off without a result labels nothing later.
                 self.headers.clear();

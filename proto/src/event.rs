@@ -156,6 +156,9 @@ pub enum EventKind {
         /// Why it failed, when it did.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<TurnError>,
+        /// Milliseconds the turn spent waiting on the model's API.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_ms: Option<u64>,
     },
     /// A content block of the model's reply began.
     AssistantBlockStarted {

@@ -101,6 +101,12 @@ pub struct TurnOptions {
     /// starts sooner. Headless runs set it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hide_thinking: bool,
+    /// Only these tools (names or aliases) for this turn; an empty list gives the model none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// The model to go on with when the session's model stays overloaded after every retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_model: Option<String>,
 }
 
 /// What `models/list` answers.

@@ -152,6 +152,7 @@ fn turn() -> Vec<Event> {
                 },
                 cost_usd: Some(0.0087),
                 error: None,
+                api_ms: None,
             },
         ),
     ]);
@@ -359,6 +360,7 @@ fn the_turn_footer_says_how_much_the_cache_served_and_an_unknown_cost() {
                 usage,
                 cost_usd,
                 error: None,
+                api_ms: None,
             },
         )
     };

@@ -451,6 +451,7 @@ mod tests {
             usage: TokenUsage::default(),
             cost_usd: None,
             error: None,
+            api_ms: None,
         };
         h.apply(&ended("cancelled"));
         h.apply(&turn("three"));

@@ -12,6 +12,7 @@ use crate::tools::SubagentRunner;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 use tether_proto::{EventKind, StopReason, TokenUsage, TurnError};
 use tokio_util::sync::CancellationToken;
 
@@ -44,11 +45,14 @@ pub struct TurnOutcome {
     pub cost_usd: Option<f64>,
     /// Why it failed.
     pub error: Option<TurnError>,
+    /// Time spent waiting on the model's API (every request, retries included).
+    pub api: Duration,
 }
 
 struct Tally {
     usage: TokenUsage,
     cost: Option<f64>,
+    api: Duration,
 }
 
 impl Tally {
@@ -58,6 +62,7 @@ impl Tally {
             usage: self.usage,
             cost_usd: self.cost,
             error,
+            api: self.api,
         }
     }
 }
@@ -77,6 +82,7 @@ impl Turn {
         let mut tally = Tally {
             usage: TokenUsage::default(),
             cost: Some(0.0),
+            api: Duration::ZERO,
         };
         match self.run_loop(&mut history, sink, &mut tally).await {
             Ok(outcome) => outcome,
@@ -154,6 +160,7 @@ impl Turn {
         let mut tally = Tally {
             usage: TokenUsage::default(),
             cost: Some(0.0),
+            api: Duration::ZERO,
         };
         let model_id = self.ctx.net.catalog.resolve(&self.ctx.model);
         let tools = self.ctx.tools.definitions();
@@ -203,6 +210,7 @@ impl Turn {
         let mut tally = Tally {
             usage: TokenUsage::default(),
             cost: Some(0.0),
+            api: Duration::ZERO,
         };
         let result = async {
             if self
@@ -373,11 +381,15 @@ impl Turn {
                     history.apply(&event);
                     sink.send(event);
                 };
-                self.ctx
+                let asked = std::time::Instant::now();
+                let reply = self
+                    .ctx
                     .net
                     .llm
                     .stream(&request, &mut on_update, &self.cancel)
-                    .await
+                    .await;
+                tally.api += asked.elapsed();
+                reply
             };
             let message = match result {
                 Ok(m) => m,

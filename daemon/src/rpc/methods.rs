@@ -363,6 +363,20 @@ impl TetherRpcServer for RpcApi {
         if options.max_turns == Some(0) {
             return Err(invalid_params("options.maxTurns must be at least 1"));
         }
+        if let Some(names) = &options.tools {
+            let known = &self.sessions.env().tools;
+            if let Some(bad) = names.iter().find(|n| known.find(n).is_none()) {
+                return Err(invalid_params(format!(
+                    "options.tools: there is no tool named {bad:?}; the tools are {}",
+                    known.names().join(", ")
+                )));
+            }
+        }
+        if let Some(model) = &options.fallback_model
+            && let Err(e) = self.sessions.env().catalog.check(model)
+        {
+            return Err(invalid_params(format!("options.fallbackModel: {e}")));
+        }
         for rule in &options.allowed_tools {
             if let Err(why) = crate::permissions::Rule::parse(rule, std::path::Path::new("/"), None)
             {

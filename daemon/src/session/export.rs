@@ -147,6 +147,7 @@ mod tests {
             usage: TokenUsage::default(),
             cost_usd: Some(0.0123),
             error,
+            api_ms: None,
         }
     }
 

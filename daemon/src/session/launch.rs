@@ -132,9 +132,17 @@ impl SessionActor {
                 .collect();
             tools.subset(&keep)
         };
+        // `--tools`: only these, by name or alias.
+        let tools = match &options.tools {
+            Some(names) => tools.subset(names),
+            None => tools,
+        };
         let mut limits = self.env.limits.clone();
         if let Some(n) = options.max_turns {
             limits.max_requests = n;
+        }
+        if let Some(model) = &options.fallback_model {
+            limits.fallback_model = Some(model.clone());
         }
         self.set_status(SessionStatus::Running);
         let llm = match &self.env.llm {
@@ -267,6 +275,7 @@ impl SessionActor {
                             message: format!("the turn crashed: {what}"),
                             retryable: false,
                         }),
+                        api: Default::default(),
                     }
                 }
             };

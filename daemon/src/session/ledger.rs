@@ -223,6 +223,7 @@ mod tests {
             },
             cost_usd: cost,
             error: None,
+            api_ms: None,
         };
         l.apply(&ended(Some(0.5)), Some(&t));
         l.apply(&ended(Some(0.25)), Some(&t));

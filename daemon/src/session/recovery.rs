@@ -69,6 +69,7 @@ pub(super) fn interrupted_outcome() -> TurnOutcome {
         usage: TokenUsage::default(),
         cost_usd: Some(0.0),
         error: None,
+        api: Default::default(),
     }
 }
 
@@ -393,6 +394,7 @@ mod tests {
                     usage: TokenUsage::default(),
                     cost_usd: None,
                     error: None,
+                    api_ms: None,
                 },
             ),
         );

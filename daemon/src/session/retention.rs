@@ -104,6 +104,7 @@ mod tests {
             usage: TokenUsage::default(),
             cost_usd: None,
             error: None,
+            api_ms: None,
         }
     }
 

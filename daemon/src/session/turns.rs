@@ -290,6 +290,7 @@ impl SessionActor {
                     usage: TokenUsage::default(),
                     cost_usd: Some(0.0),
                     error: None,
+                    api: Default::default(),
                 },
             };
             return self.end_turn(turn_id, outcome);
@@ -393,6 +394,7 @@ impl SessionActor {
             usage: outcome.usage,
             cost_usd: outcome.cost_usd,
             error: outcome.error,
+            api_ms: (!outcome.api.is_zero()).then_some(outcome.api.as_millis() as u64),
         };
         self.emit_in(event, Some(turn_id));
         self.prune_due = true;
@@ -430,6 +432,7 @@ impl SessionActor {
             usage: TokenUsage::default(),
             cost_usd: Some(0.0),
             error,
+            api: Default::default(),
         };
         self.end_turn(turn_id, outcome);
     }

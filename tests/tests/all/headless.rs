@@ -412,3 +412,86 @@ fn claude_codes_flags_skip_permissions_and_name_the_session() -> anyhow::Result<
     assert_eq!(list["sessions"][0]["title"], "nightly cleanup", "{list}");
     Ok(())
 }
+
+/// claude's `--tools`, `--fallback-model` and `--max-budget-usd`, and the result's
+/// `duration_api_ms`.
+#[test]
+fn print_mode_tools_fallback_model_and_budget() -> anyhow::Result<()> {
+    let overloaded =
+        || Step::error(529, "overloaded_error", "Overloaded").header("x-should-retry", "false");
+    let fake = Fake::start(Script::of([
+        overloaded(),
+        Step::text("from the fallback"),
+        // Long enough that the cancel always lands while it runs.
+        Step::default().tool_use("Bash", json!({"command": "sleep 30"})),
+        Step::text("never reached"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let tether = |args: &[&str]| {
+        daemon
+            .tether()
+            .current_dir(daemon.workdir())
+            .args(args)
+            .output()
+    };
+
+    // Only the tools named; the overloaded model gives way to the fallback.
+    let out = tether(&[
+        "-p",
+        "hi",
+        "--output-format",
+        "json",
+        "--tools",
+        "Read,Grep",
+        "--fallback-model",
+        "haiku",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(result["result"], "from the fallback");
+    let api = result["duration_api_ms"]
+        .as_u64()
+        .context("duration_api_ms")?;
+    assert!(api <= result["duration_ms"].as_u64().context("duration_ms")?);
+    let reqs = fake.server.message_requests();
+    assert_eq!(tether_tests::tool_names(&reqs[0].body)?, ["Read", "Grep"]);
+    assert_eq!(reqs[1].body["model"], "claude-haiku-5-5");
+
+    // An unknown tool or model is refused before anything runs.
+    let out = tether(&["-p", "hi", "--tools", "Read,Teleport"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Teleport"),
+        "{out:?}"
+    );
+    let out = tether(&["-p", "hi", "--fallback-model", "sonet"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sonet"),
+        "{out:?}"
+    );
+    assert_eq!(fake.server.message_requests().len(), 2, "nothing was asked");
+
+    // Over the budget, the turn is stopped and the result says why.
+    let out = tether(&[
+        "-p",
+        "loop",
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "Bash(sleep:*)",
+        "--max-budget-usd",
+        "0.0000001",
+    ])?;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(result["subtype"], "error_max_budget_usd");
+    assert_eq!(result["is_error"], true);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-budget-usd"));
+    assert_eq!(
+        fake.server.message_requests().len(),
+        3,
+        "the run stopped after the reply that went over"
+    );
+    Ok(())
+}
