@@ -176,21 +176,6 @@ impl SessionActor {
         }
         let record = &self.journal.record;
         let cwd = std::path::PathBuf::from(&record.cwd);
-        let notes = crate::context::project_memory(&self.env.data_dir, &cwd);
-        let session_id = record.id.0.clone();
-        let net = Arc::new(crate::tools::Net {
-            llm,
-            catalog: self.env.catalog.clone(),
-            web: self.env.web.clone(),
-            fast_model: self.env.fast_model.clone(),
-        });
-        let workspace = self.workspace.clone();
-        let mut history = self.history.clone();
-        let spent_before = self.ledger.spent();
-        let sink = Arc::new(ActorSink {
-            tx: tx.clone(),
-            turn_id: turn_id.clone(),
-        });
         let span = tracing::info_span!(
             "turn",
             session.id = %record.id,
@@ -210,85 +195,130 @@ impl SessionActor {
         if let Some(p) = prompt.filter(|_| self.env.log_user_prompts) {
             span.record("prompt", p);
         }
-        let task = async move {
-            let job = async {
-                // The prompt prefix at the session's first turn; what changed, at a later fresh
-                // one. Only then is the system prompt known.
-                let tail = matches!(job, TurnJob::Run);
-                if let Err(e) =
-                    crate::agent::settle_context(&mut history, &*sink, &cwd, &notes, tail).await
-                {
-                    tracing::error!("could not log the session's context: {e}");
-                }
-                let mut system = history
-                    .prefix
-                    .as_ref()
-                    .map(|p| p.blocks())
-                    .unwrap_or_default();
-                if let Some(extra) = options
-                    .append_system_prompt
-                    .as_ref()
-                    .filter(|e| !e.trim().is_empty())
-                {
-                    system.push(crate::llm::SystemBlock::text(extra.clone()));
-                }
-                let ctx = Arc::new(crate::agent::TurnContext {
-                    session_id,
-                    model,
-                    system,
-                    tools,
-                    net,
-                    workspace,
-                    limits,
-                    policy,
-                    hooks,
-                    spent_before,
-                });
-                let subagents = crate::agent::Subagents {
-                    ctx: Arc::new(ctx.for_child()),
-                    authorizer: sink.clone(),
-                };
-                let turn = Turn {
-                    ctx,
-                    cancel,
-                    subagents: Some(Arc::new(subagents)),
-                };
-                match job {
-                    TurnJob::Run => turn.run(history, sink).await,
-                    TurnJob::Compact(instructions) => {
-                        turn.compact_only(history, sink, instructions).await
-                    }
-                    TurnJob::Resume(calls) => turn.resume(history, calls, sink).await,
-                }
-            };
-            let outcome = match AssertUnwindSafe(job).catch_unwind().await {
-                Ok(outcome) => outcome,
-                Err(panic) => {
-                    let what = panic_text(&*panic);
-                    tracing::error!("a turn panicked: {what}");
-                    TurnOutcome {
-                        stop_reason: tether_proto::StopReason::Error,
-                        usage: TokenUsage::default(),
-                        cost_usd: None,
-                        error: Some(TurnError {
-                            code: "internal".into(),
-                            message: format!("the turn crashed: {what}"),
-                            retryable: false,
-                        }),
-                        api: Default::default(),
-                    }
-                }
-            };
-            let span = tracing::Span::current();
-            span.record("stop_reason", outcome.stop_reason.as_str());
-            span.record("tokens.input", outcome.usage.input_tokens);
-            span.record("tokens.output", outcome.usage.output_tokens);
-            if let Some(c) = outcome.cost_usd {
-                span.record("cost_usd", c);
-            }
-            let _ = tx.send(Command::TurnFinished { turn_id, outcome });
+        let task = TurnTask {
+            // The system prompt is known once the task has settled the context.
+            ctx: crate::agent::TurnContext {
+                session_id: record.id.0.clone(),
+                model,
+                system: Vec::new(),
+                tools,
+                net: Arc::new(crate::tools::Net {
+                    llm,
+                    catalog: self.env.catalog.clone(),
+                    web: self.env.web.clone(),
+                    fast_model: self.env.fast_model.clone(),
+                }),
+                workspace: self.workspace.clone(),
+                limits,
+                policy,
+                hooks,
+                spent_before: self.ledger.spent(),
+            },
+            notes: crate::context::project_memory(&self.env.data_dir, &cwd),
+            cwd,
+            append_system_prompt: options.append_system_prompt,
+            history: self.history.clone(),
+            sink: Arc::new(ActorSink {
+                tx: tx.clone(),
+                turn_id: turn_id.clone(),
+            }),
+            job,
+            cancel,
         };
-        self.tasks
-            .spawn(tracing::Instrument::instrument(task, span));
+        self.tasks.spawn(tracing::Instrument::instrument(
+            async move {
+                let outcome = task.run().await;
+                let _ = tx.send(Command::TurnFinished { turn_id, outcome });
+            },
+            span,
+        ));
+    }
+}
+
+/// What a launched turn's task owns.
+struct TurnTask {
+    /// The turn's context, all but its system prompt.
+    ctx: crate::agent::TurnContext,
+    cwd: std::path::PathBuf,
+    /// The project's notes file (part of the context).
+    notes: std::path::PathBuf,
+    append_system_prompt: Option<String>,
+    history: crate::agent::History,
+    sink: Arc<ActorSink>,
+    job: TurnJob,
+    cancel: CancellationToken,
+}
+
+impl TurnTask {
+    /// Runs the turn to its outcome; a panic becomes an `error` outcome, never a lost turn.
+    async fn run(self) -> TurnOutcome {
+        let outcome = match AssertUnwindSafe(self.work()).catch_unwind().await {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                let what = panic_text(&*panic);
+                tracing::error!("a turn panicked: {what}");
+                TurnOutcome {
+                    stop_reason: tether_proto::StopReason::Error,
+                    usage: TokenUsage::default(),
+                    cost_usd: None,
+                    error: Some(TurnError {
+                        code: "internal".into(),
+                        message: format!("the turn crashed: {what}"),
+                        retryable: false,
+                    }),
+                    api: Default::default(),
+                }
+            }
+        };
+        let span = tracing::Span::current();
+        span.record("stop_reason", outcome.stop_reason.as_str());
+        span.record("tokens.input", outcome.usage.input_tokens);
+        span.record("tokens.output", outcome.usage.output_tokens);
+        if let Some(c) = outcome.cost_usd {
+            span.record("cost_usd", c);
+        }
+        outcome
+    }
+
+    async fn work(self) -> TurnOutcome {
+        let Self {
+            mut ctx,
+            cwd,
+            notes,
+            append_system_prompt,
+            mut history,
+            sink,
+            job,
+            cancel,
+        } = self;
+        // The prompt prefix at the session's first turn; what changed, at a later fresh one.
+        let tail = matches!(job, TurnJob::Run);
+        if let Err(e) = crate::agent::settle_context(&mut history, &*sink, &cwd, &notes, tail).await
+        {
+            tracing::error!("could not log the session's context: {e}");
+        }
+        ctx.system = history
+            .prefix
+            .as_ref()
+            .map(|p| p.blocks())
+            .unwrap_or_default();
+        if let Some(extra) = append_system_prompt.filter(|e| !e.trim().is_empty()) {
+            ctx.system.push(crate::llm::SystemBlock::text(extra));
+        }
+        let ctx = Arc::new(ctx);
+        let subagents = crate::agent::Subagents {
+            ctx: Arc::new(ctx.for_child()),
+            authorizer: sink.clone(),
+        };
+        let turn = Turn {
+            ctx,
+            cancel,
+            subagents: Some(Arc::new(subagents)),
+        };
+        match job {
+            TurnJob::Run => turn.run(history, sink).await,
+            TurnJob::Compact(instructions) => turn.compact_only(history, sink, instructions).await,
+            TurnJob::Resume(calls) => turn.resume(history, calls, sink).await,
+        }
     }
 }
