@@ -65,15 +65,7 @@ impl Sessions {
             pruned_through: 0,
         };
         let log = self.store.log(&id)?;
-        let loaded = Loaded::empty();
-        let handle = actor::spawn(
-            record,
-            self.store.clone(),
-            log,
-            self.epoch,
-            loaded,
-            self.env.clone(),
-        );
+        let handle = self.start(record, log, Loaded::empty());
         self.live().insert(id.clone(), handle.clone());
         handle.announce_creation(by).await?;
         crate::telemetry::session_created();
@@ -97,16 +89,21 @@ impl Sessions {
         if self.store.session(id)?.is_none() {
             return Err(SessionError::NotFound(id.clone()));
         }
-        let handle = actor::spawn(
+        let handle = self.start(record, log, loaded);
+        live.insert(id.clone(), handle.clone());
+        Ok(handle)
+    }
+
+    /// Starts the actor of a session whose log says `loaded`.
+    fn start(&self, record: SessionRecord, log: EventLog, loaded: Loaded) -> SessionHandle {
+        actor::spawn(
             record,
             self.store.clone(),
             log,
             self.epoch,
             loaded,
             self.env.clone(),
-        );
-        live.insert(id.clone(), handle.clone());
-        Ok(handle)
+        )
     }
 
     /// Reads a session's record and replays its log (pruning old deltas first).
