@@ -108,6 +108,8 @@ pub struct Outcome {
     pub notices: Vec<String>,
     /// `continue: false`: stop, with this reason.
     pub stop: Option<String>,
+    /// A PreToolUse hook's replacement for the call's input (`updatedInput`).
+    pub updated_input: Option<Value>,
 }
 
 /// The hooks of a project.
@@ -311,6 +313,15 @@ async fn run_one(cmd: &Command, stdin: &str, cwd: &Path, event: HookEvent, outco
                 }
                 if let Some(ctx) = specific["additionalContext"].as_str() {
                     outcome.context.push(ctx.to_owned());
+                }
+                if event == HookEvent::PreToolUse
+                    && let Some(input) = specific.get("updatedInput").filter(|i| i.is_object())
+                {
+                    outcome.updated_input = Some(input.clone());
+                }
+                // `systemMessage`: shown to the user.
+                if let Some(message) = v["systemMessage"].as_str() {
+                    outcome.notices.push(message.to_owned());
                 }
             } else if !stdout.is_empty()
                 && matches!(event, HookEvent::UserPromptSubmit | HookEvent::SessionStart)

@@ -7,7 +7,7 @@ use super::sink::{SinkError, TurnSink};
 use super::turn_context::TurnContext;
 use crate::hooks::HookEvent;
 use crate::tools::{Spent, SubagentRunner, ToolContext, ToolOutput};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tether_proto::EventKind;
@@ -119,7 +119,7 @@ impl Dispatch<'_> {
     async fn run_batch(&self, batch: Vec<Call>, history: &mut History) -> Result<bool, SinkError> {
         let mut running: JoinSet<(String, ToolOutput)> = JoinSet::new();
         let mut unanswered: Vec<String> = Vec::new();
-        for call in batch {
+        for mut call in batch {
             // Write-ahead: the call is durable before it runs.
             if !call.logged {
                 self.record(
@@ -150,7 +150,10 @@ impl Dispatch<'_> {
             let cwd = self.ctx.workspace.cwd();
             let mut hook = None;
             if self.ctx.hooks.has(HookEvent::PreToolUse) {
-                let input = serde_json::json!({"session_id": self.ctx.session_id, "cwd": cwd, "tool_name": tool.name(), "tool_input": call.input});
+                let mut input = self.ctx.hook_input(&cwd);
+                input["tool_name"] = json!(tool.name());
+                input["tool_input"] = call.input.clone();
+                input["tool_use_id"] = json!(call.id);
                 let outcome = self
                     .ctx
                     .hooks
@@ -169,6 +172,16 @@ impl Dispatch<'_> {
                     continue;
                 }
                 hook = outcome.permission;
+                // `updatedInput`: the call runs with the hook's input, checked like the model's.
+                if let Some(updated) = outcome.updated_input {
+                    if let Err(msg) = self.ctx.tools.validate(&call.name, &updated) {
+                        let msg = format!("a PreToolUse hook's updatedInput is invalid: {msg}");
+                        self.result(history, &call.id, ToolOutput::error(msg))
+                            .await?;
+                        continue;
+                    }
+                    call.input = updated;
+                }
             }
             let ask = super::sink::PermissionAsk {
                 tool_call_id: call.id.clone(),
@@ -208,7 +221,10 @@ impl Dispatch<'_> {
             let id = call.id.clone();
             unanswered.push(id.clone());
             let hooks = self.ctx.hooks.clone();
-            let post_input = serde_json::json!({"session_id": self.ctx.session_id, "cwd": self.ctx.workspace.cwd(), "tool_name": tool.name(), "tool_input": call.input});
+            let mut post_input = self.ctx.hook_input(&self.ctx.workspace.cwd());
+            post_input["tool_name"] = json!(tool.name());
+            post_input["tool_input"] = call.input.clone();
+            post_input["tool_use_id"] = json!(call.id);
             let hook_sink = self.sink.clone();
             let given = ["file_path", "notebook_path", "path"]
                 .iter()

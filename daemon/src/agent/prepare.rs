@@ -33,6 +33,8 @@ pub struct Request {
     pub command: Option<SlashCommand>,
     /// Whether SessionStart hooks are due (the session's first prompt since it was loaded).
     pub session_start: bool,
+    /// The session's permission mode (hooks receive it).
+    pub permission_mode: tether_proto::PermissionMode,
 }
 
 /// A turn's input, read and passed through the prompt hooks.
@@ -75,6 +77,7 @@ async fn run(request: Request) -> Prepared {
         input,
         command,
         session_start,
+        permission_mode,
     } = request;
     // Files: the command directories, mentioned files, settings.
     let read = {
@@ -126,7 +129,7 @@ async fn run(request: Request) -> Prepared {
     let hooks = prepared.hooks.clone();
     if session_start && hooks.has(HookEvent::SessionStart) {
         prepared.session_started = true;
-        let input = json!({"session_id": session_id, "cwd": cwd, "source": "startup"});
+        let input = json!({"session_id": session_id, "cwd": cwd, "permission_mode": permission_mode.as_str(), "source": "startup"});
         let outcome = hooks
             .run(HookEvent::SessionStart, Some("startup"), input, &cwd)
             .await;
@@ -141,7 +144,7 @@ async fn run(request: Request) -> Prepared {
             .iter()
             .filter_map(|b| b["text"].as_str())
             .collect();
-        let input = json!({"session_id": session_id, "cwd": cwd, "prompt": prompt.join("\n")});
+        let input = json!({"session_id": session_id, "cwd": cwd, "permission_mode": permission_mode.as_str(), "prompt": prompt.join("\n")});
         let outcome = hooks
             .run(HookEvent::UserPromptSubmit, None, input, &cwd)
             .await;
@@ -220,6 +223,7 @@ mod tests {
             input: vec![InputItem::Text { text: text.into() }],
             command: None,
             session_start: true,
+            permission_mode: Default::default(),
         }
     }
 

@@ -110,12 +110,9 @@ impl Turn {
         if self.ctx.hooks.has(HookEvent::PreCompact) {
             let cwd = self.ctx.workspace.cwd();
             let trigger = if reason == "manual" { "manual" } else { "auto" };
-            let input = serde_json::json!({
-                "session_id": self.ctx.session_id,
-                "cwd": cwd,
-                "trigger": trigger,
-                "custom_instructions": extra.unwrap_or(""),
-            });
+            let mut input = self.ctx.hook_input(&cwd);
+            input["trigger"] = serde_json::json!(trigger);
+            input["custom_instructions"] = serde_json::json!(extra.unwrap_or(""));
             let outcome = self
                 .ctx
                 .hooks
@@ -552,7 +549,8 @@ impl Turn {
                         && stop_hooks < MAX_STOP_HOOK_CONTINUATIONS =>
                 {
                     let cwd = self.ctx.workspace.cwd();
-                    let input = serde_json::json!({"session_id": self.ctx.session_id, "cwd": cwd, "stop_hook_active": stop_hooks > 0});
+                    let mut input = self.ctx.hook_input(&cwd);
+                    input["stop_hook_active"] = serde_json::json!(stop_hooks > 0);
                     let outcome = self.ctx.hooks.run(HookEvent::Stop, None, input, &cwd).await;
                     for n in outcome.notices {
                         sink.send(EventKind::Notice {

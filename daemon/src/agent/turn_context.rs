@@ -9,7 +9,7 @@ use crate::llm::{RequestPolicy, SystemBlock};
 use crate::tools::{Net, Tools, Workspace};
 use std::sync::Arc;
 use std::time::Duration;
-use tether_proto::TokenUsage;
+use tether_proto::{PermissionMode, TokenUsage};
 
 /// The name of the tool that starts sub-agents (left out of a child's tools).
 pub const TASK_TOOL: &str = "Task";
@@ -34,12 +34,24 @@ pub struct TurnContext {
     pub policy: RequestPolicy,
     /// The project's hooks.
     pub hooks: Arc<Hooks>,
+    /// The session's permission mode when the turn started (hooks receive it).
+    pub permission_mode: PermissionMode,
     /// What the session had spent when the turn started (tokens, cost if known), so usage
     /// updates can show the session's totals.
     pub spent_before: (TokenUsage, Option<f64>),
 }
 
 impl TurnContext {
+    /// The fields every hook of this turn receives (Claude Code's names): `session_id`, `cwd`,
+    /// `permission_mode`.
+    pub fn hook_input(&self, cwd: &std::path::Path) -> serde_json::Value {
+        serde_json::json!({
+            "session_id": self.session_id,
+            "cwd": cwd,
+            "permission_mode": self.permission_mode.as_str(),
+        })
+    }
+
     /// What a sub-agent of this turn runs with: the same, without the Task tool (which bounds
     /// recursion).
     pub fn for_child(&self) -> Self {
@@ -60,6 +72,7 @@ impl TurnContext {
             limits: self.limits.clone(),
             policy: self.policy.clone(),
             hooks: self.hooks.clone(),
+            permission_mode: self.permission_mode,
             // A child's usage updates are not shown.
             spent_before: (TokenUsage::default(), Some(0.0)),
         }

@@ -277,6 +277,7 @@ impl SessionActor {
         let input = serde_json::json!({
             "session_id": self.journal.record.id.0,
             "cwd": cwd,
+            "permission_mode": self.journal.record.permission_mode.as_str(),
             "message": format!("tether needs your permission to use {tool}"),
         });
         self.tasks.spawn(async move {

@@ -212,6 +212,7 @@ impl SessionActor {
                 limits,
                 policy,
                 hooks,
+                permission_mode: record.permission_mode,
                 spent_before: self.ledger.spent(),
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),

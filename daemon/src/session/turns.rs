@@ -224,6 +224,7 @@ impl SessionActor {
             input: queued.request.input.clone(),
             command: queued.request.command.clone(),
             session_start: !self.session_started,
+            permission_mode: record.permission_mode,
         };
         self.tasks.spawn(async move {
             let work = crate::agent::prepare(request, &cancel);

@@ -389,6 +389,51 @@ fn hooks_block_add_context_force_a_stop_and_time_out() -> anyhow::Result<()> {
 }
 
 #[test]
+fn a_hook_written_for_claude_code_reads_its_fields_and_rewrites_the_input() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "echo original"})),
+        Step::text("done"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    // Keeps what it was given, then allows the call with another command.
+    let script = r#"import json, sys
+seen = json.load(sys.stdin)
+json.dump(seen, open("seen.json", "w"))
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+    "permissionDecision": "allow", "updatedInput": {"command": "echo rewritten"}}}))
+"#;
+    std::fs::write(work.join("hook.py"), script)?;
+    let settings = json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+        "hooks": [{"type": "command", "command": "python3 hook.py"}]}]}});
+    std::fs::write(work.join(".claude/settings.json"), settings.to_string())?;
+    let mut c = daemon.ndjson()?;
+    // In the default mode only the hook's "allow" lets the call run without asking.
+    let session = c.new_session_with_mode(&work, "default")?;
+    c.watch(&session)?;
+    c.start_turn(&session, "run it")?;
+    let events = c.events_until("turn_ended")?;
+    assert!(!events.iter().any(|e| e["type"] == "permission_requested"));
+    let call = events
+        .iter()
+        .find(|e| e["type"] == "tool_call")
+        .context("call")?;
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("result")?;
+    assert_eq!(result["data"]["content"], "rewritten\n", "{result}");
+    let seen: Value = serde_json::from_str(&std::fs::read_to_string(work.join("seen.json"))?)?;
+    assert_eq!(seen["hook_event_name"], "PreToolUse");
+    assert_eq!(seen["tool_use_id"], call["data"]["toolCallId"]);
+    assert_eq!(seen["permission_mode"], "default");
+    assert_eq!(seen["session_id"], session);
+    assert_eq!(seen["tool_input"]["command"], "echo original");
+    Ok(())
+}
+
+#[test]
 fn a_cancel_is_answered_while_a_prompt_hook_runs() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of(echo_turn()))?;
     let daemon = Daemon::start_with(fake.env())?;

@@ -173,6 +173,7 @@ impl Setup {
                 limits,
                 policy: Default::default(),
                 hooks: Default::default(),
+                permission_mode: Default::default(),
                 spent_before: Default::default(),
             }),
             cancel: CancellationToken::new(),
