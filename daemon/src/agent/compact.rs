@@ -98,7 +98,7 @@ pub async fn compact(
         Err(e) => e.to_string(),
     };
     let err = EventKind::Error {
-        code: "compaction_failed".into(),
+        code: super::history::COMPACTION_FAILED.into(),
         message: format!("compaction failed: {failure}"),
     };
     history.apply(&err);

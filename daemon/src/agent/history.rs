@@ -20,6 +20,9 @@ pub const INTERRUPTED_BY_USER: &str = "[Request interrupted by user]";
 /// What the next prompt is prefixed with after a daemon stop cut the model off.
 pub const INTERRUPTED_BY_RESTART: &str = "[Request interrupted: the agent stopped and restarted]";
 
+/// The code of the `error` a failed compaction logs (the history counts them in a row).
+pub const COMPACTION_FAILED: &str = "compaction_failed";
+
 /// What a tool result says when the log has none for a call (a crash or cancel before it).
 pub const MISSING_RESULT: &str = "interrupted: no result was recorded for this tool call";
 
@@ -228,7 +231,7 @@ impl History {
                     vec![json!({"type": "text", "text": format!("{SUMMARY_PREFIX}{summary}")})],
                 );
             }
-            EventKind::Error { code, .. } if code == "compaction_failed" => {
+            EventKind::Error { code, .. } if code == COMPACTION_FAILED => {
                 self.compaction_failures += 1
             }
             _ => {}

@@ -180,7 +180,7 @@ impl Turn {
             Ok(None) => tally.outcome(
                 StopReason::Error,
                 Some(TurnError {
-                    code: "compaction_failed".into(),
+                    code: super::history::COMPACTION_FAILED.into(),
                     message: "the conversation could not be compacted".into(),
                     retryable: true,
                 }),
