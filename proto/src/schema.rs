@@ -42,10 +42,24 @@ pub fn wire_schema() -> Value {
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    json!({
+    sorted(json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "tether wire types",
         "protocolVersion": crate::PROTOCOL_VERSION,
         "$defs": defs,
-    })
+    }))
+}
+
+/// `v` with every object's keys in order, whatever order serde_json keeps them in (a crate in
+/// the build may turn on its `preserve_order`), so the committed file is the same either way.
+fn sorted(v: Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
