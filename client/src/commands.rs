@@ -75,7 +75,10 @@ pub async fn new(
         .display()
         .to_string();
     let conn = connection::connect(socket, true, ClientKind::Tui).await?;
-    let created = conn.client.session_new(cwd, title, model, mode).await?;
+    let created = conn
+        .client
+        .session_new(cwd, title, model, mode, None)
+        .await?;
     if out.json {
         print_json(&created)?;
     } else {

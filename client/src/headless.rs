@@ -44,6 +44,8 @@ pub struct Headless {
     pub include_partial_messages: bool,
     /// Cancel the turn once the run has cost more than this (dollars).
     pub max_budget_usd: Option<f64>,
+    /// The new session's id (`--session-id`, a UUID).
+    pub session_id: Option<SessionId>,
 }
 
 /// The first line of a prompt, shortened to a title.
@@ -289,6 +291,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                     Some(h.name.clone().unwrap_or_else(|| title_of(&first))),
                     h.model,
                     mode,
+                    h.session_id.clone(),
                 )
                 .await?
                 .session_id

@@ -79,6 +79,9 @@ struct Cli {
     /// With -p: stop (cancel the turn) once the run has cost more than this many dollars.
     #[arg(long, value_name = "USD")]
     max_budget_usd: Option<f64>,
+    /// With -p: the new session's id (a UUID no session has yet), as with claude.
+    #[arg(long, value_name = "UUID", conflicts_with_all = ["resume", "continue_last", "session"])]
+    session_id: Option<String>,
     /// With -p: text added to the system prompt.
     #[arg(long, value_name = "TEXT")]
     append_system_prompt: Option<String>,
@@ -250,6 +253,7 @@ fn main() -> ExitCode {
                 permission_prompt_command: cli.permission_prompt_command.clone(),
                 include_partial_messages: cli.include_partial_messages,
                 max_budget_usd: cli.max_budget_usd,
+                session_id: cli.session_id.clone().map(tether_proto::SessionId),
             };
             return headless::run(&socket, headless).await;
         }

@@ -158,6 +158,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                     start.name.clone(),
                     start.model.clone(),
                     start.permission_mode,
+                    None,
                 )
                 .await?
                 .session_id

@@ -58,6 +58,9 @@ pub enum SessionError {
     /// No permission request has this id.
     #[error("no permission request with id {0} in this session")]
     RequestNotFound(String),
+    /// A new session asked for an id another session has.
+    #[error("session id {0} is already in use")]
+    AlreadyExists(SessionId),
 }
 
 /// The current time as RFC 3339 UTC with milliseconds.
@@ -133,6 +136,8 @@ pub struct NewSession {
     pub model: Option<String>,
     /// Permission mode.
     pub permission_mode: Option<PermissionMode>,
+    /// Its id, when the caller picks one (`--session-id`).
+    pub id: Option<SessionId>,
 }
 
 /// Which sessions `session/list` returns.

@@ -41,7 +41,8 @@ pub trait TetherRpc {
     #[method(name = "daemon/shutdown", param_kind = map)]
     async fn daemon_shutdown(&self) -> RpcResult<ShutdownResult>;
 
-    /// Creates a session.
+    /// Creates a session; `sessionId` (a UUID nobody uses yet) picks its id, as claude's
+    /// `--session-id` does.
     #[method(name = "session/new", param_kind = map, with_extensions)]
     async fn session_new(
         &self,
@@ -49,6 +50,7 @@ pub trait TetherRpc {
         title: Option<String>,
         model: Option<String>,
         #[argument(rename = "permissionMode")] permission_mode: Option<PermissionMode>,
+        #[argument(rename = "sessionId")] session_id: Option<SessionId>,
     ) -> RpcResult<SessionNewResult>;
 
     /// Lists sessions, most recently active first: `cwd` and `status` filter, `limit` sizes a

@@ -222,7 +222,7 @@ impl Repl {
                 let id = self
                     .conn
                     .client
-                    .session_new(cwd, None, None, None)
+                    .session_new(cwd, None, None, None, None)
                     .await?
                     .session_id;
                 self.switch(id).await?;

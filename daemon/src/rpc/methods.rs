@@ -49,6 +49,9 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
         SessionError::Busy => ErrorCode::SessionBusy,
         SessionError::NotController => ErrorCode::NotController,
         SessionError::RequestNotFound(_) => ErrorCode::RequestNotFound,
+        SessionError::AlreadyExists(_) => {
+            return ErrorObjectOwned::owned::<()>(INVALID_PARAMS_CODE, e.to_string(), None);
+        }
     };
     code.with_message(e.to_string())
 }
@@ -194,8 +197,17 @@ impl TetherRpcServer for RpcApi {
         title: Option<String>,
         model: Option<String>,
         permission_mode: Option<PermissionMode>,
+        session_id: Option<SessionId>,
     ) -> RpcResult<SessionNewResult> {
         self.check_running()?;
+        if let Some(id) = &session_id
+            && uuid::Uuid::parse_str(&id.0).is_err()
+        {
+            return Err(invalid_params(format!(
+                "sessionId must be a UUID, got {:?}",
+                id.0
+            )));
+        }
         let path = Path::new(&cwd);
         if !path.is_absolute() {
             return Err(invalid_params(format!(
@@ -210,6 +222,7 @@ impl TetherRpcServer for RpcApi {
             title: non_empty("title", title)?,
             model: self.checked_model(model)?,
             permission_mode,
+            id: session_id,
         };
         let session_id = self
             .sessions

@@ -47,7 +47,10 @@ impl Sessions {
         new: NewSession,
         by: Option<ClientRef>,
     ) -> Result<SessionId, SessionError> {
-        let id = SessionId(uuid::Uuid::new_v4().to_string());
+        let picked = new.id.is_some();
+        let id = new
+            .id
+            .unwrap_or_else(|| SessionId(uuid::Uuid::new_v4().to_string()));
         let now = now_rfc3339();
         let record = SessionRecord {
             id: id.clone(),
@@ -64,9 +67,17 @@ impl Sessions {
             updated_at: now,
             pruned_through: 0,
         };
-        let log = self.store.log(&id)?;
-        let handle = self.start(record, log, Loaded::empty());
-        self.live().insert(id.clone(), handle.clone());
+        let handle = {
+            // Checked and claimed under one lock, so two callers cannot both take an id.
+            let mut live = self.live();
+            if picked && (live.contains_key(&id) || self.store.session(&id)?.is_some()) {
+                return Err(SessionError::AlreadyExists(id));
+            }
+            let log = self.store.log(&id)?;
+            let handle = self.start(record, log, Loaded::empty());
+            live.insert(id.clone(), handle.clone());
+            handle
+        };
         handle.announce_creation(by).await?;
         crate::telemetry::session_created();
         Ok(id)

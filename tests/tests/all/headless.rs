@@ -495,3 +495,44 @@ fn print_mode_tools_fallback_model_and_budget() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// claude's `--session-id`: the new session takes the given UUID; a taken or malformed one is
+/// refused before anything runs.
+#[test]
+fn print_mode_session_id_names_the_new_session() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("hello")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let id = "5f0c8f2e-6f53-4a8e-9d2b-8c1d2e3f4a5b";
+    let tether = |args: &[&str]| {
+        daemon
+            .tether()
+            .current_dir(daemon.workdir())
+            .args(args)
+            .output()
+    };
+    let out = tether(&["-p", "hi", "--session-id", id, "--output-format", "json"])?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(result["session_id"], id);
+    let listed = String::from_utf8(tether(&["sessions", "--json"])?.stdout)?;
+    assert!(listed.contains(id), "{listed}");
+
+    let again = tether(&["-p", "hi", "--session-id", id])?;
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already in use"),
+        "{again:?}"
+    );
+    let bad = tether(&["-p", "hi", "--session-id", "not-a-uuid"])?;
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("UUID"),
+        "{bad:?}"
+    );
+    assert_eq!(
+        fake.server.message_requests().len(),
+        1,
+        "only the first run asked the model"
+    );
+    Ok(())
+}
