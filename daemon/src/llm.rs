@@ -19,7 +19,7 @@ pub use accumulate::{
     Accumulator, AssembledMessage, StreamUpdate, TruncatedToolInput, assemble, decode_stream,
 };
 pub use auth::{Auth, Credential, custom_headers};
-pub use client::{AnthropicClient, LlmConfig, Model};
+pub use client::{AnthropicClient, LlmConfig, Model, Streaming};
 pub use error::{ApiError, ApiErrorKind, LlmError};
 pub use models::{
     Effort, ListedModel, ModelCatalog, ModelError, ModelInfo, Price, RequestPolicy, ThinkingKind,

@@ -49,6 +49,19 @@ pub struct TurnOutcome {
     pub api: Duration,
 }
 
+impl TurnOutcome {
+    /// The outcome of a turn that ended without asking the model: nothing spent.
+    pub fn without_model(stop_reason: StopReason, error: Option<TurnError>) -> Self {
+        Self {
+            stop_reason,
+            usage: TokenUsage::default(),
+            cost_usd: Some(0.0),
+            error,
+            api: Duration::ZERO,
+        }
+    }
+}
+
 struct Tally {
     usage: TokenUsage,
     cost: Option<f64>,

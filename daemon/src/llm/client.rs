@@ -53,6 +53,10 @@ pub struct AnthropicClient {
     auth: Auth,
 }
 
+/// A streamed reply: the assembled message, or why there is none.
+pub type Streaming<'a> =
+    Pin<Box<dyn Future<Output = Result<AssembledMessage, LlmError>> + Send + 'a>>;
+
 /// A model that streams replies: the Anthropic client, or a scripted one in tests of the query
 /// loop.
 pub trait Model: Send + Sync {
@@ -63,7 +67,7 @@ pub trait Model: Send + Sync {
         request: &'a MessagesRequest,
         on_update: &'a mut (dyn FnMut(StreamUpdate) + Send),
         cancel: &'a CancellationToken,
-    ) -> Pin<Box<dyn Future<Output = Result<AssembledMessage, LlmError>> + Send + 'a>>;
+    ) -> Streaming<'a>;
 }
 
 impl Model for AnthropicClient {
@@ -72,7 +76,7 @@ impl Model for AnthropicClient {
         request: &'a MessagesRequest,
         on_update: &'a mut (dyn FnMut(StreamUpdate) + Send),
         cancel: &'a CancellationToken,
-    ) -> Pin<Box<dyn Future<Output = Result<AssembledMessage, LlmError>> + Send + 'a>> {
+    ) -> Streaming<'a> {
         Box::pin(AnthropicClient::stream(self, request, on_update, cancel))
     }
 }

@@ -153,7 +153,6 @@ impl SessionActor {
                     message: message.clone(),
                     retryable: false,
                 };
-                self.turns.take_running();
                 return self.finish_command(turn_id, Some(error));
             }
         };

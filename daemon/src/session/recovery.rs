@@ -13,9 +13,7 @@ use crate::agent::{History, TurnOutcome};
 use crate::store::EventLog;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use tether_proto::{
-    Event, EventKind, PermissionDecision, Seq, ShellState, TokenUsage, TurnId, TurnOptions,
-};
+use tether_proto::{Event, EventKind, PermissionDecision, Seq, ShellState, TurnId, TurnOptions};
 
 /// What a session's log says when it is loaded.
 pub(super) struct Loaded {
@@ -64,13 +62,7 @@ pub(super) struct OpenTurn {
 
 /// How a turn the daemon's stop cut ends.
 pub(super) fn interrupted_outcome() -> TurnOutcome {
-    TurnOutcome {
-        stop_reason: tether_proto::StopReason::InterruptedByRestart,
-        usage: TokenUsage::default(),
-        cost_usd: Some(0.0),
-        error: None,
-        api: Default::default(),
-    }
+    TurnOutcome::without_model(tether_proto::StopReason::InterruptedByRestart, None)
 }
 
 /// Replays a session's log into its history and ledger.
@@ -313,6 +305,7 @@ impl SessionActor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tether_proto::TokenUsage;
 
     fn event(seq: u64, turn: Option<&str>, kind: EventKind) -> Event {
         Event {

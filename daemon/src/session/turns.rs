@@ -15,8 +15,8 @@ use futures::FutureExt;
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use tether_proto::{
-    BusyMode, ClientRef, EventKind, InputItem, SessionStatus, TokenUsage, TurnError, TurnId,
-    TurnOptions, TurnStarted,
+    BusyMode, ClientRef, EventKind, InputItem, SessionStatus, TurnError, TurnId, TurnOptions,
+    TurnStarted,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -276,7 +276,6 @@ impl SessionActor {
             return self.start_next();
         }
         let Some(prepared) = prepared else {
-            self.turns.running = None;
             let outcome = match failure {
                 Some(why) => {
                     tracing::error!("a turn's preparation panicked: {why}");
@@ -286,13 +285,7 @@ impl SessionActor {
                         format!("the turn's input could not be prepared: {why}"),
                     );
                 }
-                None => TurnOutcome {
-                    stop_reason: tether_proto::StopReason::Cancelled,
-                    usage: TokenUsage::default(),
-                    cost_usd: Some(0.0),
-                    error: None,
-                    api: Default::default(),
-                },
+                None => TurnOutcome::without_model(tether_proto::StopReason::Cancelled, None),
             };
             return self.end_turn(turn_id, outcome);
         };
@@ -306,7 +299,6 @@ impl SessionActor {
             );
         }
         if let Some(reason) = &prepared.blocked {
-            self.turns.running = None;
             let message = format!("the prompt was blocked by a UserPromptSubmit hook: {reason}");
             return self.refuse(turn_id, "prompt_blocked", message);
         }
@@ -332,7 +324,6 @@ impl SessionActor {
                 TurnJob::Run
             }
             Some(command) => {
-                self.turns.running = None;
                 return self.run_command(turn_id, request.by, command);
             }
         };
@@ -346,7 +337,6 @@ impl SessionActor {
             None => Ok(()),
         });
         if let Err(e) = checked {
-            self.turns.running = None;
             return self.refuse(turn_id, e.code(), e.to_string());
         }
         let cancel = self.turns.running_cancel().unwrap_or_default();
@@ -366,7 +356,6 @@ impl SessionActor {
     /// The turn's task ended.
     pub(super) fn turn_finished(&mut self, turn_id: TurnId, outcome: TurnOutcome) {
         if self.turns.is_running(&turn_id) {
-            self.turns.running = None;
             self.end_turn(turn_id, outcome);
         }
     }
@@ -383,8 +372,11 @@ impl SessionActor {
         true
     }
 
-    /// Logs a turn's end and starts the next queued one.
+    /// Logs a turn's end (it is no longer running) and starts the next queued one.
     pub(super) fn end_turn(&mut self, turn_id: TurnId, outcome: TurnOutcome) {
+        if self.turns.is_running(&turn_id) {
+            self.turns.take_running();
+        }
         crate::telemetry::turn_ended(
             &self.env.catalog.resolve(&self.journal.record.model),
             &outcome.usage,
@@ -424,17 +416,11 @@ impl SessionActor {
 
     /// Ends a turn that was handled without the model (a command).
     pub(super) fn finish_command(&mut self, turn_id: TurnId, error: Option<TurnError>) {
-        let outcome = TurnOutcome {
-            stop_reason: if error.is_some() {
-                tether_proto::StopReason::Error
-            } else {
-                tether_proto::StopReason::Command
-            },
-            usage: TokenUsage::default(),
-            cost_usd: Some(0.0),
-            error,
-            api: Default::default(),
+        let stop_reason = match error {
+            Some(_) => tether_proto::StopReason::Error,
+            None => tether_proto::StopReason::Command,
         };
+        let outcome = TurnOutcome::without_model(stop_reason, error);
         self.end_turn(turn_id, outcome);
     }
 

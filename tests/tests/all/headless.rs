@@ -5,6 +5,15 @@ use serde_json::{Value, json};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
 
+/// `tether ARGS` in the daemon's working directory, run to its end.
+fn tether(daemon: &Daemon, args: &[&str]) -> std::io::Result<std::process::Output> {
+    daemon
+        .tether()
+        .current_dir(daemon.workdir())
+        .args(args)
+        .output()
+}
+
 #[test]
 fn print_mode_streams_the_answer_and_exits_zero() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::text("Hi there, human.")]))?;
@@ -135,10 +144,9 @@ fn print_mode_stream_json_speaks_claude_codes_messages() -> anyhow::Result<()> {
         Step::text("It printed from-the-tool."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let out = daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args([
+    let out = tether(
+        &daemon,
+        &[
             "-p",
             "run it",
             "--output-format",
@@ -149,8 +157,8 @@ fn print_mode_stream_json_speaks_claude_codes_messages() -> anyhow::Result<()> {
             "Bash(echo:*)",
             "--model",
             "haiku",
-        ])
-        .output()?;
+        ],
+    )?;
     assert!(out.status.success(), "{out:?}");
     let lines: Vec<Value> = String::from_utf8(out.stdout)?
         .lines()
@@ -427,25 +435,21 @@ fn print_mode_tools_fallback_model_and_budget() -> anyhow::Result<()> {
         Step::text("never reached"),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let tether = |args: &[&str]| {
-        daemon
-            .tether()
-            .current_dir(daemon.workdir())
-            .args(args)
-            .output()
-    };
 
     // Only the tools named; the overloaded model gives way to the fallback.
-    let out = tether(&[
-        "-p",
-        "hi",
-        "--output-format",
-        "json",
-        "--tools",
-        "Read,Grep",
-        "--fallback-model",
-        "haiku",
-    ])?;
+    let out = tether(
+        &daemon,
+        &[
+            "-p",
+            "hi",
+            "--output-format",
+            "json",
+            "--tools",
+            "Read,Grep",
+            "--fallback-model",
+            "haiku",
+        ],
+    )?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(result["result"], "from the fallback");
@@ -458,13 +462,13 @@ fn print_mode_tools_fallback_model_and_budget() -> anyhow::Result<()> {
     assert_eq!(reqs[1].body["model"], "claude-haiku-5-5");
 
     // An unknown tool or model is refused before anything runs.
-    let out = tether(&["-p", "hi", "--tools", "Read,Teleport"])?;
+    let out = tether(&daemon, &["-p", "hi", "--tools", "Read,Teleport"])?;
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("Teleport"),
         "{out:?}"
     );
-    let out = tether(&["-p", "hi", "--fallback-model", "sonet"])?;
+    let out = tether(&daemon, &["-p", "hi", "--fallback-model", "sonet"])?;
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("sonet"),
@@ -473,16 +477,19 @@ fn print_mode_tools_fallback_model_and_budget() -> anyhow::Result<()> {
     assert_eq!(fake.server.message_requests().len(), 2, "nothing was asked");
 
     // Over the budget, the turn is stopped and the result says why.
-    let out = tether(&[
-        "-p",
-        "loop",
-        "--output-format",
-        "json",
-        "--allowedTools",
-        "Bash(sleep:*)",
-        "--max-budget-usd",
-        "0.0000001",
-    ])?;
+    let out = tether(
+        &daemon,
+        &[
+            "-p",
+            "loop",
+            "--output-format",
+            "json",
+            "--allowedTools",
+            "Bash(sleep:*)",
+            "--max-budget-usd",
+            "0.0000001",
+        ],
+    )?;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(result["subtype"], "error_max_budget_usd");
@@ -503,27 +510,23 @@ fn print_mode_session_id_names_the_new_session() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::text("hello")]))?;
     let daemon = Daemon::start_with(fake.env())?;
     let id = "5f0c8f2e-6f53-4a8e-9d2b-8c1d2e3f4a5b";
-    let tether = |args: &[&str]| {
-        daemon
-            .tether()
-            .current_dir(daemon.workdir())
-            .args(args)
-            .output()
-    };
-    let out = tether(&["-p", "hi", "--session-id", id, "--output-format", "json"])?;
+    let out = tether(
+        &daemon,
+        &["-p", "hi", "--session-id", id, "--output-format", "json"],
+    )?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(result["session_id"], id);
-    let listed = String::from_utf8(tether(&["sessions", "--json"])?.stdout)?;
+    let listed = String::from_utf8(tether(&daemon, &["sessions", "--json"])?.stdout)?;
     assert!(listed.contains(id), "{listed}");
 
-    let again = tether(&["-p", "hi", "--session-id", id])?;
+    let again = tether(&daemon, &["-p", "hi", "--session-id", id])?;
     assert_eq!(again.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("already in use"),
         "{again:?}"
     );
-    let bad = tether(&["-p", "hi", "--session-id", "not-a-uuid"])?;
+    let bad = tether(&daemon, &["-p", "hi", "--session-id", "not-a-uuid"])?;
     assert_eq!(bad.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("UUID"),

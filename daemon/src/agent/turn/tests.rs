@@ -3,7 +3,7 @@
 use super::*;
 use crate::agent::TurnLimits;
 use crate::agent::sink::{PermissionAsk, Verdict};
-use crate::llm::{AssembledMessage, Model};
+use crate::llm::{AssembledMessage, Model, Streaming};
 use crate::tools::{Net, Workspace};
 use serde_json::json;
 use std::collections::VecDeque;
@@ -40,7 +40,7 @@ impl Model for Scripted {
         request: &'a MessagesRequest,
         on_update: &'a mut (dyn FnMut(StreamUpdate) + Send),
         _cancel: &'a CancellationToken,
-    ) -> Pin<Box<dyn Future<Output = Result<AssembledMessage, LlmError>> + Send + 'a>> {
+    ) -> Streaming<'a> {
         Box::pin(async move {
             let body = serde_json::to_value(request).expect("request encodes");
             self.requests.lock().expect("lock").push(body);
