@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod hooks;
 pub mod llm;
+pub mod mcp;
 pub mod permissions;
 pub mod rpc;
 pub mod session;

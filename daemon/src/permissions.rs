@@ -161,7 +161,9 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     }
     let path = call_path(call);
     let in_workspace = path.as_ref().is_none_or(|p| inside(p, &roots));
-    if call.read_only && call.tool != "WebFetch" && in_workspace {
+    // An MCP server's own read-only hint is not trusted to skip the question.
+    if call.read_only && call.tool != "WebFetch" && !call.tool.starts_with("mcp__") && in_workspace
+    {
         return Decision::Allow;
     }
     if mode == PermissionMode::AcceptEdits && EDIT_TOOLS.contains(&call.tool) && in_workspace {

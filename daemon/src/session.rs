@@ -96,8 +96,10 @@ pub struct TurnEnv {
     pub llm: Result<Arc<crate::llm::AnthropicClient>, String>,
     /// Aliases and prices.
     pub catalog: crate::llm::ModelCatalog,
-    /// The tools.
+    /// The built-in tools.
     pub tools: crate::tools::Tools,
+    /// The MCP servers, shared by every session.
+    pub mcp: Arc<crate::mcp::McpServers>,
     /// Turn limits.
     pub limits: crate::agent::TurnLimits,
     /// The daemon's data directory (project memory lives under it).

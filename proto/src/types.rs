@@ -107,6 +107,13 @@ pub struct TurnOptions {
     /// The model to go on with when the session's model stays overloaded after every retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_model: Option<String>,
+    /// MCP servers for this turn, in `.mcp.json`'s `mcpServers` shape (`--mcp-config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_config: Option<serde_json::Value>,
+    /// Only the servers of `mcpConfig`, none from the configuration files
+    /// (`--strict-mcp-config`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict_mcp_config: bool,
 }
 
 /// What `models/list` answers.

@@ -65,6 +65,11 @@ impl Rule {
                 (&t[..open], Some(&t[open + 1..t.len() - 1]))
             }
         };
+        // `mcp__server__*` names every tool of a server, as `mcp__server` does.
+        let tool = match tool.strip_suffix("__*") {
+            Some(server) if server.starts_with("mcp__") && spec.is_none() => server,
+            _ => tool,
+        };
         if tool.is_empty()
             || !tool
                 .chars()
@@ -118,6 +123,12 @@ impl Rule {
     /// Whether the rule governs calls of `tool`.
     pub fn covers(&self, tool: &str) -> bool {
         self.tool == tool
+            // `mcp__server` covers each `mcp__server__<tool>`.
+            || (self.tool.starts_with("mcp__")
+                && !self.tool["mcp__".len()..].contains("__")
+                && tool
+                    .strip_prefix(self.tool.as_str())
+                    .is_some_and(|rest| rest.starts_with("__")))
             || (self.tool == "Edit" && EDIT_TOOLS.contains(&tool))
             || (self.tool == "Read" && READ_TOOLS.contains(&tool))
     }

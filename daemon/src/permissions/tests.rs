@@ -306,3 +306,61 @@ fn tether_config_rules_are_read_and_mistakes_named() {
     broken.add_config(&file, Path::new("/p"), None);
     assert!(broken.problems[0].contains("not valid TOML"));
 }
+
+#[test]
+fn mcp_rules_name_a_server_or_one_tool() {
+    use PermissionMode::*;
+    let none = rules(&[], &[], &[]);
+    let echo = json!({"message": "hi"});
+    assert_eq!(
+        verdict(Default, &none, "mcp__everything__echo", echo.clone()),
+        'K'
+    );
+    assert_eq!(
+        verdict(
+            BypassPermissions,
+            &none,
+            "mcp__everything__echo",
+            echo.clone()
+        ),
+        'A'
+    );
+    for rule in [
+        "mcp__everything",
+        "mcp__everything__*",
+        "mcp__everything__echo",
+    ] {
+        let set = rules(&[rule], &[], &[]);
+        assert_eq!(
+            verdict(Default, &set, "mcp__everything__echo", echo.clone()),
+            'A',
+            "{rule}"
+        );
+        assert_eq!(
+            verdict(Default, &set, "mcp__other__echo", echo.clone()),
+            'K',
+            "{rule}"
+        );
+    }
+    let one = rules(&["mcp__everything__echo"], &[], &[]);
+    assert_eq!(
+        verdict(Default, &one, "mcp__everything__get-sum", echo.clone()),
+        'K'
+    );
+    // `mcp__every` is not a prefix of another server's name.
+    let partial = rules(&["mcp__every"], &[], &[]);
+    assert_eq!(
+        verdict(Default, &partial, "mcp__everything__echo", echo.clone()),
+        'K'
+    );
+    let deny = rules(&["mcp__everything"], &[], &["mcp__everything__echo"]);
+    assert_eq!(
+        verdict(Default, &deny, "mcp__everything__echo", echo.clone()),
+        'D'
+    );
+    let deny_all = rules(&[], &[], &["mcp__everything__*"]);
+    assert_eq!(
+        verdict(AcceptEdits, &deny_all, "mcp__everything__get-sum", echo),
+        'D'
+    );
+}

@@ -121,22 +121,7 @@ impl SessionActor {
                 options.allowed_tools.clone(),
             );
         }
-        let tools = if options.disallowed_tools.is_empty() {
-            tools
-        } else {
-            let keep: Vec<String> = tools
-                .names()
-                .into_iter()
-                .filter(|n| !options.disallowed_tools.iter().any(|d| d == n))
-                .map(str::to_owned)
-                .collect();
-            tools.subset(&keep)
-        };
-        // `--tools`: only these, by name or alias.
-        let tools = match &options.tools {
-            Some(names) => tools.subset(names),
-            None => tools,
-        };
+        let tools = narrow(tools, &options);
         let mut limits = self.env.limits.clone();
         if let Some(n) = options.max_turns {
             limits.max_requests = n;
@@ -215,6 +200,14 @@ impl SessionActor {
                 spent_before: self.ledger.spent(),
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),
+            mcp: Mcp {
+                servers: self.env.mcp.clone(),
+                extra: crate::mcp::Extra {
+                    servers: options.mcp_config.clone(),
+                    strict: options.strict_mcp_config,
+                },
+                options: options.clone(),
+            },
             cwd,
             append_system_prompt: options.append_system_prompt,
             history: self.history.clone(),
@@ -235,6 +228,68 @@ impl SessionActor {
     }
 }
 
+/// The tools a turn's options leave: without `disallowedTools`, and only `tools` when given.
+fn narrow(tools: crate::tools::Tools, options: &TurnOptions) -> crate::tools::Tools {
+    let tools = if options.disallowed_tools.is_empty() {
+        tools
+    } else {
+        let keep: Vec<String> = tools
+            .names()
+            .into_iter()
+            .filter(|n| !options.disallowed_tools.iter().any(|d| d == n))
+            .map(str::to_owned)
+            .collect();
+        tools.subset(&keep)
+    };
+    // `--tools`: only these, by name or alias.
+    match &options.tools {
+        Some(names) => tools.subset(names),
+        None => tools,
+    }
+}
+
+/// The MCP servers a turn's task asks for its tools.
+struct Mcp {
+    servers: Arc<crate::mcp::McpServers>,
+    extra: crate::mcp::Extra,
+    options: TurnOptions,
+}
+
+impl Mcp {
+    /// Adds the tools of the project's MCP servers to `tools` and tells the user what is
+    /// wrong with them (once per session); waits for servers that are starting unless the
+    /// turn is cancelled.
+    async fn add_tools(
+        self,
+        session: &str,
+        cwd: &std::path::Path,
+        tools: &mut crate::tools::Tools,
+        sink: &ActorSink,
+        cancel: &CancellationToken,
+    ) {
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let config = crate::mcp::config::load(cwd, home.as_deref(), &self.extra, &|k| {
+            std::env::var(k).ok()
+        });
+        if config.servers.is_empty() && config.problems.is_empty() && config.unapproved.is_empty() {
+            return;
+        }
+        let found = tokio::select! {
+            found = self.servers.for_turn(session, &config, cwd) => found,
+            _ = cancel.cancelled() => return,
+        };
+        for message in found.notices {
+            sink.send(EventKind::Notice {
+                level: tether_proto::NoticeLevel::Warning,
+                message,
+            });
+        }
+        if !found.tools.is_empty() {
+            *tools = narrow(tools.extend(&found.tools), &self.options);
+        }
+    }
+}
+
 /// What a launched turn's task owns.
 struct TurnTask {
     /// The turn's context, all but its system prompt.
@@ -242,6 +297,7 @@ struct TurnTask {
     cwd: std::path::PathBuf,
     /// The project's notes file (part of the context).
     notes: std::path::PathBuf,
+    mcp: Mcp,
     append_system_prompt: Option<String>,
     history: crate::agent::History,
     sink: Arc<ActorSink>,
@@ -285,6 +341,7 @@ impl TurnTask {
             mut ctx,
             cwd,
             notes,
+            mcp,
             append_system_prompt,
             mut history,
             sink,
@@ -296,6 +353,11 @@ impl TurnTask {
         if let Err(e) = crate::agent::settle_context(&mut history, &*sink, &cwd, &notes, tail).await
         {
             tracing::error!("could not log the session's context: {e}");
+        }
+        if matches!(job, TurnJob::Run | TurnJob::Resume(_)) {
+            let session = ctx.session_id.clone();
+            mcp.add_tools(&session, &cwd, &mut ctx.tools, &sink, &cancel)
+                .await;
         }
         ctx.system = history
             .prefix

@@ -328,6 +328,7 @@ impl Sessions {
         for h in handles {
             h.shutdown().await;
         }
+        self.env.mcp.stop_all().await;
     }
 
     /// What turns run with.
@@ -358,6 +359,7 @@ mod tests {
             llm: Err("no model in this test".into()),
             catalog: Default::default(),
             tools: crate::tools::builtin(),
+            mcp: crate::mcp::McpServers::new(crate::mcp::Limits::from_env()),
             limits: Default::default(),
             data_dir: dir.to_owned(),
             web: Arc::new(crate::llm::WebFetcher::new().expect("http client")),

@@ -180,13 +180,13 @@ pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
 /// A tool the model can call.
 pub trait Tool: Send + Sync + 'static {
     /// Its name, as the model calls it.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
     /// Other names it answers to.
     fn aliases(&self) -> &'static [&'static str] {
         &[]
     }
     /// What it does, for the model.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// JSON schema of its input.
     fn input_schema(&self) -> Value;
     /// Whether it only reads (read-only calls of one reply run in parallel).
@@ -253,8 +253,25 @@ impl Tools {
     }
 
     /// Every tool's name.
-    pub fn names(&self) -> Vec<&'static str> {
+    pub fn names(&self) -> Vec<&str> {
         self.entries.iter().map(|e| e.tool.name()).collect()
+    }
+
+    /// Whether it holds no tool.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// These tools and then `more`'s (validators shared, not compiled again); a name already
+    /// here keeps the first.
+    pub fn extend(&self, more: &Tools) -> Self {
+        let mut entries = self.entries.clone();
+        for e in &more.entries {
+            if !entries.iter().any(|k| k.tool.name() == e.tool.name()) {
+                entries.push(e.clone());
+            }
+        }
+        Self { entries }
     }
 
     /// The definitions sent to the API, in a stable order.

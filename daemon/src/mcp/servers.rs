@@ -1,0 +1,508 @@
+//! The daemon's MCP servers: one per (name, configuration, working directory), shared by every
+//! session that configures the same server in the same directory. A server starts on first
+//! use, stays up while sessions use it, and stops after `idle` without use. A supervisor task
+//! per server restarts one that exits, with backoff (1 s doubling to 60 s; after five failed
+//! starts in a row it waits for the next use).
+//!
+//! Invariant: a server that is down never fails a turn: its tools are missing (never started)
+//! or answer with an `is_error` result saying why (crashed, restarting).
+
+use super::client::{Connection, McpError, connect};
+use super::config::{McpConfig, ServerConfig, Transport};
+use super::tool::tools_of;
+use crate::tools::Tools;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Failed starts in a row before the supervisor waits for the next use.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// Timeouts and limits, from the environment (Claude Code's names) and tether's settings.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// How long a server may take to start and answer the handshake (`MCP_TIMEOUT`, ms).
+    pub start: Duration,
+    /// How long one tool call may take (`MCP_TOOL_TIMEOUT`, ms); `None`: the turn's tool
+    /// timeout alone.
+    pub call: Option<Duration>,
+    /// How long an unused server stays up (`TETHER_MCP_IDLE_MS`).
+    pub idle: Duration,
+    /// The most a tool result may hold, in tokens (`MAX_MCP_OUTPUT_TOKENS`).
+    pub max_output_tokens: usize,
+}
+
+impl Limits {
+    /// Claude Code's defaults, overridden by its environment variables.
+    pub fn from_env() -> Self {
+        let ms = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|v| *v > 0)
+                .map(Duration::from_millis)
+        };
+        Self {
+            start: ms("MCP_TIMEOUT").unwrap_or(Duration::from_secs(30)),
+            call: ms("MCP_TOOL_TIMEOUT"),
+            idle: ms("TETHER_MCP_IDLE_MS").unwrap_or(Duration::from_secs(600)),
+            max_output_tokens: std::env::var("MAX_MCP_OUTPUT_TOKENS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|v| *v > 0)
+                .unwrap_or(25_000),
+        }
+    }
+}
+
+/// Where a server is in its life.
+#[derive(Clone)]
+pub enum State {
+    /// Starting (attempt `n`, counting from 0).
+    Starting(u32),
+    /// Connected.
+    Ready(Connection),
+    /// Down: why, and whether the supervisor will try again by itself.
+    Failed {
+        /// Why.
+        error: String,
+        /// Failed starts in a row.
+        attempts: u32,
+        /// Whether a restart is scheduled.
+        retrying: bool,
+    },
+    /// Stopped (idle, or the daemon is stopping).
+    Stopped,
+}
+
+impl State {
+    /// Its name in listings.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Self::Starting(_) => "starting",
+            Self::Ready(_) => "connected",
+            Self::Failed { .. } => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// One server.
+pub struct Server {
+    /// Its name.
+    pub name: String,
+    /// How it is reached.
+    pub transport: Transport,
+    cwd: PathBuf,
+    state: watch::Sender<State>,
+    tools: Mutex<Tools>,
+    /// Tools dropped from its listing, and why.
+    dropped: Mutex<Vec<String>>,
+    last_used: Mutex<Instant>,
+    supervised: Mutex<Option<CancellationToken>>,
+    limits: Limits,
+}
+
+impl Server {
+    /// Its limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Its state now.
+    pub fn state(&self) -> State {
+        self.state.borrow().clone()
+    }
+
+    /// Its tools as last listed.
+    pub fn tools(&self) -> Tools {
+        self.tools.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
+
+    /// The connection, waiting for a start in progress (at most the start timeout).
+    pub async fn connection(self: &Arc<Self>) -> Result<Connection, String> {
+        self.touch();
+        self.ensure_supervised();
+        let mut rx = self.state.subscribe();
+        let waited = tokio::time::timeout(
+            self.limits.start,
+            rx.wait_for(|s| !matches!(s, State::Starting(_))),
+        )
+        .await;
+        let state = match waited {
+            Ok(Ok(s)) => s.clone(),
+            _ => self.state(),
+        };
+        match state {
+            State::Ready(c) => Ok(c),
+            State::Starting(_) => Err(format!(
+                "the MCP server {} has not started within {} s",
+                self.name,
+                self.limits.start.as_secs()
+            )),
+            State::Failed {
+                error, retrying, ..
+            } => Err(format!(
+                "the MCP server {} is not connected ({error}){}",
+                self.name,
+                if retrying {
+                    "; tether is restarting it"
+                } else {
+                    ""
+                }
+            )),
+            State::Stopped => Err(format!("the MCP server {} was stopped", self.name)),
+        }
+    }
+
+    /// Starts the supervisor unless one runs.
+    fn ensure_supervised(self: &Arc<Self>) {
+        let mut slot = self.supervised.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return;
+        }
+        let stop = CancellationToken::new();
+        *slot = Some(stop.clone());
+        drop(slot);
+        let me = self.clone();
+        tokio::spawn(async move { me.supervise(stop).await });
+    }
+
+    async fn supervise(self: Arc<Self>, stop: CancellationToken) {
+        let mut attempts = 0u32;
+        loop {
+            self.state.send_replace(State::Starting(attempts));
+            let started = Instant::now();
+            let connected = tokio::select! {
+                r = tokio::time::timeout(self.limits.start, connect(&self.name, &self.transport, &self.cwd)) => r,
+                _ = stop.cancelled() => break,
+            };
+            let error = match connected {
+                Ok(Ok((running, conn))) => {
+                    match conn.list_tools(self.limits.start).await {
+                        Ok(listed) => self.set_tools(listed),
+                        Err(e) => {
+                            tracing::warn!(target: "mcp", server = %self.name, "tools/list failed: {e}")
+                        }
+                    }
+                    tracing::info!(target: "mcp", server = %self.name, ms = started.elapsed().as_millis() as u64, "connected");
+                    self.state.send_replace(State::Ready(conn.clone()));
+                    attempts = 0;
+                    let closer = running.closer();
+                    let closed = running.closed();
+                    tokio::pin!(closed);
+                    let refresh = self.refresh_on_change(&conn);
+                    tokio::pin!(refresh);
+                    tokio::select! {
+                        _ = &mut closed => "the server exited".to_owned(),
+                        _ = &mut refresh => "the server exited".to_owned(),
+                        _ = stop.cancelled() => {
+                            closer.cancel();
+                            let _ = tokio::time::timeout(Duration::from_secs(5), closed).await;
+                            break;
+                        }
+                    }
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no handshake within {} s", self.limits.start.as_secs()),
+            };
+            attempts += 1;
+            let retrying = attempts < MAX_ATTEMPTS;
+            tracing::warn!(target: "mcp", server = %self.name, attempts, "down: {error}");
+            self.state.send_replace(State::Failed {
+                error,
+                attempts,
+                retrying,
+            });
+            if !retrying {
+                // The next use starts it again.
+                *self.supervised.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                return;
+            }
+            let backoff =
+                Duration::from_secs(1 << (attempts - 1).min(6)).min(Duration::from_secs(60));
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.cancelled() => break,
+            }
+        }
+        self.state.send_replace(State::Stopped);
+    }
+
+    /// Lists the tools again whenever the server says they changed; never returns while the
+    /// connection is up.
+    async fn refresh_on_change(self: &Arc<Self>, conn: &Connection) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if conn.take_tools_changed() {
+                match conn.list_tools(self.limits.start).await {
+                    Ok(listed) => self.set_tools(listed),
+                    Err(McpError::Closed) => return,
+                    Err(e) => {
+                        tracing::warn!(target: "mcp", server = %self.name, "tools/list failed: {e}")
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_tools(self: &Arc<Self>, listed: Vec<super::client::ListedTool>) {
+        let (tools, dropped) = tools_of(self, listed);
+        *self.tools.lock().unwrap_or_else(|p| p.into_inner()) = tools;
+        *self.dropped.lock().unwrap_or_else(|p| p.into_inner()) = dropped;
+    }
+
+    /// Stops it (the supervisor closes the connection; a child process is killed).
+    fn stop(&self) {
+        if let Some(stop) = self
+            .supervised
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            stop.cancel();
+        }
+    }
+
+    /// Tools dropped from its listing and why.
+    pub fn dropped(&self) -> Vec<String> {
+        self.dropped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+type Key = (String, Transport, PathBuf);
+
+/// What a turn gets: the tools of its servers and what its user should be told.
+#[derive(Default)]
+pub struct ForTurn {
+    /// The servers' tools.
+    pub tools: Tools,
+    /// Notices not yet told to this session.
+    pub notices: Vec<String>,
+}
+
+/// Every server of the daemon.
+pub struct McpServers {
+    servers: Mutex<HashMap<Key, Arc<Server>>>,
+    /// Per session, the notices already told.
+    told: Mutex<HashMap<String, HashSet<String>>>,
+    limits: Limits,
+}
+
+impl McpServers {
+    /// An empty registry; its reaper stops idle servers.
+    pub fn new(limits: Limits) -> Arc<Self> {
+        let me = Arc::new(Self {
+            servers: Mutex::new(HashMap::new()),
+            told: Mutex::new(HashMap::new()),
+            limits,
+        });
+        let weak = Arc::downgrade(&me);
+        let tick = (me.limits.idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(tick).await;
+                let Some(me) = weak.upgrade() else { return };
+                me.reap();
+            }
+        });
+        me
+    }
+
+    /// The limits in effect.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn reap(&self) {
+        let idle = self.limits.idle;
+        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        servers.retain(|_, s| {
+            let keep = s.idle_for() < idle;
+            if !keep {
+                tracing::info!(target: "mcp", server = %s.name, "stopped after {} s unused", idle.as_secs());
+                s.stop();
+            }
+            keep
+        });
+    }
+
+    /// The server for this configuration in `cwd`, created (not started) when new.
+    pub fn server(&self, config: &ServerConfig, cwd: &Path) -> Arc<Server> {
+        let key = (
+            config.name.clone(),
+            config.transport.clone(),
+            cwd.to_owned(),
+        );
+        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        servers
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(Server {
+                    name: config.name.clone(),
+                    transport: config.transport.clone(),
+                    cwd: cwd.to_owned(),
+                    state: watch::channel(State::Starting(0)).0,
+                    tools: Mutex::new(Tools::default()),
+                    dropped: Mutex::new(Vec::new()),
+                    last_used: Mutex::new(Instant::now()),
+                    supervised: Mutex::new(None),
+                    limits: self.limits.clone(),
+                })
+            })
+            .clone()
+    }
+
+    /// Starts the servers of `config` without waiting (a session was opened).
+    pub fn warm(&self, config: &McpConfig, cwd: &Path) {
+        for c in &config.servers {
+            let s = self.server(c, cwd);
+            s.touch();
+            s.ensure_supervised();
+        }
+    }
+
+    /// The tools of `config`'s servers for a turn of `session`: servers that are starting
+    /// are waited for (at most the start timeout, all together); ones that are down add what
+    /// happened to the notices, once per session and state.
+    pub async fn for_turn(&self, session: &str, config: &McpConfig, cwd: &Path) -> ForTurn {
+        let servers: Vec<Arc<Server>> =
+            config.servers.iter().map(|c| self.server(c, cwd)).collect();
+        let waits = servers.iter().map(|s| async move {
+            // A restart after a crash happens in the background; the first start is waited for.
+            let fresh = matches!(s.state(), State::Starting(0))
+                || s.supervised
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_none();
+            if fresh {
+                let _ = s.connection().await;
+            } else {
+                s.touch();
+                s.ensure_supervised();
+            }
+        });
+        futures::future::join_all(waits).await;
+        let mut out = ForTurn::default();
+        let mut notices = config.problems.clone();
+        if !config.unapproved.is_empty() {
+            notices.push(format!(
+                "this project's .mcp.json defines MCP servers not yet approved: {} (approve with `tether mcp approve` or /mcp, or set enableAllProjectMcpServers)",
+                config.unapproved.join(", ")
+            ));
+        }
+        for s in &servers {
+            out.tools = out.tools.extend(&s.tools());
+            match s.state() {
+                State::Failed { error, .. } => {
+                    notices.push(format!("MCP server {} failed: {error}", s.name));
+                }
+                State::Starting(_) if s.tools().is_empty() => notices.push(format!(
+                    "MCP server {} is still starting; its tools come with a later turn",
+                    s.name
+                )),
+                _ => {}
+            }
+            for d in s.dropped() {
+                notices.push(format!("MCP server {}: {d}", s.name));
+            }
+        }
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = told.entry(session.to_owned()).or_default();
+        out.notices = notices
+            .into_iter()
+            .filter(|n| seen.insert(n.clone()))
+            .collect();
+        out
+    }
+
+    /// The servers of `config` in `cwd` with their state (nothing is started).
+    pub fn status(
+        &self,
+        config: &McpConfig,
+        cwd: &Path,
+    ) -> Vec<(ServerConfig, Option<Arc<Server>>)> {
+        let servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        config
+            .servers
+            .iter()
+            .map(|c| {
+                let key = (c.name.clone(), c.transport.clone(), cwd.to_owned());
+                (c.clone(), servers.get(&key).cloned())
+            })
+            .collect()
+    }
+
+    /// Stops the server `name` of `config` and starts it again.
+    pub fn reconnect(&self, config: &McpConfig, cwd: &Path, name: &str) -> bool {
+        let Some(c) = config.servers.iter().find(|c| c.name == name) else {
+            return false;
+        };
+        let key = (c.name.clone(), c.transport.clone(), cwd.to_owned());
+        if let Some(old) = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key)
+        {
+            old.stop();
+        }
+        let s = self.server(c, cwd);
+        s.touch();
+        s.ensure_supervised();
+        true
+    }
+
+    /// Forgets what a session was told (it was unloaded or deleted).
+    pub fn forget(&self, session: &str) {
+        self.told
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session);
+    }
+
+    /// Stops every server and waits (at most 5 s) until they are down (the daemon is
+    /// stopping).
+    pub async fn stop_all(&self) {
+        let servers: Vec<Arc<Server>> = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        let waits = servers.iter().map(|s| {
+            let was_supervised = s
+                .supervised
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
+            s.stop();
+            let mut rx = s.state.subscribe();
+            async move {
+                if was_supervised {
+                    let _ = rx.wait_for(|st| matches!(st, State::Stopped)).await;
+                }
+            }
+        });
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(waits)).await;
+    }
+}
