@@ -79,6 +79,13 @@ struct Cli {
     /// With -p: stop (cancel the turn) once the run has cost more than this many dollars.
     #[arg(long, value_name = "USD")]
     max_budget_usd: Option<f64>,
+    /// With -p: MCP servers from files or JSON strings in .mcp.json's shape
+    /// (`{"mcpServers": {…}}`), several allowed.
+    #[arg(long = "mcp-config", value_name = "FILE|JSON", num_args = 1..)]
+    mcp_config: Vec<String>,
+    /// With -p: only the servers of --mcp-config, none from the configuration files.
+    #[arg(long)]
+    strict_mcp_config: bool,
     /// With -p: the new session's id (a UUID no session has yet), as with claude.
     #[arg(long, value_name = "UUID", conflicts_with_all = ["resume", "continue_last", "session"])]
     session_id: Option<String>,
@@ -185,6 +192,31 @@ enum DaemonCmd {
 
 /// `--tools` as claude takes it: names separated by commas or spaces, `""` for none, `default`
 /// for all (`None`: no restriction).
+/// The servers of every `--mcp-config` (a file, or JSON text), merged; later ones win.
+fn mcp_servers(args: &[String]) -> anyhow::Result<Option<serde_json::Value>> {
+    use anyhow::Context;
+    if args.is_empty() {
+        return Ok(None);
+    }
+    let mut servers = serde_json::Map::new();
+    for arg in args {
+        let (text, what) = if arg.trim_start().starts_with('{') {
+            (arg.clone(), "--mcp-config JSON".to_owned())
+        } else {
+            let text = std::fs::read_to_string(arg)
+                .with_context(|| format!("--mcp-config: cannot read {arg}"))?;
+            (text, arg.clone())
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{what}: not valid JSON"))?;
+        let Some(map) = v.get("mcpServers").and_then(|m| m.as_object()) else {
+            anyhow::bail!("{what}: expected an object with \"mcpServers\"");
+        };
+        servers.extend(map.clone());
+    }
+    Ok(Some(serde_json::Value::Object(servers)))
+}
+
 fn tool_list(arg: &str) -> Option<Vec<String>> {
     if arg.trim() == "default" {
         return None;
@@ -245,6 +277,8 @@ fn main() -> ExitCode {
                     disallowed_tools: cli.disallowed_tools.clone(),
                     tools: cli.tools.as_deref().and_then(tool_list),
                     fallback_model: cli.fallback_model.clone(),
+                    mcp_config: mcp_servers(&cli.mcp_config)?,
+                    strict_mcp_config: cli.strict_mcp_config,
                     append_system_prompt: cli.append_system_prompt.clone(),
                     effort: cli.effort.clone(),
                     // Nobody reads a headless run's thinking; the answer starts sooner without it.

@@ -45,6 +45,31 @@ pub fn bin_dir() -> PathBuf {
     }
 }
 
+/// A program of the MCP reference servers `tests/run` installs into its cache
+/// (`mcp-server-everything`, `mcp-server-filesystem`, `mcp-server-time`), failing clearly when
+/// it is not there.
+pub fn mcp_server(program: &str) -> PathBuf {
+    let cache = std::env::var_os("TETHER_TEST_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("tether-tests"))
+        })
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/tether-tests")))
+        .expect("a cache directory: set TETHER_TEST_CACHE");
+    let dir = cache.join("mcp-servers");
+    let path = if program == "mcp-server-time" {
+        dir.join("venv/bin").join(program)
+    } else {
+        dir.join("node_modules/.bin").join(program)
+    };
+    assert!(
+        path.is_file(),
+        "{} is missing: tests/run installs the MCP reference servers",
+        path.display()
+    );
+    path
+}
+
 /// Path of one of the project's binaries, failing clearly when it was not built.
 pub fn bin(name: &str) -> PathBuf {
     let path = bin_dir().join(name);

@@ -4,6 +4,7 @@ mod access;
 mod cache;
 mod chaos;
 mod headless;
+mod mcp;
 mod models;
 mod operations;
 mod permissions;

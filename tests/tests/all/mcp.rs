@@ -1,0 +1,321 @@
+//! MCP servers as tools, against the official reference servers (`tests/run` installs them):
+//! the everything server over stdio and Streamable HTTP and SSE, the time server (Python), and
+//! Claude Code's configuration files.
+
+use serde_json::{Value, json};
+use std::process::{Child, Command, Stdio};
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake, mcp_server, tool_names};
+
+/// `tether ARGS` in the daemon's working directory, run to its end.
+fn tether(daemon: &Daemon, args: &[&str]) -> std::io::Result<std::process::Output> {
+    daemon
+        .tether()
+        .current_dir(daemon.workdir())
+        .args(args)
+        .output()
+}
+
+/// `--mcp-config` JSON for the everything server over stdio.
+fn everything_stdio() -> String {
+    json!({"mcpServers": {"everything": {
+        "command": mcp_server("mcp-server-everything"),
+        "args": ["stdio"],
+    }}})
+    .to_string()
+}
+
+/// The `tool_result` blocks of a request's last user message.
+fn results(body: &Value) -> Vec<Value> {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_array())
+        .map(|c| {
+            c.iter()
+                .filter(|b| b["type"] == "tool_result")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn result_text(block: &Value) -> String {
+    match &block["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[test]
+fn stdio_server_tools_are_called_and_their_results_reach_the_model() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default()
+            .tool_use("mcp__everything__echo", json!({"message": "hello mcp"}))
+            .tool_use("mcp__everything__get-sum", json!({"a": 2, "b": 3})),
+        Step::default().tool_use("mcp__everything__get-tiny-image", json!({})),
+        // Input the server's schema refuses comes back as an error the model can fix.
+        Step::default().tool_use("mcp__everything__get-sum", json!({"a": "two"})),
+        Step::text("All done."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let config = everything_stdio();
+    let out = tether(
+        &daemon,
+        &[
+            "-p",
+            "use the everything server",
+            "--mcp-config",
+            &config,
+            "--allowedTools",
+            "mcp__everything",
+            "--output-format",
+            "json",
+        ],
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(result["result"], "All done.");
+    let requests = fake.server.message_requests();
+    assert_eq!(requests.len(), 4);
+
+    let names = tool_names(&requests[0].body)?;
+    for t in [
+        "Bash",
+        "mcp__everything__echo",
+        "mcp__everything__get-sum",
+        "mcp__everything__get-tiny-image",
+    ] {
+        assert!(names.contains(&t), "{t} offered: {names:?}");
+    }
+    let tools = requests[0].body["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let echo = tools
+        .iter()
+        .find(|t| t["name"] == "mcp__everything__echo")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(echo["input_schema"]["type"], "object");
+    assert!(
+        echo["input_schema"]["properties"]["message"].is_object(),
+        "{echo}"
+    );
+
+    let first = results(&requests[1].body);
+    assert_eq!(result_text(&first[0]), "Echo: hello mcp");
+    assert!(result_text(&first[1]).contains("is 5"), "{}", first[1]);
+    assert_ne!(first[0]["is_error"], true);
+
+    let image = results(&requests[2].body);
+    let blocks = image[0]["content"].as_array().cloned().unwrap_or_default();
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b["type"] == "image" && b["source"]["media_type"] == "image/png"),
+        "an image block: {}",
+        image[0]
+    );
+
+    let bad = results(&requests[3].body);
+    assert_eq!(bad[0]["is_error"], true, "{}", bad[0]);
+    assert!(result_text(&bad[0]).contains("invalid input"), "{}", bad[0]);
+    Ok(())
+}
+
+#[test]
+fn mcp_calls_ask_permission_unless_a_rule_allows_the_server() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("mcp__everything__echo", json!({"message": "hi"})),
+        Step::text("Denied."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let config = everything_stdio();
+    let out = tether(
+        &daemon,
+        &[
+            "-p",
+            "echo",
+            "--mcp-config",
+            &config,
+            "--output-format",
+            "json",
+        ],
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(
+        result["permission_denials"][0]["tool_name"],
+        "mcp__everything__echo"
+    );
+    let sent = fake.server.message_requests();
+    assert_eq!(results(&sent[1].body)[0]["is_error"], true);
+    Ok(())
+}
+
+#[test]
+fn project_servers_run_once_approved() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("one"), Step::text("two")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::write(
+        work.join(".mcp.json"),
+        json!({"mcpServers": {
+            "everything": {"command": mcp_server("mcp-server-everything")},
+            "broken": {"type": "http"}
+        }})
+        .to_string(),
+    )?;
+    let out = tether(
+        &daemon,
+        &["-p", "hi", "--output-format", "stream-json", "--verbose"],
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    let names = tool_names(&fake.server.message_requests()[0].body)?
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>();
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__")),
+        "not approved yet: {names:?}"
+    );
+    let events = tether(&daemon, &["sessions", "--json"])?;
+    assert!(events.status.success());
+
+    std::fs::create_dir_all(work.join(".claude"))?;
+    std::fs::write(
+        work.join(".claude/settings.json"),
+        json!({"enabledMcpjsonServers": ["everything"]}).to_string(),
+    )?;
+    let out = tether(&daemon, &["-p", "hi", "--output-format", "events"])?;
+    assert!(out.status.success(), "{out:?}");
+    let names = tool_names(&fake.server.message_requests()[1].body)?
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>();
+    assert!(
+        names.iter().any(|n| n == "mcp__everything__echo"),
+        "{names:?}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("mcpServers.broken") && stdout.contains("missing \\\"url\\\""),
+        "the malformed entry is named, the good one works: {stdout}"
+    );
+    Ok(())
+}
+
+/// A reference server started on a free port in one of its HTTP modes.
+struct HttpServer {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(3001)
+}
+
+fn http_server(mode: &str) -> anyhow::Result<HttpServer> {
+    let port = free_port();
+    let child = Command::new(mcp_server("mcp-server-everything"))
+        .arg(mode)
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the {mode} server did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(HttpServer { child, port })
+}
+
+#[test]
+fn http_and_sse_servers_answer_tool_calls() -> anyhow::Result<()> {
+    let http = http_server("streamableHttp")?;
+    let sse = http_server("sse")?;
+    let fake = Fake::start(Script::of([
+        Step::default()
+            .tool_use("mcp__web__echo", json!({"message": "over http"}))
+            .tool_use("mcp__old__echo", json!({"message": "over sse"})),
+        Step::text("Both answered."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let config = json!({"mcpServers": {
+        "web": {"type": "http", "url": format!("http://127.0.0.1:{}/mcp", http.port),
+                "headers": {"X-Test": "${TETHER_TEST_HEADER:-yes}"}},
+        "old": {"type": "sse", "url": format!("http://127.0.0.1:{}/sse", sse.port)},
+    }})
+    .to_string();
+    let out = tether(
+        &daemon,
+        &[
+            "-p",
+            "echo twice",
+            "--mcp-config",
+            &config,
+            "--strict-mcp-config",
+            "--allowedTools",
+            "mcp__web,mcp__old",
+        ],
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    let sent = fake.server.message_requests();
+    let r = results(&sent[1].body);
+    assert_eq!(result_text(&r[0]), "Echo: over http");
+    assert_eq!(result_text(&r[1]), "Echo: over sse");
+    Ok(())
+}
+
+#[test]
+fn python_time_server_speaks_the_newer_protocol() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use(
+            "mcp__time__get_current_time",
+            json!({"timezone": "Europe/Paris"}),
+        ),
+        Step::text("It is some time."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let config =
+        json!({"mcpServers": {"time": {"command": mcp_server("mcp-server-time")}}}).to_string();
+    let out = tether(
+        &daemon,
+        &[
+            "-p",
+            "time?",
+            "--mcp-config",
+            &config,
+            "--allowedTools",
+            "mcp__time__get_current_time",
+        ],
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    let r = results(&fake.server.message_requests()[1].body);
+    let text = result_text(&r[0]);
+    assert!(
+        text.contains("Europe/Paris") && text.contains("datetime"),
+        "{text}"
+    );
+    Ok(())
+}
