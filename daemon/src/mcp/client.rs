@@ -19,7 +19,7 @@ use rmcp::{ClientHandler, ServiceError};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -77,7 +77,9 @@ pub type Progress = Arc<dyn Fn(String) + Send + Sync>;
 /// changed.
 struct Shared {
     progress: Mutex<HashMap<ProgressToken, Progress>>,
-    tools_changed: AtomicBool,
+    /// Counts `notifications/tools/list_changed`.
+    tools_changed: AtomicU64,
+    changed: tokio::sync::Notify,
 }
 
 /// Answers the server's notifications.
@@ -109,7 +111,8 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.0.tools_changed.store(true, Ordering::Release);
+        self.0.tools_changed.fetch_add(1, Ordering::AcqRel);
+        self.0.changed.notify_waiters();
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -156,7 +159,8 @@ pub async fn connect(
 ) -> Result<(Running, Connection), McpError> {
     let shared = Arc::new(Shared {
         progress: Mutex::new(HashMap::new()),
-        tools_changed: AtomicBool::new(false),
+        tools_changed: AtomicU64::new(0),
+        changed: tokio::sync::Notify::new(),
     });
     let handler = Handler(shared.clone());
     let lifecycle = ClientLifecycleMode::Auto {
@@ -234,9 +238,15 @@ impl Connection {
         self.peer.peer_info().and_then(|i| i.instructions.clone())
     }
 
-    /// Whether the server said its tools changed since the last listing (and clears it).
-    pub fn take_tools_changed(&self) -> bool {
-        self.shared.tools_changed.swap(false, Ordering::AcqRel)
+    /// How many times the server said its tools changed: a listing made after reading `n`
+    /// is current until this passes `n`.
+    pub fn tools_generation(&self) -> u64 {
+        self.shared.tools_changed.load(Ordering::Acquire)
+    }
+
+    /// Waits for the next `notifications/tools/list_changed`.
+    pub async fn tools_changed(&self) {
+        self.shared.changed.notified().await
     }
 
     /// Every tool of the server (all pages).

@@ -99,6 +99,8 @@ pub struct Server {
     cwd: PathBuf,
     state: watch::Sender<State>,
     tools: Mutex<Tools>,
+    /// The connection's tools generation the listing was made at.
+    listed_at: std::sync::atomic::AtomicU64,
     /// Tools dropped from its listing, and why.
     dropped: Mutex<Vec<String>>,
     last_used: Mutex<Instant>,
@@ -140,7 +142,9 @@ impl Server {
         let mut rx = self.state.subscribe();
         let waited = tokio::time::timeout(
             self.limits.start,
-            rx.wait_for(|s| !matches!(s, State::Starting(_))),
+            rx.wait_for(|s| {
+                !matches!(s, State::Starting(_) | State::Failed { retrying: true, .. })
+            }),
         )
         .await;
         let state = match waited {
@@ -193,11 +197,8 @@ impl Server {
             };
             let error = match connected {
                 Ok(Ok((running, conn))) => {
-                    match conn.list_tools(self.limits.start).await {
-                        Ok(listed) => self.set_tools(listed),
-                        Err(e) => {
-                            tracing::warn!(target: "mcp", server = %self.name, "tools/list failed: {e}")
-                        }
+                    if let Err(e) = self.list(&conn).await {
+                        tracing::warn!(target: "mcp", server = %self.name, "tools/list failed: {e}");
                     }
                     tracing::info!(target: "mcp", server = %self.name, ms = started.elapsed().as_millis() as u64, "connected");
                     self.state.send_replace(State::Ready(conn.clone()));
@@ -247,23 +248,34 @@ impl Server {
     /// connection is up.
     async fn refresh_on_change(self: &Arc<Self>, conn: &Connection) {
         loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if conn.take_tools_changed() {
-                match conn.list_tools(self.limits.start).await {
-                    Ok(listed) => self.set_tools(listed),
-                    Err(McpError::Closed) => return,
-                    Err(e) => {
-                        tracing::warn!(target: "mcp", server = %self.name, "tools/list failed: {e}")
-                    }
-                }
+            conn.tools_changed().await;
+            if let Err(e) = self.list(conn).await {
+                tracing::warn!(target: "mcp", server = %self.name, "tools/list failed: {e}");
             }
         }
     }
 
-    fn set_tools(self: &Arc<Self>, listed: Vec<super::client::ListedTool>) {
+    /// Lists the server's tools and keeps them (what is wrong with one drops it, with a note).
+    async fn list(self: &Arc<Self>, conn: &Connection) -> Result<(), McpError> {
+        use std::sync::atomic::Ordering;
+        let generation = conn.tools_generation();
+        let listed = conn.list_tools(self.limits.start).await?;
         let (tools, dropped) = tools_of(self, listed);
         *self.tools.lock().unwrap_or_else(|p| p.into_inner()) = tools;
         *self.dropped.lock().unwrap_or_else(|p| p.into_inner()) = dropped;
+        self.listed_at.store(generation, Ordering::Release);
+        Ok(())
+    }
+
+    /// Lists again when the server said its tools changed since the last listing.
+    async fn current(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if let State::Ready(conn) = self.state()
+            && conn.tools_generation() > self.listed_at.load(Ordering::Acquire)
+            && let Err(e) = self.list(&conn).await
+        {
+            tracing::warn!(target: "mcp", server = %self.name, "tools/list failed: {e}");
+        }
     }
 
     /// Stops it (the supervisor closes the connection; a child process is killed).
@@ -361,6 +373,7 @@ impl McpServers {
                     cwd: cwd.to_owned(),
                     state: watch::channel(State::Starting(0)).0,
                     tools: Mutex::new(Tools::default()),
+                    listed_at: std::sync::atomic::AtomicU64::new(0),
                     dropped: Mutex::new(Vec::new()),
                     last_used: Mutex::new(Instant::now()),
                     supervised: Mutex::new(None),
@@ -398,6 +411,7 @@ impl McpServers {
                 s.touch();
                 s.ensure_supervised();
             }
+            s.current().await;
         });
         futures::future::join_all(waits).await;
         let mut out = ForTurn::default();

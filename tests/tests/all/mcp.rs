@@ -319,3 +319,114 @@ fn python_time_server_speaks_the_newer_protocol() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A daemon whose working directory's `.mcp.json` (approved in the project's settings) holds
+/// `servers`, a bypassPermissions session there, watched.
+fn project_session(
+    script: Script,
+    servers: Value,
+) -> anyhow::Result<(Fake, Daemon, tether_tests::Ndjson, String)> {
+    let fake = Fake::start(script)?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::write(
+        work.join(".mcp.json"),
+        json!({ "mcpServers": servers }).to_string(),
+    )?;
+    std::fs::create_dir_all(work.join(".claude"))?;
+    std::fs::write(
+        work.join(".claude/settings.json"),
+        json!({"enableAllProjectMcpServers": true}).to_string(),
+    )?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.watch(&session)?;
+    Ok((fake, daemon, c, session))
+}
+
+#[test]
+fn progress_streams_and_a_cancelled_turn_stops_the_call() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = project_session(
+        Script::of([
+            Step::default().tool_use(
+                "mcp__everything__trigger-long-running-operation",
+                json!({"duration": 30, "steps": 30}),
+            ),
+            Step::text("never reached"),
+        ]),
+        json!({"everything": {"command": mcp_server("mcp-server-everything")}}),
+    )?;
+    c.start_turn(&session, "run the long one")?;
+    let events = c.events_until("tool_progress")?;
+    let call = events
+        .iter()
+        .find(|e| e["type"] == "tool_call")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        call["data"]["name"],
+        "mcp__everything__trigger-long-running-operation"
+    );
+    let progress = events.last().cloned().unwrap_or_default();
+    assert!(
+        progress["data"]["chunk"]
+            .as_str()
+            .is_some_and(|o| o.contains("/30")),
+        "{progress}"
+    );
+    let asked = std::time::Instant::now();
+    c.call("turn/cancel", json!({"sessionId": session}))?;
+    let events = c.events_until("turn_ended")?;
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(5),
+        "cancelled at once, not after 30 s"
+    );
+    assert_eq!(
+        events.last().map(|e| e["data"]["stopReason"].clone()),
+        Some(json!("cancelled"))
+    );
+    assert_eq!(fake.server.message_requests().len(), 1);
+    Ok(())
+}
+
+#[test]
+fn a_crashed_server_restarts_and_a_changed_tool_list_reaches_the_next_request() -> anyhow::Result<()>
+{
+    let (fake, _daemon, mut c, session) = project_session(
+        Script::of([
+            Step::default().tool_use("mcp__probe__pid", json!({})),
+            Step::text("t1"),
+            Step::default().tool_use("mcp__probe__crash", json!({})),
+            Step::text("t2"),
+            Step::default().tool_use("mcp__probe__pid", json!({})),
+            Step::text("t3"),
+            Step::default().tool_use("mcp__probe__grow", json!({})),
+            Step::text("t4"),
+            Step::default().tool_use("mcp__probe__extra", json!({})),
+            Step::text("t5"),
+        ]),
+        json!({"probe": {"command": tether_tests::bin("mcp-test-server")}}),
+    )?;
+    for prompt in ["pid", "crash", "pid again", "grow", "extra"] {
+        c.start_turn(&session, prompt)?;
+        let events = c.events_until("turn_ended")?;
+        let end = events.last().cloned().unwrap_or_default();
+        assert_eq!(end["data"]["stopReason"], "end_turn", "{prompt}: {end}");
+    }
+    let sent = fake.server.message_requests();
+    let first_pid = result_text(&results(&sent[1].body)[0]);
+    assert!(first_pid.parse::<u32>().is_ok(), "{first_pid}");
+    let crashed = &results(&sent[3].body)[0];
+    assert_eq!(crashed["is_error"], true, "{crashed}");
+    assert!(result_text(crashed).contains("probe"), "{crashed}");
+    let second_pid = result_text(&results(&sent[5].body)[0]);
+    assert!(second_pid.parse::<u32>().is_ok(), "{second_pid}");
+    assert_ne!(first_pid, second_pid, "a new process after the crash");
+    assert!(!tool_names(&sent[6].body)?.contains(&"mcp__probe__extra"));
+    assert!(tool_names(&sent[8].body)?.contains(&"mcp__probe__extra"));
+    assert_eq!(
+        result_text(&results(&sent[9].body)[0]),
+        "the extra tool answers"
+    );
+    Ok(())
+}
