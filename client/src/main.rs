@@ -4,6 +4,7 @@ mod commands;
 mod connection;
 mod headless;
 mod markdown;
+mod mcp;
 mod render;
 mod repl;
 mod stream_json;
@@ -161,6 +162,11 @@ enum Cmd {
         #[command(subcommand)]
         action: ConfigCmd,
     },
+    /// MCP servers, as `claude mcp` manages them (plus approve, reject and reconnect).
+    Mcp {
+        #[command(subcommand)]
+        action: mcp::McpCmd,
+    },
     /// Check the socket, the daemon, its data directory, credentials, git and configuration.
     Doctor {
         /// Also check that the API answers (a free request, no tokens).
@@ -190,8 +196,6 @@ enum DaemonCmd {
     },
 }
 
-/// `--tools` as claude takes it: names separated by commas or spaces, `""` for none, `default`
-/// for all (`None`: no restriction).
 /// The servers of every `--mcp-config` (a file, or JSON text), merged; later ones win.
 fn mcp_servers(args: &[String]) -> anyhow::Result<Option<serde_json::Value>> {
     use anyhow::Context;
@@ -217,6 +221,8 @@ fn mcp_servers(args: &[String]) -> anyhow::Result<Option<serde_json::Value>> {
     Ok(Some(serde_json::Value::Object(servers)))
 }
 
+/// `--tools` as claude takes it: names separated by commas or spaces, `""` for none, `default`
+/// for all (`None`: no restriction).
 fn tool_list(arg: &str) -> Option<Vec<String>> {
     if arg.trim() == "default" {
         return None;
@@ -344,6 +350,7 @@ fn main() -> ExitCode {
             }) => commands::config_show(&socket, out).await,
             Some(Cmd::Doctor { online }) => commands::doctor(&socket, out, online).await,
             Some(Cmd::Models) => commands::models(&socket, out).await,
+            Some(Cmd::Mcp { action }) => mcp::run(&socket, out, action).await,
             Some(Cmd::Daemon {
                 action: DaemonCmd::Stop,
             }) => commands::daemon_stop(&socket, out).await,

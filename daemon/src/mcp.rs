@@ -8,6 +8,7 @@
 
 mod client;
 pub mod config;
+pub mod manage;
 mod servers;
 mod sse;
 mod tool;
@@ -16,3 +17,56 @@ pub use client::McpError;
 pub use config::{Extra, McpConfig, Scope, ServerConfig, Transport};
 pub use servers::{ForTurn, Limits, McpServers, Server, State};
 pub use tool::prefix;
+
+use std::path::Path;
+
+/// The configuration of `cwd` as this daemon's user has it (their home, this environment).
+pub fn configuration(cwd: &Path, extra: &Extra) -> McpConfig {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    config::load(cwd, home.as_deref(), extra, &|k| std::env::var(k).ok())
+}
+
+/// What `mcp/list` answers for `cwd`: the configured servers with their state (nothing is
+/// started).
+pub fn list(servers: &McpServers, cwd: &Path) -> tether_proto::McpList {
+    let config = configuration(cwd, &Extra::default());
+    let servers = servers
+        .status(&config, cwd)
+        .into_iter()
+        .map(|(c, live)| {
+            let (state, error, tools) = match &live {
+                None => ("idle".to_owned(), None, Vec::new()),
+                Some(s) => {
+                    let state = s.state();
+                    let error = match &state {
+                        State::Failed { error, .. } => Some(error.clone()),
+                        _ => None,
+                    };
+                    let tools = s.tools().names().into_iter().map(str::to_owned).collect();
+                    (state.word().to_owned(), error, tools)
+                }
+            };
+            tether_proto::McpServerInfo {
+                name: c.name.clone(),
+                scope: c.scope.as_str().into(),
+                transport: c.transport.kind().into(),
+                target: c.transport.target(),
+                source: c.source.clone(),
+                state,
+                error,
+                tools,
+            }
+        })
+        .collect();
+    tether_proto::McpList {
+        servers,
+        unapproved: config.unapproved,
+        rejected: config.rejected,
+        problems: config.problems,
+    }
+}
+
+/// Restarts the server `name` of `cwd`; `false` when `cwd` has no such server.
+pub fn reconnect(servers: &McpServers, cwd: &Path, name: &str) -> bool {
+    servers.reconnect(&configuration(cwd, &Extra::default()), cwd, name)
+}

@@ -156,6 +156,20 @@ pub trait TetherRpc {
         #[argument(rename = "sessionId")] session_id: SessionId,
     ) -> RpcResult<Vec<CommandInfo>>;
 
+    /// The MCP servers a session in `cwd` gets: each with its scope and state, and what
+    /// could not be read.
+    #[method(name = "mcp/list", param_kind = map)]
+    async fn mcp_list(&self, cwd: String) -> RpcResult<McpList>;
+
+    /// Changes the MCP configuration of `cwd` (add, remove, approve), in the files Claude
+    /// Code keeps it in.
+    #[method(name = "mcp/configure", param_kind = map)]
+    async fn mcp_configure(&self, cwd: String, change: McpChange) -> RpcResult<McpChanged>;
+
+    /// Stops the server `name` of `cwd` and starts it again.
+    #[method(name = "mcp/reconnect", param_kind = map)]
+    async fn mcp_reconnect(&self, cwd: String, name: String) -> RpcResult<McpList>;
+
     /// The permission mode and rules in effect for a session, each rule with its source.
     #[method(name = "permission/rules", param_kind = map)]
     async fn permission_rules(

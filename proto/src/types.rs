@@ -780,3 +780,85 @@ mod tests {
         }
     }
 }
+
+/// One MCP server as `mcp/list` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerInfo {
+    /// Its name (`mcp__<name>__<tool>`).
+    pub name: String,
+    /// `local`, `project`, `user` or `dynamic`.
+    pub scope: String,
+    /// `stdio`, `http` or `sse`.
+    pub transport: String,
+    /// The command line or URL (never header or environment values).
+    pub target: String,
+    /// The file it is configured in.
+    pub source: String,
+    /// `connected`, `starting`, `failed`, `stopped`, or `idle` (not started by this daemon).
+    pub state: String,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its tools as the model sees them.
+    pub tools: Vec<String>,
+}
+
+/// Result of `mcp/list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpList {
+    /// The servers sessions in this directory get.
+    pub servers: Vec<McpServerInfo>,
+    /// Servers of the project's `.mcp.json` nobody has approved yet.
+    pub unapproved: Vec<String>,
+    /// Servers of the project's `.mcp.json` that were rejected.
+    pub rejected: Vec<String>,
+    /// What could not be read, each naming its file, line and key.
+    pub problems: Vec<String>,
+}
+
+/// A change `mcp/configure` makes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum McpChange {
+    /// Adds (or replaces) a server.
+    #[serde(rename_all = "camelCase")]
+    Add {
+        /// Its name.
+        name: String,
+        /// `local` (default), `project` or `user`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+        /// The entry, in `.mcp.json`'s shape.
+        config: serde_json::Value,
+    },
+    /// Removes a server (from the scope given, else from the one it is found in).
+    #[serde(rename_all = "camelCase")]
+    Remove {
+        /// Its name.
+        name: String,
+        /// `local`, `project` or `user`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+    },
+    /// Approves or rejects servers of the project's `.mcp.json` (remembered where Claude Code
+    /// remembers it).
+    #[serde(rename_all = "camelCase")]
+    Approve {
+        /// The servers; empty for all of them.
+        names: Vec<String>,
+        /// Approve (`true`) or reject.
+        approve: bool,
+    },
+}
+
+/// Result of `mcp/configure`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpChanged {
+    /// The file written.
+    pub file: String,
+    /// What was done, for people.
+    pub message: String,
+}

@@ -468,6 +468,42 @@ impl TetherRpcServer for RpcApi {
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/rules"))]
+    async fn mcp_list(&self, cwd: String) -> RpcResult<McpList> {
+        let cwd = absolute_dir(&cwd)?;
+        Ok(crate::mcp::list(&self.sessions.env().mcp, &cwd))
+    }
+
+    async fn mcp_configure(&self, cwd: String, change: McpChange) -> RpcResult<McpChanged> {
+        let cwd = absolute_dir(&cwd)?;
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let home = home.as_deref();
+        use crate::mcp::manage;
+        let done = match &change {
+            McpChange::Add {
+                name,
+                scope,
+                config,
+            } => manage::add(&cwd, home, name, scope.as_deref(), config),
+            McpChange::Remove { name, scope } => manage::remove(&cwd, home, name, scope.as_deref()),
+            McpChange::Approve { names, approve } => manage::approve(&cwd, home, names, *approve),
+        };
+        match done {
+            Ok((file, message)) => Ok(McpChanged {
+                file: file.display().to_string(),
+                message,
+            }),
+            Err(e) => Err(invalid_params(e.to_string())),
+        }
+    }
+
+    async fn mcp_reconnect(&self, cwd: String, name: String) -> RpcResult<McpList> {
+        let cwd = absolute_dir(&cwd)?;
+        if !crate::mcp::reconnect(&self.sessions.env().mcp, &cwd, &name) {
+            return Err(invalid_params(format!("no MCP server named {name} here")));
+        }
+        Ok(crate::mcp::list(&self.sessions.env().mcp, &cwd))
+    }
+
     async fn permission_rules(&self, session_id: SessionId) -> RpcResult<PermissionRules> {
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         handle.rules().await.map_err(rpc_error)
@@ -526,4 +562,16 @@ fn daemon_info() -> DaemonInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         pid: std::process::id(),
     }
+}
+
+/// `cwd` of an `mcp/*` request: an absolute path to a directory.
+fn absolute_dir(cwd: &str) -> RpcResult<std::path::PathBuf> {
+    let path = std::path::PathBuf::from(cwd);
+    if !path.is_absolute() {
+        return Err(invalid_params(format!("cwd must be absolute: {cwd:?}")));
+    }
+    if !path.is_dir() {
+        return Err(invalid_params(format!("cwd is not a directory: {cwd}")));
+    }
+    Ok(path)
 }

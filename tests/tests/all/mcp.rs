@@ -430,3 +430,87 @@ fn a_crashed_server_restarts_and_a_changed_tool_list_reaches_the_next_request() 
     );
     Ok(())
 }
+
+#[test]
+fn tether_mcp_adds_lists_approves_and_removes_as_claude_mcp_does() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("mcp__probe__pid", json!({})),
+        Step::text("done"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let probe = tether_tests::bin("mcp-test-server");
+    let probe = probe.to_string_lossy();
+    let text = |out: &std::process::Output| String::from_utf8_lossy(&out.stdout).into_owned();
+
+    let out = tether(&daemon, &["mcp", "add", "probe", "--", &probe])?;
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text(&out).contains("Added the local MCP server probe"),
+        "{out:?}"
+    );
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(
+        daemon.workdir().join("../home/.claude.json"),
+    )?)?;
+    let work = daemon.workdir();
+    assert_eq!(
+        state["projects"][work.to_string_lossy().as_ref()]["mcpServers"]["probe"]["command"],
+        json!(probe),
+        "kept where claude keeps local servers: {state}"
+    );
+    let out = tether(&daemon, &["mcp", "list"])?;
+    assert!(
+        text(&out).contains("probe: ") && text(&out).contains("idle"),
+        "{out:?}"
+    );
+
+    let out = tether(&daemon, &["-p", "pid", "--allowedTools", "mcp__probe"])?;
+    assert!(out.status.success(), "{out:?}");
+    let out = tether(&daemon, &["mcp", "get", "probe", "--json"])?;
+    let got: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(got["state"], "connected", "{got}");
+    assert_eq!(got["scope"], "local");
+    assert!(
+        got["tools"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("mcp__probe__pid"))),
+        "{got}"
+    );
+
+    let out = tether(&daemon, &["mcp", "add-json", "web", r#"{"type":"http"}"#])?;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("missing \"url\""),
+        "{out:?}"
+    );
+    let out = tether(
+        &daemon,
+        &[
+            "mcp",
+            "add",
+            "--scope",
+            "project",
+            "--transport",
+            "http",
+            "web",
+            "http://127.0.0.1:9/mcp",
+        ],
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    let list = tether(&daemon, &["mcp", "list", "--json"])?;
+    let list: Value = serde_json::from_slice(&list.stdout)?;
+    assert_eq!(list["unapproved"], json!(["web"]));
+    let out = tether(&daemon, &["mcp", "approve", "web"])?;
+    assert!(out.status.success(), "{out:?}");
+    let list = tether(&daemon, &["mcp", "list", "--json"])?;
+    let list: Value = serde_json::from_slice(&list.stdout)?;
+    assert_eq!(list["unapproved"], json!([]));
+    assert_eq!(list["servers"].as_array().map(Vec::len), Some(2));
+
+    for name in ["probe", "web"] {
+        let out = tether(&daemon, &["mcp", "remove", name])?;
+        assert!(out.status.success(), "{out:?}");
+    }
+    let out = tether(&daemon, &["mcp", "list"])?;
+    assert!(text(&out).contains("No MCP servers"), "{out:?}");
+    Ok(())
+}

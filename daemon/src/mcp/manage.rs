@@ -1,0 +1,307 @@
+//! Changes to the MCP configuration, written where Claude Code keeps it: `local` and `user`
+//! servers in `~/.claude.json` (`projects["<dir>"].mcpServers`, `mcpServers`), `project` ones in
+//! the project's `.mcp.json`, and approvals of `.mcp.json` servers in
+//! `projects["<dir>"].enabledMcpjsonServers` / `disabledMcpjsonServers`.
+//!
+//! Invariant: every other key of a file is kept, the file is replaced atomically (a temporary
+//! file renamed over it), and a file that is not valid JSON is never overwritten.
+
+use super::config::{project_file, server_of, user_state_file};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// A change that could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ManageError {
+    /// The request is wrong (unknown scope, bad entry, no such server).
+    #[error("{0}")]
+    Invalid(String),
+    /// A file could not be read or written.
+    #[error("{0}")]
+    File(String),
+}
+
+fn scope_of(scope: Option<&str>) -> Result<&str, ManageError> {
+    match scope.unwrap_or("local") {
+        s @ ("local" | "project" | "user") => Ok(s),
+        other => Err(ManageError::Invalid(format!(
+            "unknown scope {other:?} (local, project or user)"
+        ))),
+    }
+}
+
+fn read(file: &Path) -> Result<Value, ManageError> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(v) if v.is_object() => Ok(v),
+            Ok(_) => Err(ManageError::File(format!(
+                "{} is not a JSON object; it was left as it is",
+                file.display()
+            ))),
+            Err(e) => Err(ManageError::File(format!(
+                "{}:{}: not valid JSON ({e}); it was left as it is",
+                file.display(),
+                e.line()
+            ))),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(json!({})),
+        Err(e) => Err(ManageError::File(format!("{}: {e}", file.display()))),
+    }
+}
+
+fn write(file: &Path, v: &Value) -> Result<(), ManageError> {
+    let fail = |e: std::io::Error| ManageError::File(format!("{}: {e}", file.display()));
+    let text =
+        serde_json::to_string_pretty(v).map_err(|e| ManageError::File(e.to_string()))? + "\n";
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let tmp = dir.join(format!(
+        ".{}.tether-{}",
+        file.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, text).map_err(fail)?;
+    std::fs::rename(&tmp, file).map_err(fail)
+}
+
+/// The file a scope's servers are kept in, and the JSON path of its `mcpServers` object.
+fn place(
+    scope: &str,
+    cwd: &Path,
+    home: Option<&Path>,
+) -> Result<(PathBuf, Vec<String>), ManageError> {
+    let state = || {
+        user_state_file(home)
+            .ok_or_else(|| ManageError::File("no home directory for ~/.claude.json".into()))
+    };
+    Ok(match scope {
+        "project" => (
+            project_file(cwd).unwrap_or_else(|| cwd.join(".mcp.json")),
+            vec!["mcpServers".into()],
+        ),
+        "user" => (state()?, vec!["mcpServers".into()]),
+        _ => (
+            state()?,
+            vec![
+                "projects".into(),
+                cwd.to_string_lossy().into_owned(),
+                "mcpServers".into(),
+            ],
+        ),
+    })
+}
+
+/// The object at `path` in `v`, created on the way.
+fn object_at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut serde_json::Map<String, Value> {
+    let mut at = v;
+    for key in path {
+        if !at[key.as_str()].is_object() {
+            at[key.as_str()] = json!({});
+        }
+        at = &mut at[key.as_str()];
+    }
+    match at {
+        Value::Object(map) => map,
+        _ => unreachable!("made an object above"),
+    }
+}
+
+/// Adds (or replaces) the server `name` in `scope`; returns the file and a message.
+pub fn add(
+    cwd: &Path,
+    home: Option<&Path>,
+    name: &str,
+    scope: Option<&str>,
+    entry: &Value,
+) -> Result<(PathBuf, String), ManageError> {
+    let scope = scope_of(scope)?;
+    // Checked as it would be read (variables need not be set yet).
+    server_of(name, entry, &|_| Some(String::new())).map_err(ManageError::Invalid)?;
+    let (file, path) = place(scope, cwd, home)?;
+    let mut v = read(&file)?;
+    let replaced = object_at(&mut v, &path)
+        .insert(name.to_owned(), entry.clone())
+        .is_some();
+    write(&file, &v)?;
+    let verb = if replaced { "Replaced" } else { "Added" };
+    Ok((
+        file.clone(),
+        format!("{verb} the {scope} MCP server {name} in {}", file.display()),
+    ))
+}
+
+/// Removes the server `name` from `scope`, or from the first scope (local, project, user)
+/// that has it.
+pub fn remove(
+    cwd: &Path,
+    home: Option<&Path>,
+    name: &str,
+    scope: Option<&str>,
+) -> Result<(PathBuf, String), ManageError> {
+    let scopes: Vec<&str> = match scope {
+        Some(s) => vec![scope_of(Some(s))?],
+        None => vec!["local", "project", "user"],
+    };
+    for scope in scopes {
+        let (file, path) = place(scope, cwd, home)?;
+        if !file.exists() {
+            continue;
+        }
+        let mut v = read(&file)?;
+        if object_at(&mut v, &path).remove(name).is_some() {
+            write(&file, &v)?;
+            return Ok((
+                file.clone(),
+                format!(
+                    "Removed the {scope} MCP server {name} from {}",
+                    file.display()
+                ),
+            ));
+        }
+    }
+    Err(ManageError::Invalid(format!("no MCP server named {name}")))
+}
+
+/// Approves (or rejects) servers of the project's `.mcp.json` (`names` empty: every one),
+/// remembered in `~/.claude.json` as Claude Code remembers the answer.
+pub fn approve(
+    cwd: &Path,
+    home: Option<&Path>,
+    names: &[String],
+    yes: bool,
+) -> Result<(PathBuf, String), ManageError> {
+    let Some(project) = project_file(cwd) else {
+        return Err(ManageError::Invalid(format!(
+            "no .mcp.json in {} or above",
+            cwd.display()
+        )));
+    };
+    let defined: Vec<String> = read(&project)?["mcpServers"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let names: Vec<String> = if names.is_empty() {
+        defined.clone()
+    } else {
+        names.to_vec()
+    };
+    if let Some(unknown) = names.iter().find(|n| !defined.contains(n)) {
+        return Err(ManageError::Invalid(format!(
+            "{} defines no server named {unknown}",
+            project.display()
+        )));
+    }
+    let file = user_state_file(home)
+        .ok_or_else(|| ManageError::File("no home directory for ~/.claude.json".into()))?;
+    let mut v = read(&file)?;
+    let entry = object_at(
+        &mut v,
+        &["projects".into(), cwd.to_string_lossy().into_owned()],
+    );
+    let (add_to, take_from) = if yes {
+        ("enabledMcpjsonServers", "disabledMcpjsonServers")
+    } else {
+        ("disabledMcpjsonServers", "enabledMcpjsonServers")
+    };
+    let list = |key: &str| -> Vec<String> {
+        entry
+            .get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut adding = list(add_to);
+    let mut taking = list(take_from);
+    for n in &names {
+        if !adding.contains(n) {
+            adding.push(n.clone());
+        }
+        taking.retain(|t| t != n);
+    }
+    entry.insert(add_to.into(), json!(adding));
+    entry.insert(take_from.into(), json!(taking));
+    write(&file, &v)?;
+    let verb = if yes { "Approved" } else { "Rejected" };
+    Ok((
+        file,
+        format!("{verb} the project's MCP servers: {}", names.join(", ")),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::config::{Extra, Scope, load};
+
+    #[test]
+    fn add_remove_and_approve_round_trip_through_the_reader() {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let (h, cwd) = (Some(home.path()), project.path());
+        std::fs::write(home.path().join(".claude.json"), r#"{"theme": "dark"}"#).unwrap();
+        let env = |_: &str| None;
+        add(cwd, h, "mine", None, &json!({"command": "m"})).unwrap();
+        add(
+            cwd,
+            h,
+            "everywhere",
+            Some("user"),
+            &json!({"type": "http", "url": "http://x"}),
+        )
+        .unwrap();
+        add(cwd, h, "shared", Some("project"), &json!({"command": "s"})).unwrap();
+        assert!(add(cwd, h, "bad", None, &json!({"type": "http"})).is_err());
+        assert!(add(cwd, h, "x", Some("team"), &json!({"command": "s"})).is_err());
+        let c = load(cwd, h, &Extra::default(), &env);
+        let scopes: Vec<(&str, Scope)> = c
+            .servers
+            .iter()
+            .map(|s| (s.name.as_str(), s.scope))
+            .collect();
+        assert_eq!(
+            scopes,
+            [("everywhere", Scope::User), ("mine", Scope::Local)]
+        );
+        assert_eq!(c.unapproved, ["shared"]);
+
+        approve(cwd, h, &[], true).unwrap();
+        let c = load(cwd, h, &Extra::default(), &env);
+        assert!(c.servers.iter().any(|s| s.name == "shared"));
+        approve(cwd, h, &["shared".into()], false).unwrap();
+        let c = load(cwd, h, &Extra::default(), &env);
+        assert_eq!(c.rejected, ["shared"]);
+        assert!(approve(cwd, h, &["nope".into()], true).is_err());
+
+        remove(cwd, h, "mine", None).unwrap();
+        assert!(remove(cwd, h, "mine", None).is_err());
+        let state: Value = serde_json::from_str(
+            &std::fs::read_to_string(home.path().join(".claude.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(state["theme"], "dark", "other keys are kept");
+    }
+
+    #[test]
+    fn a_broken_file_is_never_overwritten() {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        std::fs::write(home.path().join(".claude.json"), "{ not json").unwrap();
+        let e = add(
+            project.path(),
+            Some(home.path()),
+            "a",
+            None,
+            &json!({"command": "a"}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not valid JSON"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(home.path().join(".claude.json")).unwrap(),
+            "{ not json"
+        );
+    }
+}
