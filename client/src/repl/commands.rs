@@ -39,6 +39,10 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
         "/deny",
         "/deny [message]: refuse it (the message goes to the model)",
     ),
+    (
+        "/mcp",
+        "/mcp [reconnect <name> | approve [names] | reject [names]]: MCP servers and their state",
+    ),
     ("/thinking", "show or fold thinking (also Ctrl+T)"),
     ("/export", "/export [file]: Markdown transcript"),
     ("/fork", "a copy of this session to try something else"),
@@ -165,6 +169,51 @@ impl Repl {
                         Some(m) => self.set_mode(m).await,
                         None => self.say(&s.error(&format!("unknown mode {arg:?}"))),
                     }
+                }
+            }
+            "/mcp" => {
+                let cwd = match self.conn.client.session_get(self.session.id.clone()).await {
+                    Ok(snap) => snap.summary.cwd,
+                    Err(e) => {
+                        self.say(&s.error(&connection::call_error(&e)));
+                        self.edit();
+                        return Ok(false);
+                    }
+                };
+                let mut words = arg.split_whitespace();
+                let sub = words.next().unwrap_or("");
+                let names: Vec<String> = words.map(str::to_owned).collect();
+                let client = &self.conn.client;
+                let said = match sub {
+                    "" => client
+                        .mcp_list(cwd)
+                        .await
+                        .map(|l| crate::mcp::render(&l, None)),
+                    "reconnect" if names.len() == 1 => client
+                        .mcp_reconnect(cwd, names[0].clone())
+                        .await
+                        .map(|_| format!("Restarting the MCP server {}.\n", names[0])),
+                    "approve" | "reject" => client
+                        .mcp_configure(
+                            cwd,
+                            tether_proto::McpChange::Approve {
+                                names,
+                                approve: sub == "approve",
+                            },
+                        )
+                        .await
+                        .map(|c| format!("{} (from the next turn)\n", c.message)),
+                    _ => {
+                        self.say(&s.error(
+                            "usage: /mcp [reconnect <name> | approve [names] | reject [names]]",
+                        ));
+                        self.edit();
+                        return Ok(false);
+                    }
+                };
+                match said {
+                    Ok(text) => self.print(&text),
+                    Err(e) => self.say(&s.error(&connection::call_error(&e))),
                 }
             }
             "/permissions" => {
