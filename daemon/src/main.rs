@@ -150,6 +150,12 @@ fn init_logging(
     tracer: Option<tether_daemon::telemetry::Tracer>,
 ) -> anyhow::Result<Option<tracing_appender::non_blocking::WorkerGuard>> {
     let level = config.string("log.level").unwrap_or_else(|| "info".into());
+    // rmcp logs every message it handles at info; its warnings are what a user needs.
+    let level = if level.contains("rmcp") {
+        level
+    } else {
+        format!("{level},rmcp=warn")
+    };
     let filter = || tracing_subscriber::EnvFilter::new(&level);
     let json = config.string("log.format").as_deref() == Some("json");
     let under_systemd =
