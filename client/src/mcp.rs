@@ -289,7 +289,7 @@ mod tests {
             &["K=v=w".into()],
             &[],
         )
-        .unwrap();
+        .expect("test setup");
         assert_eq!(
             e,
             json!({"type": "stdio", "command": "npx", "args": ["-y", "srv"], "env": {"K": "v=w"}})
@@ -301,7 +301,7 @@ mod tests {
             &[],
             &["Authorization: Bearer t".into()],
         )
-        .unwrap();
+        .expect("test setup");
         assert_eq!(e["headers"]["Authorization"], "Bearer t");
         assert!(entry("http", "u", &["a".into()], &[], &[]).is_err());
         assert!(entry("stdio", "c", &[], &["novalue".into()], &[]).is_err());

@@ -504,10 +504,20 @@ mod tests {
 
     #[test]
     fn expands_variables_and_defaults() {
-        assert_eq!(expand("Bearer ${TOKEN}", &env).unwrap(), "Bearer t0k");
-        assert_eq!(expand("${MISSING:-x}/${HOME}", &env).unwrap(), "x//home/u");
-        assert_eq!(expand("plain", &env).unwrap(), "plain");
-        assert!(expand("${MISSING}", &env).unwrap_err().contains("MISSING"));
+        assert_eq!(
+            expand("Bearer ${TOKEN}", &env).expect("test setup"),
+            "Bearer t0k"
+        );
+        assert_eq!(
+            expand("${MISSING:-x}/${HOME}", &env).expect("test setup"),
+            "x//home/u"
+        );
+        assert_eq!(expand("plain", &env).expect("test setup"), "plain");
+        assert!(
+            expand("${MISSING}", &env)
+                .expect_err("an error")
+                .contains("MISSING")
+        );
         assert!(expand("${OPEN", &env).is_err());
     }
 
@@ -518,7 +528,7 @@ mod tests {
             &json!({"command": "npx", "args": ["-y", "${HOME}"], "env": {"K": "${TOKEN}"}}),
             &env,
         )
-        .unwrap();
+        .expect("test setup");
         assert_eq!(
             stdio,
             Transport::Stdio {
@@ -532,37 +542,37 @@ mod tests {
             &json!({"type": "http", "url": "http://x/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}),
             &env,
         )
-        .unwrap();
+        .expect("test setup");
         assert!(
             matches!(http, Transport::Http { ref headers, .. } if headers["Authorization"] == "Bearer t0k")
         );
         assert_eq!(
             server_of("s", &json!({"type": "sse", "url": "https://x/sse"}), &env)
-                .unwrap()
+                .expect("test setup")
                 .kind(),
             "sse"
         );
         assert!(
             server_of("bad name", &json!({"command": "x"}), &env)
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("name")
         );
         assert!(
             server_of("x", &json!({"type": "ws", "url": "http://x"}), &env)
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("unknown type")
         );
         assert!(
             server_of("x", &json!({"args": []}), &env)
-                .unwrap_err()
+                .expect_err("an error")
                 .contains("command")
         );
     }
 
     #[test]
     fn scopes_approval_and_problems() {
-        let home = tempfile::tempdir().unwrap();
-        let project = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().expect("test setup");
+        let project = tempfile::tempdir().expect("test setup");
         let cwd = project.path();
         std::fs::write(
             cwd.join(".mcp.json"),
@@ -575,18 +585,18 @@ mod tests {
   }
 }"#,
         )
-        .unwrap();
-        std::fs::create_dir_all(cwd.join(".claude")).unwrap();
+        .expect("test setup");
+        std::fs::create_dir_all(cwd.join(".claude")).expect("test setup");
         std::fs::write(
             cwd.join(".claude/settings.json"),
             r#"{"enabledMcpjsonServers": ["approved", "shared", "broken"]}"#,
         )
-        .unwrap();
+        .expect("test setup");
         let state = json!({
             "mcpServers": {"shared": {"command": "user-shared"}, "mine": {"command": "m"}},
             "projects": {cwd.to_string_lossy(): {"mcpServers": {"shared": {"command": "local-shared"}}}}
         });
-        std::fs::write(home.path().join(".claude.json"), state.to_string()).unwrap();
+        std::fs::write(home.path().join(".claude.json"), state.to_string()).expect("test setup");
         let c = load(cwd, Some(home.path()), &Extra::default(), &env);
         let names: Vec<(&str, Scope)> = c
             .servers
@@ -620,12 +630,12 @@ mod tests {
 
     #[test]
     fn malformed_file_names_its_line() {
-        let project = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().expect("test setup");
         std::fs::write(
             project.path().join(".mcp.json"),
             "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\",}\n  }\n}\n",
         )
-        .unwrap();
+        .expect("test setup");
         let c = load(project.path(), None, &Extra::default(), &env);
         assert!(c.servers.is_empty());
         assert!(

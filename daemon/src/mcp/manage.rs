@@ -239,12 +239,13 @@ mod tests {
 
     #[test]
     fn add_remove_and_approve_round_trip_through_the_reader() {
-        let home = tempfile::tempdir().unwrap();
-        let project = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().expect("test setup");
+        let project = tempfile::tempdir().expect("test setup");
         let (h, cwd) = (Some(home.path()), project.path());
-        std::fs::write(home.path().join(".claude.json"), r#"{"theme": "dark"}"#).unwrap();
+        std::fs::write(home.path().join(".claude.json"), r#"{"theme": "dark"}"#)
+            .expect("test setup");
         let env = |_: &str| None;
-        add(cwd, h, "mine", None, &json!({"command": "m"})).unwrap();
+        add(cwd, h, "mine", None, &json!({"command": "m"})).expect("test setup");
         add(
             cwd,
             h,
@@ -252,8 +253,8 @@ mod tests {
             Some("user"),
             &json!({"type": "http", "url": "http://x"}),
         )
-        .unwrap();
-        add(cwd, h, "shared", Some("project"), &json!({"command": "s"})).unwrap();
+        .expect("test setup");
+        add(cwd, h, "shared", Some("project"), &json!({"command": "s"})).expect("test setup");
         assert!(add(cwd, h, "bad", None, &json!({"type": "http"})).is_err());
         assert!(add(cwd, h, "x", Some("team"), &json!({"command": "s"})).is_err());
         let c = load(cwd, h, &Extra::default(), &env);
@@ -268,28 +269,28 @@ mod tests {
         );
         assert_eq!(c.unapproved, ["shared"]);
 
-        approve(cwd, h, &[], true).unwrap();
+        approve(cwd, h, &[], true).expect("test setup");
         let c = load(cwd, h, &Extra::default(), &env);
         assert!(c.servers.iter().any(|s| s.name == "shared"));
-        approve(cwd, h, &["shared".into()], false).unwrap();
+        approve(cwd, h, &["shared".into()], false).expect("test setup");
         let c = load(cwd, h, &Extra::default(), &env);
         assert_eq!(c.rejected, ["shared"]);
         assert!(approve(cwd, h, &["nope".into()], true).is_err());
 
-        remove(cwd, h, "mine", None).unwrap();
+        remove(cwd, h, "mine", None).expect("test setup");
         assert!(remove(cwd, h, "mine", None).is_err());
         let state: Value = serde_json::from_str(
-            &std::fs::read_to_string(home.path().join(".claude.json")).unwrap(),
+            &std::fs::read_to_string(home.path().join(".claude.json")).expect("test setup"),
         )
-        .unwrap();
+        .expect("test setup");
         assert_eq!(state["theme"], "dark", "other keys are kept");
     }
 
     #[test]
     fn a_broken_file_is_never_overwritten() {
-        let home = tempfile::tempdir().unwrap();
-        let project = tempfile::tempdir().unwrap();
-        std::fs::write(home.path().join(".claude.json"), "{ not json").unwrap();
+        let home = tempfile::tempdir().expect("test setup");
+        let project = tempfile::tempdir().expect("test setup");
+        std::fs::write(home.path().join(".claude.json"), "{ not json").expect("test setup");
         let e = add(
             project.path(),
             Some(home.path()),
@@ -297,10 +298,10 @@ mod tests {
             None,
             &json!({"command": "a"}),
         )
-        .unwrap_err();
+        .expect_err("an error");
         assert!(e.to_string().contains("not valid JSON"), "{e}");
         assert_eq!(
-            std::fs::read_to_string(home.path().join(".claude.json")).unwrap(),
+            std::fs::read_to_string(home.path().join(".claude.json")).expect("test setup"),
             "{ not json"
         );
     }

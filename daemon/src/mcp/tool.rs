@@ -273,10 +273,15 @@ mod tests {
         ]});
         let out = output_of(&r, 25_000);
         assert!(!out.is_error);
-        let blocks = out.content.as_array().unwrap();
+        let blocks = out.content.as_array().expect("test setup");
         assert_eq!(blocks[0]["text"], "hello");
         assert_eq!(blocks[1]["source"]["media_type"], "image/png");
-        assert!(blocks[2]["text"].as_str().unwrap().contains("image/tiff"));
+        assert!(
+            blocks[2]["text"]
+                .as_str()
+                .expect("test setup")
+                .contains("image/tiff")
+        );
         assert_eq!(blocks[3]["text"], "[resource file:///a]\nbody");
         assert_eq!(blocks[4]["text"], "[resource link: file:///b b]");
     }
@@ -295,7 +300,7 @@ mod tests {
             &json!({"content": [{"type": "text", "text": "é".repeat(100)}]}),
             10,
         );
-        let text = out.content.as_str().unwrap();
+        let text = out.content.as_str().expect("test setup");
         assert!(text.contains("MAX_MCP_OUTPUT_TOKENS"), "{text}");
         // 10 tokens are 40 bytes: 20 two-byte characters, never half of one.
         assert!(
