@@ -13,10 +13,10 @@ mod servers;
 mod sse;
 mod tool;
 
-pub use client::McpError;
-pub use config::{Extra, McpConfig, Scope, ServerConfig, Transport};
-pub use servers::{ForTurn, Limits, McpServers, Server, State};
-pub use tool::prefix;
+pub use config::{Extra, McpConfig};
+pub use servers::{Limits, McpServers};
+
+use servers::State;
 
 use std::path::Path;
 

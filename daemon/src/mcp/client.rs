@@ -132,17 +132,20 @@ pub struct Connection {
 /// The running service: awaiting it tells when the connection ended.
 pub struct Running(RunningService<RoleClient, Handler>);
 
+/// Closes a connection (and stops a child process) while another task waits on it.
+pub struct Closer(rmcp::service::RunningServiceCancellationToken);
+
+impl Closer {
+    /// Closes it.
+    pub fn close(self) {
+        self.0.cancel();
+    }
+}
+
 impl Running {
-    /// A token that closes the connection (and stops a child process).
-    pub fn closer(&self) -> CancellationToken {
-        let token = CancellationToken::new();
-        let service = self.0.cancellation_token();
-        let t = token.clone();
-        tokio::spawn(async move {
-            t.cancelled().await;
-            service.cancel();
-        });
-        token
+    /// What closes the connection.
+    pub fn closer(&self) -> Closer {
+        Closer(self.0.cancellation_token())
     }
 
     /// Waits until the connection ends.
@@ -184,14 +187,11 @@ pub async fn connect(
             serve_client_with_lifecycle(handler, child, lifecycle).await
         }
         Transport::Http { url, headers } => {
-            let mut custom = HashMap::new();
-            for (k, v) in headers {
-                let name = http::HeaderName::try_from(k.as_str())
-                    .map_err(|e| McpError::Spawn(format!("header {k}: {e}")))?;
-                let value = http::HeaderValue::try_from(v.as_str())
-                    .map_err(|e| McpError::Spawn(format!("header {k}: {e}")))?;
-                custom.insert(name, value);
-            }
+            let custom: HashMap<_, _> = super::sse::header_map(headers)
+                .map_err(McpError::Spawn)?
+                .into_iter()
+                .filter_map(|(name, value)| Some((name?, value)))
+                .collect();
             let config =
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                     url.as_str(),
@@ -201,7 +201,12 @@ pub async fn connect(
             serve_client_with_lifecycle(handler, transport, lifecycle).await
         }
         Transport::Sse { url, headers } => {
-            let transport = super::sse::connect(url, headers).await?;
+            let transport = super::sse::connect(url, headers)
+                .await
+                .map_err(|e| match e {
+                    super::sse::SseError::NoEndpoint(why) => McpError::Handshake(why),
+                    other => McpError::Spawn(other.to_string()),
+                })?;
             serve_client_with_lifecycle(handler, transport, lifecycle).await
         }
     }
@@ -222,22 +227,6 @@ fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
 }
 
 impl Connection {
-    /// The server's name and version, and the protocol revision agreed.
-    pub fn describe(&self) -> (Option<String>, Option<String>) {
-        let info = self.peer.peer_info();
-        let name = info
-            .as_ref()
-            .and_then(|i| i.server_info.as_ref())
-            .map(|s| format!("{} {}", s.name, s.version));
-        let version = info.map(|i| i.protocol_version.to_string());
-        (name, version)
-    }
-
-    /// The server's instructions, when it gave some.
-    pub fn instructions(&self) -> Option<String> {
-        self.peer.peer_info().and_then(|i| i.instructions.clone())
-    }
-
     /// How many times the server said its tools changed: a listing made after reading `n`
     /// is current until this passes `n`.
     pub fn tools_generation(&self) -> u64 {

@@ -8,8 +8,9 @@
 //! hides the other servers.
 
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// How tether reaches a server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -175,7 +176,8 @@ pub fn load(
             .as_ref()
             .and_then(|s| s.0.get("projects"))
             .and_then(|p| p.get(cwd.to_string_lossy().as_ref()));
-        if let Some((v, text)) = &state {
+        if let Some(parsed) = &state {
+            let (v, text) = &**parsed;
             if let Some(servers) = v.get("mcpServers") {
                 let list = servers_of(
                     servers,
@@ -200,8 +202,9 @@ pub fn load(
             }
         }
         if let Some(file) = project_file(cwd)
-            && let Some((v, text)) = read_json(&file, &mut config.problems)
+            && let Some(parsed) = read_json(&file, &mut config.problems)
         {
+            let (v, text) = &*parsed;
             let source = file.display().to_string();
             let servers = v.get("mcpServers").cloned().unwrap_or(Value::Null);
             if servers.is_null() {
@@ -258,8 +261,8 @@ impl Approval {
         files.push(cwd.join(".claude/settings.local.json"));
         let mut ignored = Vec::new();
         for file in files {
-            if let Some((v, _)) = read_json(&file, &mut ignored) {
-                a.absorb(&v);
+            if let Some(parsed) = read_json(&file, &mut ignored) {
+                a.absorb(&parsed.0);
             }
         }
         if let Some(p) = project_state {
@@ -272,18 +275,8 @@ impl Approval {
         if v.get("enableAllProjectMcpServers").and_then(Value::as_bool) == Some(true) {
             self.all = true;
         }
-        let names = |key: &str| -> Vec<String> {
-            v.get(key)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|n| n.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        self.enabled.extend(names("enabledMcpjsonServers"));
-        self.disabled.extend(names("disabledMcpjsonServers"));
+        self.enabled.extend(names_at(v, "enabledMcpjsonServers"));
+        self.disabled.extend(names_at(v, "disabledMcpjsonServers"));
     }
 
     /// `Some(true)` approved, `Some(false)` rejected, `None` not answered.
@@ -298,11 +291,46 @@ impl Approval {
     }
 }
 
+/// The strings of the list `v[key]` (server names); anything else reads as none.
+pub(super) fn names_at(v: &Value, key: &str) -> Vec<String> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A JSON file and its text; a file that is not JSON is a problem with its line.
-fn read_json(file: &Path, problems: &mut Vec<String>) -> Option<(Value, String)> {
+/// Every turn reads the configuration again, and `~/.claude.json` (Claude Code's state) can hold
+/// megabytes: a file is parsed again only when its modification time or length changed.
+static PARSED: std::sync::LazyLock<Mutex<HashMap<PathBuf, (Stamp, Arc<Parsed>)>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// A file's modification time and length.
+type Stamp = (Option<std::time::SystemTime>, u64);
+
+/// A JSON object and the text it was read from (for line numbers).
+type Parsed = (Value, String);
+
+fn read_json(file: &Path, problems: &mut Vec<String>) -> Option<Arc<Parsed>> {
+    let meta = std::fs::metadata(file).ok()?;
+    let stamp = (meta.modified().ok(), meta.len());
+    let mut parsed = PARSED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((seen, cached)) = parsed.get(file)
+        && *seen == stamp
+    {
+        return Some(cached.clone());
+    }
     let text = std::fs::read_to_string(file).ok()?;
     match serde_json::from_str::<Value>(&text) {
-        Ok(v) if v.is_object() => Some((v, text)),
+        Ok(v) if v.is_object() => {
+            let fresh = Arc::new((v, text));
+            parsed.insert(file.to_owned(), (stamp, fresh.clone()));
+            Some(fresh)
+        }
         Ok(_) => {
             problems.push(format!("{}: not a JSON object", file.display()));
             None

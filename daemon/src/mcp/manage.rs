@@ -6,7 +6,7 @@
 //! Invariant: every other key of a file is kept, the file is replaced atomically (a temporary
 //! file renamed over it), and a file that is not valid JSON is never overwritten.
 
-use super::config::{project_file, server_of, user_state_file};
+use super::config::{names_at, project_file, server_of, user_state_file};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -194,34 +194,22 @@ pub fn approve(
     let file = user_state_file(home)
         .ok_or_else(|| ManageError::File("no home directory for ~/.claude.json".into()))?;
     let mut v = read(&file)?;
-    let entry = object_at(
-        &mut v,
-        &["projects".into(), cwd.to_string_lossy().into_owned()],
-    );
+    let project = cwd.to_string_lossy().into_owned();
     let (add_to, take_from) = if yes {
         ("enabledMcpjsonServers", "disabledMcpjsonServers")
     } else {
         ("disabledMcpjsonServers", "enabledMcpjsonServers")
     };
-    let list = |key: &str| -> Vec<String> {
-        entry
-            .get(key)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|n| n.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let mut adding = list(add_to);
-    let mut taking = list(take_from);
+    let answered = &v["projects"][project.as_str()];
+    let mut adding = names_at(answered, add_to);
+    let mut taking = names_at(answered, take_from);
     for n in &names {
         if !adding.contains(n) {
             adding.push(n.clone());
         }
         taking.retain(|t| t != n);
     }
+    let entry = object_at(&mut v, &["projects".into(), project]);
     entry.insert(add_to.into(), json!(adding));
     entry.insert(take_from.into(), json!(taking));
     write(&file, &v)?;

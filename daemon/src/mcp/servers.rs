@@ -69,8 +69,6 @@ pub enum State {
     Failed {
         /// Why.
         error: String,
-        /// Failed starts in a row.
-        attempts: u32,
         /// Whether a restart is scheduled.
         retrying: bool,
     },
@@ -158,9 +156,7 @@ impl Server {
                 self.name,
                 self.limits.start.as_secs()
             )),
-            State::Failed {
-                error, retrying, ..
-            } => Err(format!(
+            State::Failed { error, retrying } => Err(format!(
                 "the MCP server {} is not connected ({error}){}",
                 self.name,
                 if retrying {
@@ -171,6 +167,14 @@ impl Server {
             )),
             State::Stopped => Err(format!("the MCP server {} was stopped", self.name)),
         }
+    }
+
+    /// Whether a supervisor runs it (or is waiting to restart it).
+    fn is_supervised(&self) -> bool {
+        self.supervised
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// Starts the supervisor unless one runs.
@@ -206,13 +210,11 @@ impl Server {
                     let closer = running.closer();
                     let closed = running.closed();
                     tokio::pin!(closed);
-                    let refresh = self.refresh_on_change(&conn);
-                    tokio::pin!(refresh);
                     tokio::select! {
                         _ = &mut closed => "the server exited".to_owned(),
-                        _ = &mut refresh => "the server exited".to_owned(),
+                        never = self.refresh_on_change(&conn) => match never {},
                         _ = stop.cancelled() => {
-                            closer.cancel();
+                            closer.close();
                             let _ = tokio::time::timeout(Duration::from_secs(5), closed).await;
                             break;
                         }
@@ -224,11 +226,7 @@ impl Server {
             attempts += 1;
             let retrying = attempts < MAX_ATTEMPTS;
             tracing::warn!(target: "mcp", server = %self.name, attempts, "down: {error}");
-            self.state.send_replace(State::Failed {
-                error,
-                attempts,
-                retrying,
-            });
+            self.state.send_replace(State::Failed { error, retrying });
             if !retrying {
                 // The next use starts it again.
                 *self.supervised.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -244,9 +242,9 @@ impl Server {
         self.state.send_replace(State::Stopped);
     }
 
-    /// Lists the tools again whenever the server says they changed; never returns while the
-    /// connection is up.
-    async fn refresh_on_change(self: &Arc<Self>, conn: &Connection) {
+    /// Lists the tools again whenever the server says they changed; never returns (it ends
+    /// when the connection's supervisor stops waiting on it).
+    async fn refresh_on_change(self: &Arc<Self>, conn: &Connection) -> std::convert::Infallible {
         loop {
             conn.tools_changed().await;
             if let Err(e) = self.list(conn).await {
@@ -338,11 +336,6 @@ impl McpServers {
         me
     }
 
-    /// The limits in effect.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
     fn reap(&self) {
         let idle = self.limits.idle;
         let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
@@ -383,15 +376,6 @@ impl McpServers {
             .clone()
     }
 
-    /// Starts the servers of `config` without waiting (a session was opened).
-    pub fn warm(&self, config: &McpConfig, cwd: &Path) {
-        for c in &config.servers {
-            let s = self.server(c, cwd);
-            s.touch();
-            s.ensure_supervised();
-        }
-    }
-
     /// The tools of `config`'s servers for a turn of `session`: servers that are starting
     /// are waited for (at most the start timeout, all together); ones that are down add what
     /// happened to the notices, once per session and state.
@@ -400,11 +384,7 @@ impl McpServers {
             config.servers.iter().map(|c| self.server(c, cwd)).collect();
         let waits = servers.iter().map(|s| async move {
             // A restart after a crash happens in the background; the first start is waited for.
-            let fresh = matches!(s.state(), State::Starting(0))
-                || s.supervised
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_none();
+            let fresh = matches!(s.state(), State::Starting(0)) || !s.is_supervised();
             if fresh {
                 let _ = s.connection().await;
             } else {
@@ -503,11 +483,7 @@ impl McpServers {
             .map(|(_, s)| s)
             .collect();
         let waits = servers.iter().map(|s| {
-            let was_supervised = s
-                .supervised
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some();
+            let was_supervised = s.is_supervised();
             s.stop();
             let mut rx = s.state.subscribe();
             async move {

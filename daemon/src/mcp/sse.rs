@@ -15,6 +15,12 @@ use tokio::sync::mpsc;
 /// A failure of the SSE transport.
 #[derive(Debug, thiserror::Error)]
 pub enum SseError {
+    /// The event stream could not be opened (bad URL or header, refused, unreachable).
+    #[error("{0}")]
+    Connect(String),
+    /// The stream opened but never named where to post messages.
+    #[error("{0}")]
+    NoEndpoint(String),
     /// A request failed or was refused.
     #[error("{0}")]
     Http(String),
@@ -35,7 +41,11 @@ impl Drop for SseTransport {
     }
 }
 
-fn header_map(headers: &BTreeMap<String, String>) -> Result<reqwest::header::HeaderMap, String> {
+/// Configured headers as a header map (the HTTP transports share it); a name or value HTTP
+/// does not allow is an error naming it.
+pub(super) fn header_map(
+    headers: &BTreeMap<String, String>,
+) -> Result<reqwest::header::HeaderMap, String> {
     let mut map = reqwest::header::HeaderMap::new();
     for (k, v) in headers {
         let name = reqwest::header::HeaderName::try_from(k.as_str())
@@ -51,23 +61,22 @@ fn header_map(headers: &BTreeMap<String, String>) -> Result<reqwest::header::Hea
 pub async fn connect(
     url: &str,
     headers: &BTreeMap<String, String>,
-) -> Result<SseTransport, super::client::McpError> {
-    use super::client::McpError;
-    let headers = header_map(headers).map_err(McpError::Spawn)?;
-    let base = reqwest::Url::parse(url).map_err(|e| McpError::Spawn(format!("{url}: {e}")))?;
+) -> Result<SseTransport, SseError> {
+    let headers = header_map(headers).map_err(SseError::Connect)?;
+    let base = reqwest::Url::parse(url).map_err(|e| SseError::Connect(format!("{url}: {e}")))?;
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .build()
-        .map_err(|e| McpError::Spawn(e.to_string()))?;
+        .map_err(|e| SseError::Connect(e.to_string()))?;
     let response = client
         .get(base.clone())
         .headers(headers.clone())
         .header(reqwest::header::ACCEPT, "text/event-stream")
         .send()
         .await
-        .map_err(|e| McpError::Spawn(format!("{url}: {e}")))?;
+        .map_err(|e| SseError::Connect(format!("{url}: {e}")))?;
     if !response.status().is_success() {
-        return Err(McpError::Spawn(format!(
+        return Err(SseError::Connect(format!(
             "{url}: HTTP {}",
             response.status()
         )));
@@ -86,10 +95,10 @@ pub async fn connect(
     .await
     .ok()
     .flatten()
-    .ok_or_else(|| McpError::Handshake(format!("{url} sent no endpoint event")))?;
+    .ok_or_else(|| SseError::NoEndpoint(format!("{url} sent no endpoint event")))?;
     let post_url = base
         .join(endpoint.trim())
-        .map_err(|e| McpError::Handshake(format!("endpoint {endpoint:?}: {e}")))?;
+        .map_err(|e| SseError::NoEndpoint(format!("endpoint {endpoint:?}: {e}")))?;
     let (tx, incoming) = mpsc::channel(64);
     let reader = tokio::spawn(async move {
         while let Some(Ok(event)) = events.next().await {

@@ -18,7 +18,7 @@ const MAX_DESCRIPTION: usize = 2048;
 const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
 
 /// The prefix of every tool of server `server`.
-pub fn prefix(server: &str) -> String {
+fn prefix(server: &str) -> String {
     format!("mcp__{server}__")
 }
 
@@ -67,13 +67,6 @@ pub fn tools_of(server: &Arc<Server>, listed: Vec<ListedTool>) -> (Tools, Vec<St
             ));
             continue;
         }
-        if let Err(e) = jsonschema::validator_for(&t.input_schema) {
-            dropped.push(format!(
-                "tool {:?} dropped: its input schema is invalid: {e}",
-                t.name
-            ));
-            continue;
-        }
         if !seen.insert(name.clone()) {
             dropped.push(format!(
                 "tool {:?} dropped: another tool has the name {name}",
@@ -96,7 +89,14 @@ pub fn tools_of(server: &Arc<Server>, listed: Vec<ListedTool>) -> (Tools, Vec<St
             server: Arc::downgrade(server),
         }));
     }
-    (Tools::new(tools), dropped)
+    let (tools, invalid) = Tools::checked(tools);
+    for (tool, why) in invalid {
+        dropped.push(format!(
+            "tool {:?} dropped: its input schema is invalid: {why}",
+            tool.name()
+        ));
+    }
+    (tools, dropped)
 }
 
 impl Tool for McpTool {

@@ -467,12 +467,13 @@ impl TetherRpcServer for RpcApi {
         ))
     }
 
-    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/rules"))]
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "mcp/list"))]
     async fn mcp_list(&self, cwd: String) -> RpcResult<McpList> {
         let cwd = absolute_dir(&cwd)?;
         Ok(crate::mcp::list(&self.sessions.env().mcp, &cwd))
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "mcp/configure"))]
     async fn mcp_configure(&self, cwd: String, change: McpChange) -> RpcResult<McpChanged> {
         let cwd = absolute_dir(&cwd)?;
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -496,6 +497,7 @@ impl TetherRpcServer for RpcApi {
         }
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "mcp/reconnect"))]
     async fn mcp_reconnect(&self, cwd: String, name: String) -> RpcResult<McpList> {
         let cwd = absolute_dir(&cwd)?;
         if !crate::mcp::reconnect(&self.sessions.env().mcp, &cwd, &name) {
@@ -504,6 +506,7 @@ impl TetherRpcServer for RpcApi {
         Ok(crate::mcp::list(&self.sessions.env().mcp, &cwd))
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/rules"))]
     async fn permission_rules(&self, session_id: SessionId) -> RpcResult<PermissionRules> {
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         handle.rules().await.map_err(rpc_error)

@@ -422,6 +422,8 @@ impl SessionActor {
                 break;
             }
         }
+        // A session loaded again is told its MCP servers' troubles again.
+        self.env.mcp.forget(&self.journal.record.id.0);
         tracing::debug!(session = %self.journal.record.id, "session actor stopped");
     }
 

@@ -267,10 +267,7 @@ impl Mcp {
         sink: &ActorSink,
         cancel: &CancellationToken,
     ) {
-        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        let config = crate::mcp::config::load(cwd, home.as_deref(), &self.extra, &|k| {
-            std::env::var(k).ok()
-        });
+        let config = crate::mcp::configuration(cwd, &self.extra);
         if config.servers.is_empty() && config.problems.is_empty() && config.unapproved.is_empty() {
             return;
         }
@@ -285,7 +282,8 @@ impl Mcp {
             });
         }
         if !found.tools.is_empty() {
-            *tools = narrow(tools.extend(&found.tools), &self.options);
+            // The built-in tools were narrowed at launch; the servers' tools the same way.
+            *tools = tools.extend(&narrow(found.tools, &self.options));
         }
     }
 }

@@ -207,7 +207,8 @@ pub struct Tools {
 }
 
 impl Tools {
-    /// A registry of these tools.
+    /// A registry of these tools (one whose schema does not compile is kept, unvalidated,
+    /// and logged).
     pub fn new(tools: Vec<Arc<dyn Tool>>) -> Self {
         let entries = tools
             .into_iter()
@@ -226,6 +227,23 @@ impl Tools {
             })
             .collect();
         Self { entries }
+    }
+
+    /// A registry of the tools whose input schema compiles, and the others with why (tools
+    /// from outside, such as an MCP server's, are left out rather than run unvalidated).
+    pub fn checked(tools: Vec<Arc<dyn Tool>>) -> (Self, Vec<(Arc<dyn Tool>, String)>) {
+        let mut entries = Vec::new();
+        let mut refused = Vec::new();
+        for tool in tools {
+            match jsonschema::validator_for(&tool.input_schema()) {
+                Ok(v) => entries.push(Arc::new(Entry {
+                    tool,
+                    validator: Some(v),
+                })),
+                Err(e) => refused.push((tool, e.to_string())),
+            }
+        }
+        (Self { entries }, refused)
     }
 
     /// Only the tools named in `names` (by name or alias); their validators are shared, not
