@@ -288,6 +288,14 @@ impl Daemon {
             .env("NO_COLOR", "1");
         cmd
     }
+
+    /// `tether ARGS` in this daemon's working directory, run to its end.
+    pub fn run_tether(&self, args: &[&str]) -> std::io::Result<std::process::Output> {
+        self.tether()
+            .current_dir(self.workdir())
+            .args(args)
+            .output()
+    }
 }
 
 fn wait_exit(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {

@@ -68,11 +68,7 @@ fn another_user_cannot_read_sessions_or_logs_even_under_umask_0() -> anyhow::Res
     let mut daemon = Daemon::prepare(fake.env())?;
     daemon.umask = Some(0o000);
     daemon.spawn()?;
-    let out = daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args(["-p", "what is the launch code?"])
-        .output()?;
+    let out = daemon.run_tether(&["-p", "what is the launch code?"])?;
     assert!(out.status.success(), "{out:?}");
     daemon.terminate()?;
     // A home directory others may traverse, as many are.

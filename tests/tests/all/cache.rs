@@ -168,11 +168,7 @@ fn interactive_turns_cache_the_prefix_for_an_hour_and_scripts_for_five_minutes()
     let session = c.new_session_in(&daemon.workdir())?;
     c.watch(&session)?;
     turn(&mut c, &session, "from a terminal")?;
-    let out = daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args(["-p", "from a script"])
-        .output()?;
+    let out = daemon.run_tether(&["-p", "from a script"])?;
     assert!(out.status.success(), "{out:?}");
 
     let reqs = fake.server.message_requests();

@@ -5,24 +5,11 @@ use serde_json::{Value, json};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
 
-/// `tether ARGS` in the daemon's working directory, run to its end.
-fn tether(daemon: &Daemon, args: &[&str]) -> std::io::Result<std::process::Output> {
-    daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args(args)
-        .output()
-}
-
 #[test]
 fn print_mode_streams_the_answer_and_exits_zero() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::text("Hi there, human.")]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let out = daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args(["-p", "say hi"])
-        .output()?;
+    let out = daemon.run_tether(&["-p", "say hi"])?;
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8(out.stdout)?, "Hi there, human.\n");
     let sent = &fake.server.message_requests()[0].body;
@@ -37,11 +24,7 @@ fn print_mode_json_and_denied_permissions() -> anyhow::Result<()> {
         Step::text("I could not run it."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let out = daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args(["-p", "make a file", "--output-format", "json"])
-        .output()?;
+    let out = daemon.run_tether(&["-p", "make a file", "--output-format", "json"])?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout).context("one JSON object")?;
     assert_eq!(result["result"], "I could not run it.");
@@ -90,11 +73,7 @@ fn print_mode_rejects_bad_options_with_the_daemons_reason() -> anyhow::Result<()
             "tether: options.allowedTools: \"Bash(git diff\" is not a rule: missing the closing parenthesis\n",
         ),
     ] {
-        let out = daemon
-            .tether()
-            .current_dir(daemon.workdir())
-            .args(&args)
-            .output()?;
+        let out = daemon.run_tether(&args)?;
         assert_eq!(out.status.code(), Some(1), "{out:?}");
         assert_eq!(String::from_utf8_lossy(&out.stderr), why);
     }
@@ -110,11 +89,7 @@ fn print_mode_events_emits_every_event_and_fails_with_the_turn() -> anyhow::Resu
         "invalid x-api-key",
     )]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let out = daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args(["-p", "hello", "--output-format", "events"])
-        .output()?;
+    let out = daemon.run_tether(&["-p", "hello", "--output-format", "events"])?;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let types: Vec<String> = String::from_utf8(out.stdout)?
         .lines()
@@ -144,21 +119,18 @@ fn print_mode_stream_json_speaks_claude_codes_messages() -> anyhow::Result<()> {
         Step::text("It printed from-the-tool."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let out = tether(
-        &daemon,
-        &[
-            "-p",
-            "run it",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--include-partial-messages",
-            "--allowedTools",
-            "Bash(echo:*)",
-            "--model",
-            "haiku",
-        ],
-    )?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "run it",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--include-partial-messages",
+        "--allowedTools",
+        "Bash(echo:*)",
+        "--model",
+        "haiku",
+    ])?;
     assert!(out.status.success(), "{out:?}");
     let lines: Vec<Value> = String::from_utf8(out.stdout)?
         .lines()
@@ -396,20 +368,16 @@ fn claude_codes_flags_skip_permissions_and_name_the_session() -> anyhow::Result<
         Step::text("Made it."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let out = daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args([
-            "-p",
-            "--dangerously-skip-permissions",
-            "-n",
-            "nightly cleanup",
-            "--verbose",
-            "--output-format",
-            "json",
-            "make a file",
-        ])
-        .output()?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "--dangerously-skip-permissions",
+        "-n",
+        "nightly cleanup",
+        "--verbose",
+        "--output-format",
+        "json",
+        "make a file",
+    ])?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(result["result"], "Made it.");
@@ -437,19 +405,16 @@ fn print_mode_tools_fallback_model_and_budget() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(fake.env())?;
 
     // Only the tools named; the overloaded model gives way to the fallback.
-    let out = tether(
-        &daemon,
-        &[
-            "-p",
-            "hi",
-            "--output-format",
-            "json",
-            "--tools",
-            "Read,Grep",
-            "--fallback-model",
-            "haiku",
-        ],
-    )?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "hi",
+        "--output-format",
+        "json",
+        "--tools",
+        "Read,Grep",
+        "--fallback-model",
+        "haiku",
+    ])?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(result["result"], "from the fallback");
@@ -462,13 +427,13 @@ fn print_mode_tools_fallback_model_and_budget() -> anyhow::Result<()> {
     assert_eq!(reqs[1].body["model"], "claude-haiku-5-5");
 
     // An unknown tool or model is refused before anything runs.
-    let out = tether(&daemon, &["-p", "hi", "--tools", "Read,Teleport"])?;
+    let out = daemon.run_tether(&["-p", "hi", "--tools", "Read,Teleport"])?;
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("Teleport"),
         "{out:?}"
     );
-    let out = tether(&daemon, &["-p", "hi", "--fallback-model", "sonet"])?;
+    let out = daemon.run_tether(&["-p", "hi", "--fallback-model", "sonet"])?;
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("sonet"),
@@ -477,19 +442,16 @@ fn print_mode_tools_fallback_model_and_budget() -> anyhow::Result<()> {
     assert_eq!(fake.server.message_requests().len(), 2, "nothing was asked");
 
     // Over the budget, the turn is stopped and the result says why.
-    let out = tether(
-        &daemon,
-        &[
-            "-p",
-            "loop",
-            "--output-format",
-            "json",
-            "--allowedTools",
-            "Bash(sleep:*)",
-            "--max-budget-usd",
-            "0.0000001",
-        ],
-    )?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "loop",
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "Bash(sleep:*)",
+        "--max-budget-usd",
+        "0.0000001",
+    ])?;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(result["subtype"], "error_max_budget_usd");
@@ -510,23 +472,20 @@ fn print_mode_session_id_names_the_new_session() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::text("hello")]))?;
     let daemon = Daemon::start_with(fake.env())?;
     let id = "5f0c8f2e-6f53-4a8e-9d2b-8c1d2e3f4a5b";
-    let out = tether(
-        &daemon,
-        &["-p", "hi", "--session-id", id, "--output-format", "json"],
-    )?;
+    let out = daemon.run_tether(&["-p", "hi", "--session-id", id, "--output-format", "json"])?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(result["session_id"], id);
-    let listed = String::from_utf8(tether(&daemon, &["sessions", "--json"])?.stdout)?;
+    let listed = String::from_utf8(daemon.run_tether(&["sessions", "--json"])?.stdout)?;
     assert!(listed.contains(id), "{listed}");
 
-    let again = tether(&daemon, &["-p", "hi", "--session-id", id])?;
+    let again = daemon.run_tether(&["-p", "hi", "--session-id", id])?;
     assert_eq!(again.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("already in use"),
         "{again:?}"
     );
-    let bad = tether(&daemon, &["-p", "hi", "--session-id", "not-a-uuid"])?;
+    let bad = daemon.run_tether(&["-p", "hi", "--session-id", "not-a-uuid"])?;
     assert_eq!(bad.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("UUID"),

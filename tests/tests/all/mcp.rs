@@ -7,15 +7,6 @@ use std::process::{Child, Command, Stdio};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake, mcp_server, tool_names};
 
-/// `tether ARGS` in the daemon's working directory, run to its end.
-fn tether(daemon: &Daemon, args: &[&str]) -> std::io::Result<std::process::Output> {
-    daemon
-        .tether()
-        .current_dir(daemon.workdir())
-        .args(args)
-        .output()
-}
-
 /// `--mcp-config` JSON for the everything server over stdio.
 fn everything_stdio() -> String {
     json!({"mcpServers": {"everything": {
@@ -40,16 +31,9 @@ fn results(body: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// A `tool_result` block's content as text.
 fn result_text(block: &Value) -> String {
-    match &block["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
+    tether_proto::content_text(&block["content"])
 }
 
 #[test]
@@ -65,19 +49,16 @@ fn stdio_server_tools_are_called_and_their_results_reach_the_model() -> anyhow::
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
     let config = everything_stdio();
-    let out = tether(
-        &daemon,
-        &[
-            "-p",
-            "use the everything server",
-            "--mcp-config",
-            &config,
-            "--allowedTools",
-            "mcp__everything",
-            "--output-format",
-            "json",
-        ],
-    )?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "use the everything server",
+        "--mcp-config",
+        &config,
+        "--allowedTools",
+        "mcp__everything",
+        "--output-format",
+        "json",
+    ])?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(result["result"], "All done.");
@@ -137,17 +118,14 @@ fn mcp_calls_ask_permission_unless_a_rule_allows_the_server() -> anyhow::Result<
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
     let config = everything_stdio();
-    let out = tether(
-        &daemon,
-        &[
-            "-p",
-            "echo",
-            "--mcp-config",
-            &config,
-            "--output-format",
-            "json",
-        ],
-    )?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "echo",
+        "--mcp-config",
+        &config,
+        "--output-format",
+        "json",
+    ])?;
     assert!(out.status.success(), "{out:?}");
     let result: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(
@@ -172,10 +150,7 @@ fn project_servers_run_once_approved() -> anyhow::Result<()> {
         }})
         .to_string(),
     )?;
-    let out = tether(
-        &daemon,
-        &["-p", "hi", "--output-format", "stream-json", "--verbose"],
-    )?;
+    let out = daemon.run_tether(&["-p", "hi", "--output-format", "stream-json", "--verbose"])?;
     assert!(out.status.success(), "{out:?}");
     let names = tool_names(&fake.server.message_requests()[0].body)?
         .iter()
@@ -185,7 +160,7 @@ fn project_servers_run_once_approved() -> anyhow::Result<()> {
         !names.iter().any(|n| n.starts_with("mcp__")),
         "not approved yet: {names:?}"
     );
-    let events = tether(&daemon, &["sessions", "--json"])?;
+    let events = daemon.run_tether(&["sessions", "--json"])?;
     assert!(events.status.success());
 
     std::fs::create_dir_all(work.join(".claude"))?;
@@ -193,7 +168,7 @@ fn project_servers_run_once_approved() -> anyhow::Result<()> {
         work.join(".claude/settings.json"),
         json!({"enabledMcpjsonServers": ["everything"]}).to_string(),
     )?;
-    let out = tether(&daemon, &["-p", "hi", "--output-format", "events"])?;
+    let out = daemon.run_tether(&["-p", "hi", "--output-format", "events"])?;
     assert!(out.status.success(), "{out:?}");
     let names = tool_names(&fake.server.message_requests()[1].body)?
         .iter()
@@ -267,18 +242,15 @@ fn http_and_sse_servers_answer_tool_calls() -> anyhow::Result<()> {
         "old": {"type": "sse", "url": format!("http://127.0.0.1:{}/sse", sse.port)},
     }})
     .to_string();
-    let out = tether(
-        &daemon,
-        &[
-            "-p",
-            "echo twice",
-            "--mcp-config",
-            &config,
-            "--strict-mcp-config",
-            "--allowedTools",
-            "mcp__web,mcp__old",
-        ],
-    )?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "echo twice",
+        "--mcp-config",
+        &config,
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__web,mcp__old",
+    ])?;
     assert!(out.status.success(), "{out:?}");
     let sent = fake.server.message_requests();
     let r = results(&sent[1].body);
@@ -299,17 +271,14 @@ fn python_time_server_speaks_the_newer_protocol() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(fake.env())?;
     let config =
         json!({"mcpServers": {"time": {"command": mcp_server("mcp-server-time")}}}).to_string();
-    let out = tether(
-        &daemon,
-        &[
-            "-p",
-            "time?",
-            "--mcp-config",
-            &config,
-            "--allowedTools",
-            "mcp__time__get_current_time",
-        ],
-    )?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "time?",
+        "--mcp-config",
+        &config,
+        "--allowedTools",
+        "mcp__time__get_current_time",
+    ])?;
     assert!(out.status.success(), "{out:?}");
     let r = results(&fake.server.message_requests()[1].body);
     let text = result_text(&r[0]);
@@ -442,7 +411,7 @@ fn tether_mcp_adds_lists_approves_and_removes_as_claude_mcp_does() -> anyhow::Re
     let probe = probe.to_string_lossy();
     let text = |out: &std::process::Output| String::from_utf8_lossy(&out.stdout).into_owned();
 
-    let out = tether(&daemon, &["mcp", "add", "probe", "--", &probe])?;
+    let out = daemon.run_tether(&["mcp", "add", "probe", "--", &probe])?;
     assert!(out.status.success(), "{out:?}");
     assert!(
         text(&out).contains("Added the local MCP server probe"),
@@ -457,15 +426,15 @@ fn tether_mcp_adds_lists_approves_and_removes_as_claude_mcp_does() -> anyhow::Re
         json!(probe),
         "kept where claude keeps local servers: {state}"
     );
-    let out = tether(&daemon, &["mcp", "list"])?;
+    let out = daemon.run_tether(&["mcp", "list"])?;
     assert!(
         text(&out).contains("probe: ") && text(&out).contains("idle"),
         "{out:?}"
     );
 
-    let out = tether(&daemon, &["-p", "pid", "--allowedTools", "mcp__probe"])?;
+    let out = daemon.run_tether(&["-p", "pid", "--allowedTools", "mcp__probe"])?;
     assert!(out.status.success(), "{out:?}");
-    let out = tether(&daemon, &["mcp", "get", "probe", "--json"])?;
+    let out = daemon.run_tether(&["mcp", "get", "probe", "--json"])?;
     let got: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(got["state"], "connected", "{got}");
     assert_eq!(got["scope"], "local");
@@ -476,41 +445,38 @@ fn tether_mcp_adds_lists_approves_and_removes_as_claude_mcp_does() -> anyhow::Re
         "{got}"
     );
 
-    let out = tether(&daemon, &["mcp", "add-json", "web", r#"{"type":"http"}"#])?;
+    let out = daemon.run_tether(&["mcp", "add-json", "web", r#"{"type":"http"}"#])?;
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("missing \"url\""),
         "{out:?}"
     );
-    let out = tether(
-        &daemon,
-        &[
-            "mcp",
-            "add",
-            "--scope",
-            "project",
-            "--transport",
-            "http",
-            "web",
-            "http://127.0.0.1:9/mcp",
-        ],
-    )?;
+    let out = daemon.run_tether(&[
+        "mcp",
+        "add",
+        "--scope",
+        "project",
+        "--transport",
+        "http",
+        "web",
+        "http://127.0.0.1:9/mcp",
+    ])?;
     assert!(out.status.success(), "{out:?}");
-    let list = tether(&daemon, &["mcp", "list", "--json"])?;
+    let list = daemon.run_tether(&["mcp", "list", "--json"])?;
     let list: Value = serde_json::from_slice(&list.stdout)?;
     assert_eq!(list["unapproved"], json!(["web"]));
-    let out = tether(&daemon, &["mcp", "approve", "web"])?;
+    let out = daemon.run_tether(&["mcp", "approve", "web"])?;
     assert!(out.status.success(), "{out:?}");
-    let list = tether(&daemon, &["mcp", "list", "--json"])?;
+    let list = daemon.run_tether(&["mcp", "list", "--json"])?;
     let list: Value = serde_json::from_slice(&list.stdout)?;
     assert_eq!(list["unapproved"], json!([]));
     assert_eq!(list["servers"].as_array().map(Vec::len), Some(2));
 
     for name in ["probe", "web"] {
-        let out = tether(&daemon, &["mcp", "remove", name])?;
+        let out = daemon.run_tether(&["mcp", "remove", name])?;
         assert!(out.status.success(), "{out:?}");
     }
-    let out = tether(&daemon, &["mcp", "list"])?;
+    let out = daemon.run_tether(&["mcp", "list"])?;
     assert!(text(&out).contains("No MCP servers"), "{out:?}");
     Ok(())
 }
