@@ -216,7 +216,7 @@ pub fn load(
             let list = servers_of(
                 &servers,
                 &source,
-                Some(&text),
+                Some(text),
                 Scope::Project,
                 env,
                 &mut config,
@@ -306,8 +306,11 @@ pub(super) fn names_at(v: &Value, key: &str) -> Vec<String> {
 /// A JSON file and its text; a file that is not JSON is a problem with its line.
 /// Every turn reads the configuration again, and `~/.claude.json` (Claude Code's state) can hold
 /// megabytes: a file is parsed again only when its modification time or length changed.
-static PARSED: std::sync::LazyLock<Mutex<HashMap<PathBuf, (Stamp, Arc<Parsed>)>>> =
+static PARSED: std::sync::LazyLock<Mutex<HashMap<PathBuf, Seen>>> =
     std::sync::LazyLock::new(Default::default);
+
+/// A file as last parsed, with the stamp it had then.
+type Seen = (Stamp, Arc<Parsed>);
 
 /// A file's modification time and length.
 type Stamp = (Option<std::time::SystemTime>, u64);

@@ -90,10 +90,9 @@ pub fn tools_of(server: &Arc<Server>, listed: Vec<ListedTool>) -> (Tools, Vec<St
         }));
     }
     let (tools, invalid) = Tools::checked(tools);
-    for (tool, why) in invalid {
+    for (name, why) in invalid {
         dropped.push(format!(
-            "tool {:?} dropped: its input schema is invalid: {why}",
-            tool.name()
+            "tool {name:?} dropped: its input schema is invalid: {why}"
         ));
     }
     (tools, dropped)

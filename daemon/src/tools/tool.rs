@@ -229,9 +229,10 @@ impl Tools {
         Self { entries }
     }
 
-    /// A registry of the tools whose input schema compiles, and the others with why (tools
-    /// from outside, such as an MCP server's, are left out rather than run unvalidated).
-    pub fn checked(tools: Vec<Arc<dyn Tool>>) -> (Self, Vec<(Arc<dyn Tool>, String)>) {
+    /// A registry of the tools whose input schema compiles, and the others' names with why
+    /// (tools from outside, such as an MCP server's, are left out rather than run
+    /// unvalidated).
+    pub fn checked(tools: Vec<Arc<dyn Tool>>) -> (Self, Vec<(String, String)>) {
         let mut entries = Vec::new();
         let mut refused = Vec::new();
         for tool in tools {
@@ -240,7 +241,7 @@ impl Tools {
                     tool,
                     validator: Some(v),
                 })),
-                Err(e) => refused.push((tool, e.to_string())),
+                Err(e) => refused.push((tool.name().to_owned(), e.to_string())),
             }
         }
         (Self { entries }, refused)
