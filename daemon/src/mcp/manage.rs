@@ -4,7 +4,8 @@
 //! `projects["<dir>"].enabledMcpjsonServers` / `disabledMcpjsonServers`.
 //!
 //! Invariant: every other key of a file is kept, the file is replaced atomically (a temporary
-//! file renamed over it), and a file that is not valid JSON is never overwritten.
+//! file renamed over it) keeping its mode (a new file is 0600), and a file that is not valid
+//! JSON is never overwritten.
 
 use super::config::{names_at, project_file, server_of, user_state_file};
 use serde_json::{Value, json};
@@ -60,7 +61,12 @@ fn write(file: &Path, v: &Value) -> Result<(), ManageError> {
         file.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
         std::process::id()
     ));
-    std::fs::write(&tmp, text).map_err(fail)?;
+    // Written private (it may hold tokens in headers or env), then given the mode the file it
+    // replaces had.
+    tether_proto::private::write(&tmp, text.as_bytes()).map_err(fail)?;
+    if let Ok(old) = std::fs::metadata(file) {
+        std::fs::set_permissions(&tmp, old.permissions()).map_err(fail)?;
+    }
     std::fs::rename(&tmp, file).map_err(fail)
 }
 
@@ -232,6 +238,11 @@ mod tests {
         let (h, cwd) = (Some(home.path()), project.path());
         std::fs::write(home.path().join(".claude.json"), r#"{"theme": "dark"}"#)
             .expect("test setup");
+        std::fs::set_permissions(
+            home.path().join(".claude.json"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o640),
+        )
+        .expect("test setup");
         let env = |_: &str| None;
         add(cwd, h, "mine", None, &json!({"command": "m"})).expect("test setup");
         add(
@@ -267,6 +278,14 @@ mod tests {
 
         remove(cwd, h, "mine", None).expect("test setup");
         assert!(remove(cwd, h, "mine", None).is_err());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).expect("written").permissions().mode() & 0o777;
+        assert_eq!(
+            mode(&home.path().join(".claude.json")),
+            0o640,
+            "its mode kept"
+        );
+        assert_eq!(mode(&cwd.join(".mcp.json")), 0o600, "a new file is private");
         let state: Value = serde_json::from_str(
             &std::fs::read_to_string(home.path().join(".claude.json")).expect("test setup"),
         )
