@@ -11,7 +11,7 @@ use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::PendingSubscriptionSink;
 use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::types::error::INVALID_PARAMS_CODE;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tether_proto::*;
@@ -208,15 +208,7 @@ impl TetherRpcServer for RpcApi {
                 id.0
             )));
         }
-        let path = Path::new(&cwd);
-        if !path.is_absolute() {
-            return Err(invalid_params(format!(
-                "cwd must be an absolute path, got {cwd:?}"
-            )));
-        }
-        if !path.is_dir() {
-            return Err(invalid_params(format!("cwd {cwd:?} is not a directory")));
-        }
+        absolute_dir(&cwd)?;
         let new = NewSession {
             cwd,
             title: non_empty("title", title)?,
@@ -567,14 +559,16 @@ fn daemon_info() -> DaemonInfo {
     }
 }
 
-/// `cwd` of an `mcp/*` request: an absolute path to a directory.
-fn absolute_dir(cwd: &str) -> RpcResult<std::path::PathBuf> {
-    let path = std::path::PathBuf::from(cwd);
+/// A request's `cwd`: an absolute path to a directory.
+fn absolute_dir(cwd: &str) -> RpcResult<PathBuf> {
+    let path = PathBuf::from(cwd);
     if !path.is_absolute() {
-        return Err(invalid_params(format!("cwd must be absolute: {cwd:?}")));
+        return Err(invalid_params(format!(
+            "cwd must be an absolute path, got {cwd:?}"
+        )));
     }
     if !path.is_dir() {
-        return Err(invalid_params(format!("cwd is not a directory: {cwd}")));
+        return Err(invalid_params(format!("cwd {cwd:?} is not a directory")));
     }
     Ok(path)
 }
