@@ -150,71 +150,65 @@ impl Tool for McpTool {
     }
 }
 
+fn text_block(text: String) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+/// One MCP content item as a tool-result block: text and images as they are, what the model
+/// cannot take as a line saying what it was.
+fn block_of(item: &Value) -> Value {
+    let str_of = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    match item["type"].as_str() {
+        Some("text") => text_block(str_of(&item["text"])),
+        Some("image") if IMAGE_TYPES.contains(&item["mimeType"].as_str().unwrap_or_default()) => {
+            json!({"type": "image", "source": {
+                "type": "base64", "media_type": item["mimeType"], "data": item["data"],
+            }})
+        }
+        Some("image") => text_block(format!(
+            "[image of type {} omitted: the model takes PNG, JPEG, GIF or WebP]",
+            str_of(&item["mimeType"])
+        )),
+        Some("audio") => text_block(format!(
+            "[audio of type {} omitted]",
+            item["mimeType"].as_str().unwrap_or("?")
+        )),
+        Some("resource") => {
+            let r = &item["resource"];
+            let uri = str_of(&r["uri"]);
+            match r["text"].as_str() {
+                Some(t) => text_block(format!("[resource {uri}]\n{t}")),
+                None => text_block(format!(
+                    "[resource {uri} ({}) holds binary data, omitted]",
+                    r["mimeType"].as_str().unwrap_or("?")
+                )),
+            }
+        }
+        Some("resource_link") => text_block(
+            format!(
+                "[resource link: {} {}]",
+                str_of(&item["uri"]),
+                str_of(&item["name"])
+            )
+            .trim_end()
+            .to_owned(),
+        ),
+        _ => text_block(item.to_string()),
+    }
+}
+
 /// A `tools/call` result as tool-result content.
 pub fn output_of(result: &Value, max_tokens: usize) -> ToolOutput {
-    let mut blocks: Vec<Value> = Vec::new();
-    let text = |s: String, blocks: &mut Vec<Value>| {
-        blocks.push(json!({"type": "text", "text": s}));
-    };
-    for item in result["content"].as_array().into_iter().flatten() {
-        match item["type"].as_str() {
-            Some("text") => text(
-                item["text"].as_str().unwrap_or_default().to_owned(),
-                &mut blocks,
-            ),
-            Some("image") => {
-                let mime = item["mimeType"].as_str().unwrap_or_default();
-                if IMAGE_TYPES.contains(&mime) {
-                    blocks.push(json!({"type": "image", "source": {
-                        "type": "base64", "media_type": mime, "data": item["data"],
-                    }}));
-                } else {
-                    text(
-                        format!(
-                            "[image of type {mime} omitted: the model takes PNG, JPEG, GIF or WebP]"
-                        ),
-                        &mut blocks,
-                    );
-                }
-            }
-            Some("audio") => text(
-                format!(
-                    "[audio of type {} omitted]",
-                    item["mimeType"].as_str().unwrap_or("?")
-                ),
-                &mut blocks,
-            ),
-            Some("resource") => {
-                let r = &item["resource"];
-                let uri = r["uri"].as_str().unwrap_or_default();
-                match r["text"].as_str() {
-                    Some(t) => text(format!("[resource {uri}]\n{t}"), &mut blocks),
-                    None => text(
-                        format!(
-                            "[resource {uri} ({}) holds binary data, omitted]",
-                            r["mimeType"].as_str().unwrap_or("?")
-                        ),
-                        &mut blocks,
-                    ),
-                }
-            }
-            Some("resource_link") => text(
-                format!(
-                    "[resource link: {} {}]",
-                    item["uri"].as_str().unwrap_or_default(),
-                    item["name"].as_str().unwrap_or_default()
-                )
-                .trim_end()
-                .to_owned(),
-                &mut blocks,
-            ),
-            _ => text(item.to_string(), &mut blocks),
-        }
-    }
+    let mut blocks: Vec<Value> = result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(block_of)
+        .collect();
     if blocks.is_empty()
         && let Some(s) = result.get("structuredContent").filter(|s| !s.is_null())
     {
-        text(s.to_string(), &mut blocks);
+        blocks.push(text_block(s.to_string()));
     }
     let is_error = result["isError"].as_bool() == Some(true);
     let max_chars = max_tokens.saturating_mul(4);
