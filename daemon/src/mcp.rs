@@ -14,7 +14,7 @@ mod sse;
 mod tool;
 
 pub use config::{Extra, McpConfig};
-pub use servers::{Limits, McpServers};
+pub use servers::{Lease, Limits, McpServers};
 
 use servers::State;
 

@@ -102,6 +102,8 @@ pub struct Server {
     /// Tools dropped from its listing, and why.
     dropped: Mutex<Vec<String>>,
     last_used: Mutex<Instant>,
+    /// Turns using it: a server is never idle while one runs, however long.
+    users: std::sync::atomic::AtomicUsize,
     supervised: Mutex<Option<CancellationToken>>,
     limits: Limits,
 }
@@ -126,11 +128,21 @@ impl Server {
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
+    /// How long it has gone unused (zero while a turn uses it).
     fn idle_for(&self) -> Duration {
+        if self.users.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            return Duration::ZERO;
+        }
         self.last_used
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .elapsed()
+    }
+
+    /// Keeps it from being stopped as idle until the lease drops.
+    fn lease(self: &Arc<Self>) -> Lease {
+        self.users.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Lease(self.clone())
     }
 
     /// The connection, waiting for a start in progress (at most the start timeout).
@@ -297,6 +309,19 @@ impl Server {
     }
 }
 
+/// A turn's hold on a server: while it lives the server is not stopped as idle (taken before
+/// the server starts, so a slow start is not mistaken for disuse either).
+pub struct Lease(Arc<Server>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .users
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 type Key = (String, Transport, PathBuf);
 
 /// What a turn gets: the tools of its servers and what its user should be told.
@@ -306,6 +331,8 @@ pub struct ForTurn {
     pub tools: Tools,
     /// Notices not yet told to this session.
     pub notices: Vec<String>,
+    /// Holds the servers up while the turn runs (drop it when the turn ends).
+    pub leases: Vec<Lease>,
 }
 
 /// Every server of the daemon.
@@ -369,6 +396,7 @@ impl McpServers {
                     listed_at: std::sync::atomic::AtomicU64::new(0),
                     dropped: Mutex::new(Vec::new()),
                     last_used: Mutex::new(Instant::now()),
+                    users: Default::default(),
                     supervised: Mutex::new(None),
                     limits: self.limits.clone(),
                 })
@@ -382,6 +410,7 @@ impl McpServers {
     pub async fn for_turn(&self, session: &str, config: &McpConfig, cwd: &Path) -> ForTurn {
         let servers: Vec<Arc<Server>> =
             config.servers.iter().map(|c| self.server(c, cwd)).collect();
+        let leases = servers.iter().map(Server::lease).collect();
         let waits = servers.iter().map(|s| async move {
             // A restart after a crash happens in the background; the first start is waited for.
             let fresh = matches!(s.state(), State::Starting(0)) || !s.is_supervised();
@@ -394,7 +423,10 @@ impl McpServers {
             s.current().await;
         });
         futures::future::join_all(waits).await;
-        let mut out = ForTurn::default();
+        let mut out = ForTurn {
+            leases,
+            ..ForTurn::default()
+        };
         let mut notices = config.problems.clone();
         if !config.unapproved.is_empty() {
             notices.push(format!(

@@ -258,7 +258,7 @@ struct Mcp {
 impl Mcp {
     /// Adds the tools of the project's MCP servers to `tools` and tells the user what is
     /// wrong with them (once per session); waits for servers that are starting unless the
-    /// turn is cancelled.
+    /// turn is cancelled. The leases it returns keep the servers up until they drop.
     async fn add_tools(
         self,
         session: &str,
@@ -266,14 +266,14 @@ impl Mcp {
         tools: &mut crate::tools::Tools,
         sink: &ActorSink,
         cancel: &CancellationToken,
-    ) {
+    ) -> Vec<crate::mcp::Lease> {
         let config = crate::mcp::configuration(cwd, &self.extra);
         if config.servers.is_empty() && config.problems.is_empty() && config.unapproved.is_empty() {
-            return;
+            return Vec::new();
         }
         let found = tokio::select! {
             found = self.servers.for_turn(session, &config, cwd) => found,
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => return Vec::new(),
         };
         for message in found.notices {
             sink.send(EventKind::Notice {
@@ -285,6 +285,7 @@ impl Mcp {
             // The built-in tools were narrowed at launch; the servers' tools the same way.
             *tools = tools.extend(&narrow(found.tools, &self.options));
         }
+        found.leases
     }
 }
 
@@ -352,11 +353,14 @@ impl TurnTask {
         {
             tracing::error!("could not log the session's context: {e}");
         }
-        if matches!(job, TurnJob::Run | TurnJob::Resume(_)) {
+        // Held until the turn ends, so its servers are not stopped as idle under it.
+        let _leases = if matches!(job, TurnJob::Run | TurnJob::Resume(_)) {
             let session = ctx.session_id.clone();
             mcp.add_tools(&session, &cwd, &mut ctx.tools, &sink, &cancel)
-                .await;
-        }
+                .await
+        } else {
+            Vec::new()
+        };
         ctx.system = history
             .prefix
             .as_ref()

@@ -480,3 +480,35 @@ fn tether_mcp_adds_lists_approves_and_removes_as_claude_mcp_does() -> anyhow::Re
     assert!(text(&out).contains("No MCP servers"), "{out:?}");
     Ok(())
 }
+
+#[test]
+fn a_call_longer_than_the_idle_time_is_not_stopped() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use(
+            "mcp__everything__trigger-long-running-operation",
+            json!({"duration": 2, "steps": 2}),
+        ),
+        Step::text("finished"),
+    ]))?;
+    let mut env = fake.env();
+    env.push(("TETHER_MCP_IDLE_MS".into(), "300".into()));
+    let daemon = Daemon::start_with(env)?;
+    let config = everything_stdio();
+    let out = daemon.run_tether(&[
+        "-p",
+        "run it",
+        "--mcp-config",
+        &config,
+        "--allowedTools",
+        "mcp__everything",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    let r = results(&fake.server.message_requests()[1].body);
+    assert_ne!(r[0]["is_error"], true, "not stopped mid-call: {}", r[0]);
+    assert!(
+        result_text(&r[0]).contains("completed"),
+        "{}",
+        result_text(&r[0])
+    );
+    Ok(())
+}
