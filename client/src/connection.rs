@@ -64,6 +64,9 @@ pub fn path_env() -> PathEnv {
     PathEnv::from_process(nix::unistd::getuid().as_raw())
 }
 
+/// A failed call to the daemon.
+pub type CallError = jsonrpsee::core::client::Error;
+
 /// A session's event stream (`session/subscribe`'s notifications, as JSON).
 pub type Events = jsonrpsee::core::client::Subscription<serde_json::Value>;
 

@@ -1,5 +1,6 @@
 //! The `tether` binary: the terminal face of the tether daemon.
 
+mod acp;
 mod commands;
 mod connection;
 mod headless;
@@ -167,6 +168,9 @@ enum Cmd {
         #[command(subcommand)]
         action: mcp::McpCmd,
     },
+    /// Serve an editor over the Agent Client Protocol on stdin/stdout (Zed, Neovim, Emacs,
+    /// JetBrains): its sessions are daemon sessions any terminal can attach to.
+    Acp,
     /// Check the socket, the daemon, its data directory, credentials, git and configuration.
     Doctor {
         /// Also check that the API answers (a free request, no tokens).
@@ -351,6 +355,7 @@ fn main() -> ExitCode {
             Some(Cmd::Doctor { online }) => commands::doctor(&socket, out, online).await,
             Some(Cmd::Models) => commands::models(&socket, out).await,
             Some(Cmd::Mcp { action }) => mcp::run(&socket, out, action).await,
+            Some(Cmd::Acp) => acp::run(&socket).await,
             Some(Cmd::Daemon {
                 action: DaemonCmd::Stop,
             }) => commands::daemon_stop(&socket, out).await,

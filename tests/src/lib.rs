@@ -45,29 +45,46 @@ pub fn bin_dir() -> PathBuf {
     }
 }
 
-/// A program of the MCP reference servers `tests/run` installs into its cache
-/// (`mcp-server-everything`, `mcp-server-filesystem`, `mcp-server-time`), failing clearly when
-/// it is not there.
-pub fn mcp_server(program: &str) -> PathBuf {
-    let cache = std::env::var_os("TETHER_TEST_CACHE")
+/// The cache `tests/run` installs the suites' outside components into.
+pub fn test_cache() -> PathBuf {
+    std::env::var_os("TETHER_TEST_CACHE")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("tether-tests"))
         })
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/tether-tests")))
-        .expect("a cache directory: set TETHER_TEST_CACHE");
-    let dir = cache.join("mcp-servers");
-    let path = if program == "mcp-server-time" {
-        dir.join("venv/bin").join(program)
-    } else {
-        dir.join("node_modules/.bin").join(program)
-    };
+        .expect("a cache directory: set TETHER_TEST_CACHE")
+}
+
+/// A file `tests/run` installs into the cache, failing clearly when it is not there.
+fn cached(path: PathBuf) -> PathBuf {
     assert!(
         path.is_file(),
-        "{} is missing: tests/run installs the MCP reference servers",
+        "{} is missing: tests/run installs it",
         path.display()
     );
     path
+}
+
+/// A program of the MCP reference servers `tests/run` installs into its cache
+/// (`mcp-server-everything`, `mcp-server-filesystem`, `mcp-server-time`).
+pub fn mcp_server(program: &str) -> PathBuf {
+    let dir = test_cache().join("mcp-servers");
+    cached(if program == "mcp-server-time" {
+        dir.join("venv/bin").join(program)
+    } else {
+        dir.join("node_modules/.bin").join(program)
+    })
+}
+
+/// The Python of the venv holding the ACP Python SDK.
+pub fn acp_python() -> PathBuf {
+    cached(test_cache().join("acp/venv/bin/python"))
+}
+
+/// The ACP v1 JSON Schema the ACP TypeScript SDK ships.
+pub fn acp_schema() -> PathBuf {
+    cached(test_cache().join("acp/node_modules/@agentclientprotocol/sdk/schema/v1/schema.json"))
 }
 
 /// Path of one of the project's binaries, failing clearly when it was not built.

@@ -1,6 +1,7 @@
 //! All end-to-end suites, in one test binary (one link, parallel tests).
 
 mod access;
+mod acp;
 mod cache;
 mod chaos;
 mod headless;

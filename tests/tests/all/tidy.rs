@@ -102,6 +102,10 @@ fn each_heavy_dependency_is_named_only_by_its_owner() {
         ("opentelemetry_otlp", &["daemon/src/telemetry.rs"]),
         ("tracing_opentelemetry", &["daemon/src/telemetry.rs"]),
         ("reedline", &["client/src/repl/", "client/src/repl.rs"]),
+        (
+            "agent_client_protocol",
+            &["client/src/acp.rs", "client/src/acp/"],
+        ),
         ("axum", &[]),
     ];
     let mut wrong = Vec::new();
