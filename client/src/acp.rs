@@ -216,15 +216,22 @@ impl Editor {
             .map_err(|e| Error::invalid_params().data(serde_json::json!(e.to_string())))?;
         let end = self.run_turn(&session, input).await?;
         let stop = match end.stop_reason.as_str() {
-            "end_turn" | "stop_sequence" | "pause_turn" | "tool_use" => StopReason::EndTurn,
+            "end_turn" | "stop_sequence" | "pause_turn" | "tool_use" | "command" | "compacted" => {
+                StopReason::EndTurn
+            }
             "max_tokens" => StopReason::MaxTokens,
             "max_turns" => StopReason::MaxTurnRequests,
             "refusal" => StopReason::Refusal,
-            "cancelled" | "interrupted" | "interrupted_by_restart" => StopReason::Cancelled,
+            "cancelled" => StopReason::Cancelled,
+            "interrupted_by_restart" => {
+                return Err(Error::internal_error().data(serde_json::json!(
+                    "the turn was interrupted: tetherd stopped while it ran (the session is intact; send the prompt again)"
+                )));
+            }
             other => {
                 let why = end
                     .error
-                    .unwrap_or_else(|| format!("the turn ended: {other}"));
+                    .unwrap_or_else(|| format!("the turn ended: {}", other.replace('_', " ")));
                 return Err(Error::internal_error().data(serde_json::json!(why)));
             }
         };

@@ -111,6 +111,22 @@ impl Translator {
             "tool_result" => self.tool_result(data),
             "plan_updated" => vec![plan(data)],
             "usage_updated" => self.usage(data).into_iter().collect(),
+            // A command's answer (`/cost`, `/model`) or a warning during a turn.
+            "notice" if raw.get("turnId").is_some() => {
+                let text = str_of(&data["message"]);
+                let text = if data["level"] == "warning" {
+                    format!("\n\n> ⚠ {text}\n\n")
+                } else {
+                    format!("{text}\n")
+                };
+                vec![SessionUpdate::AgentMessageChunk(chunk(text))]
+            }
+            "error" if raw.get("turnId").is_some() => {
+                vec![SessionUpdate::AgentMessageChunk(chunk(format!(
+                    "\n\n**Error:** {}\n\n",
+                    str_of(&data["message"])
+                )))]
+            }
             _ => vec![],
         };
         (updates, changed)

@@ -530,3 +530,58 @@ fn modes_and_the_model_are_set_from_the_editor_and_bad_input_gets_an_error() -> 
     );
     Ok(())
 }
+
+/// Stops the daemon the bridge started on this socket (it is no child of the test).
+struct StopsDaemon<'a>(&'a Daemon);
+
+impl Drop for StopsDaemon<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.0.ndjson() {
+            let _ = c.call("daemon/shutdown", json!({}));
+        }
+    }
+}
+
+#[test]
+fn a_daemon_killed_mid_prompt_fails_the_prompt_clearly_and_the_next_one_works() -> anyhow::Result<()>
+{
+    let fake = Fake::start(
+        Script::of([
+            Step::text("This reply stalls until the daemon dies.").stall_after(4),
+            Step::text("Back again."),
+        ])
+        .titling("Editor session"),
+    )?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let mut editor = Editor::start(&daemon, &fake)?;
+    let session = editor.new_session(&daemon.workdir())?;
+    editor.prompt(&session, "go", "p1")?;
+    editor.until("the first chunk", |v| {
+        v["update"]["sessionUpdate"] == "agent_message_chunk"
+    })?;
+    daemon.kill9()?;
+    // The bridge starts the daemon again; its recovery ends the interrupted turn.
+    let _stop = StopsDaemon(&daemon);
+    let done = editor.prompt_done("p1")?;
+    assert!(
+        done["error"]["data"]
+            .as_str()
+            .is_some_and(|d| d.contains("interrupted")),
+        "{done}"
+    );
+    editor.prompt(&session, "again", "p2")?;
+    let done = editor.prompt_done("p2")?;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert!(
+        editor.agent_text().ends_with("Back again."),
+        "{}",
+        editor.agent_text()
+    );
+    // A daemon command answers in the reply.
+    editor.prompt(&session, "/cost", "p3")?;
+    let done = editor.prompt_done("p3")?;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert!(editor.agent_text().contains('$'), "{}", editor.agent_text());
+    editor.checked_trace()?;
+    Ok(())
+}
