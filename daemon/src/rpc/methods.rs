@@ -408,11 +408,11 @@ impl TetherRpcServer for RpcApi {
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "turn/cancel"))]
     async fn turn_cancel(
         &self,
-        _ext: &Extensions,
+        ext: &Extensions,
         session_id: SessionId,
     ) -> RpcResult<TurnCancelled> {
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
-        let cancelled = handle.cancel_turn().await.map_err(rpc_error)?;
+        let cancelled = handle.cancel_turn(self.by(ext)).await.map_err(rpc_error)?;
         Ok(TurnCancelled { cancelled })
     }
 

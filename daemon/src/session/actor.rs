@@ -71,7 +71,8 @@ pub(super) enum Command {
         reply: oneshot::Sender<Result<TurnStarted, SessionError>>,
     },
     CancelTurn {
-        reply: oneshot::Sender<bool>,
+        by: Option<ClientRef>,
+        reply: oneshot::Sender<Result<bool, SessionError>>,
     },
     /// A turn's input has been read and passed through the prompt hooks.
     Prepared {
@@ -247,9 +248,9 @@ impl SessionHandle {
         self.call(|reply| Command::Note { message, reply }).await?
     }
 
-    /// Cancels the running turn; `false` when none runs.
-    pub async fn cancel_turn(&self) -> Result<bool, SessionError> {
-        self.call(|reply| Command::CancelTurn { reply }).await
+    /// Cancels the running turn; `false` when none runs. An observer may not.
+    pub async fn cancel_turn(&self, by: Option<ClientRef>) -> Result<bool, SessionError> {
+        self.call(|reply| Command::CancelTurn { by, reply }).await?
     }
 
     pub(super) async fn delete(&self, by: Option<ClientRef>) -> Result<(), SessionError> {
@@ -448,7 +449,14 @@ impl SessionActor {
             }),
             Command::Rules { reply } => drop(reply.send(self.rules_report())),
             Command::StartTurn { request, reply } => drop(reply.send(self.request_turn(request))),
-            Command::CancelTurn { reply } => drop(reply.send(self.cancel_turn())),
+            Command::CancelTurn { by, reply } => {
+                let observer = by.as_ref().is_some_and(|b| self.presence.observer_only(b));
+                drop(reply.send(if observer {
+                    Err(SessionError::NotController)
+                } else {
+                    Ok(self.cancel_turn())
+                }))
+            }
             Command::Prepared {
                 queued,
                 preparation,

@@ -19,6 +19,10 @@ impl SessionActor {
         by: Option<ClientRef>,
         reply: oneshot::Sender<Result<SessionSummary, SessionError>>,
     ) {
+        if by.as_ref().is_some_and(|b| self.presence.observer_only(b)) {
+            let _ = reply.send(Err(SessionError::NotController));
+            return;
+        }
         let record = &self.journal.record;
         let title = change
             .title

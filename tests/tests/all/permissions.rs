@@ -87,6 +87,17 @@ fn the_first_controller_answer_wins_and_everyone_sees_who() -> anyhow::Result<()
         json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
     )?;
     assert_eq!(refused["error"]["code"], -32003);
+    // Nor may it cancel the turn or change the session.
+    for (method, params) in [
+        ("turn/cancel", json!({"sessionId": session})),
+        (
+            "session/configure",
+            json!({"sessionId": session, "permissionMode": "bypassPermissions"}),
+        ),
+    ] {
+        let refused = observer.request(method, params)?;
+        assert_eq!(refused["error"]["code"], -32003, "{method}: {refused}");
+    }
     let first = a.call(
         "permission/respond",
         json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
