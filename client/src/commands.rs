@@ -45,7 +45,7 @@ pub async fn sessions(
         .transpose()?;
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
     let cwd = if here {
-        Some(std::env::current_dir()?.display().to_string())
+        Some(crate::remote::work_dir()?)
     } else {
         None
     };
@@ -70,10 +70,7 @@ pub async fn new(
     permission_mode: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let mode = parse_mode(permission_mode)?;
-    let cwd = std::env::current_dir()
-        .context("cannot read the current directory")?
-        .display()
-        .to_string();
+    let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
     let conn = connection::connect(socket, true, ClientKind::Tui).await?;
     let created = conn
         .client
@@ -541,7 +538,7 @@ pub async fn pick_session(socket: &Path, id: &str) -> anyhow::Result<SessionId> 
     if !id.is_empty() {
         return Ok(resolve(&conn, id).await?.session_id);
     }
-    let cwd = std::env::current_dir()?.display().to_string();
+    let cwd = crate::remote::work_dir()?;
     let list = conn
         .client
         .session_list(Some(cwd), None, Some(20), None)

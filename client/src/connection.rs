@@ -57,6 +57,8 @@ pub struct Connection {
     pub client: Client,
     /// What the daemon said in `initialize`.
     pub hello: InitializeResult,
+    /// The ssh process carrying a remote connection (killed with it).
+    _ssh: Option<tokio::process::Child>,
 }
 
 /// Where the client looks for the daemon and its data.
@@ -98,13 +100,41 @@ pub async fn connect(
     connect_as(socket, autostart, kind, "tether".into()).await
 }
 
-/// [`connect`] with the name other clients see (`tether on host pts/3`).
+/// [`connect`] with the name other clients see (`tether on host pts/3`). With `--remote`, the
+/// daemon is reached through ssh instead (`remote.rs`) and `socket` is not used.
 pub async fn connect_as(
     socket: &Path,
     autostart: bool,
     kind: ClientKind,
     name: String,
 ) -> Result<Connection, ConnectError> {
+    if let Some(remote) = crate::remote::current() {
+        let place = PathBuf::from(format!("{}: (over ssh)", remote.destination));
+        let pipe = crate::remote::open(remote).map_err(|e| ConnectError::Connect {
+            path: place.clone(),
+            reason: e.to_string(),
+        })?;
+        let mut ssh = pipe.ssh;
+        return match handshake(&place, pipe.stream, kind, name).await {
+            Ok(mut conn) => {
+                conn._ssh = Some(ssh);
+                Ok(conn)
+            }
+            Err(ConnectError::Connect { path, .. }) => Err(ConnectError::Connect {
+                path,
+                reason: crate::remote::ssh_verdict(&mut ssh).await,
+            }),
+            Err(e) => Err(e),
+        };
+    }
+    let stream = open_local(socket, autostart).await?;
+    handshake(socket, stream, kind, name).await
+}
+
+/// A stream to the daemon on `socket`, started first if nothing listens and `autostart`;
+/// nothing is sent before the socket's directory and the serving process are known to be
+/// this user's.
+pub async fn open_local(socket: &Path, autostart: bool) -> Result<UnixStream, ConnectError> {
     let uid = nix::unistd::getuid().as_raw();
     check_socket_dir(socket, uid)?;
     let stream = match UnixStream::connect(socket).await {
@@ -127,14 +157,12 @@ pub async fn connect_as(
             });
         }
     };
-    let connect_err = |reason: String| ConnectError::Connect {
-        path: socket.to_owned(),
-        reason,
-    };
-    // Nothing is sent before we know the daemon is ours.
     let peer = stream
         .peer_cred()
-        .map_err(|e| connect_err(format!("cannot tell who serves the socket: {e}")))?
+        .map_err(|e| ConnectError::Connect {
+            path: socket.to_owned(),
+            reason: format!("cannot tell who serves the socket: {e}"),
+        })?
         .uid();
     if peer != uid {
         return Err(ForeignPeer {
@@ -144,6 +172,24 @@ pub async fn connect_as(
         }
         .into());
     }
+    Ok(stream)
+}
+
+/// The WebSocket handshake and `initialize` over any byte stream to the daemon (`place` names
+/// it in errors).
+async fn handshake<S>(
+    place: &Path,
+    stream: S,
+    kind: ClientKind,
+    name: String,
+) -> Result<Connection, ConnectError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let connect_err = |reason: String| ConnectError::Connect {
+        path: place.to_owned(),
+        reason,
+    };
     let url = Url::parse("ws://tetherd/").map_err(|e| connect_err(e.to_string()))?;
     let (tx, rx) = WsTransportClientBuilder::default()
         .max_request_size(MAX_MESSAGE_BYTES)
@@ -175,7 +221,11 @@ pub async fn connect_as(
         .initialize(PROTOCOL_VERSION, Some(info), Some(capabilities))
         .await
         .map_err(|e| ConnectError::Initialize(e.to_string()))?;
-    Ok(Connection { client, hello })
+    Ok(Connection {
+        client,
+        hello,
+        _ssh: None,
+    })
 }
 
 /// The socket's directory, when it exists, must pass the rule both sides apply

@@ -273,10 +273,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
             (other, _) => bail!("unknown input format {other:?} (use text or stream-json)"),
         };
     let mode = crate::commands::parse_mode(h.permission_mode)?;
-    let cwd = std::env::current_dir()
-        .context("cannot read the current directory")?
-        .display()
-        .to_string();
+    let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
     let Some(first) = prompts.next().transpose()? else {
         bail!("no prompt on stdin");

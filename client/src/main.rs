@@ -6,6 +6,7 @@ mod connection;
 mod headless;
 mod markdown;
 mod mcp;
+mod remote;
 mod render;
 mod repl;
 mod stream_json;
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 
 /// tether: a coding agent that lives in a daemon.
 #[derive(Debug, Parser)]
-#[command(name = "tether", version, args_conflicts_with_subcommands = true)]
+#[command(name = "tether", version)]
 struct Cli {
     /// Print machine-readable JSON instead of human output.
     #[arg(long, global = true)]
@@ -27,6 +28,10 @@ struct Cli {
     /// /tmp/tether-$UID/tetherd.sock).
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Use the daemon on another machine, through `ssh HOST tether bridge` (default:
+    /// $TETHER_REMOTE). New sessions start in DIR there (default: this directory's path).
+    #[arg(long, global = true, value_name = "[USER@]HOST[:DIR]")]
+    remote: Option<String>,
     /// Run headless: one prompt (or stdin) in a new session here, print the answer and exit.
     #[arg(short = 'p', long = "print", value_name = "PROMPT", num_args = 0..=1, default_missing_value = "")]
     print: Option<String>,
@@ -171,6 +176,9 @@ enum Cmd {
     /// Serve an editor over the Agent Client Protocol on stdin/stdout (Zed, Neovim, Emacs,
     /// JetBrains): its sessions are daemon sessions any terminal can attach to.
     Acp,
+    /// Relay stdin/stdout to the local daemon's socket, starting the daemon if needed: the
+    /// remote end of `--remote` (run by ssh).
+    Bridge,
     /// Check the socket, the daemon, its data directory, credentials, git and configuration.
     Doctor {
         /// Also check that the API answers (a free request, no tokens).
@@ -257,6 +265,14 @@ fn main() -> ExitCode {
         .clone()
         .unwrap_or_else(|| connection::path_env().socket());
     let out = commands::Output { json: cli.json };
+    // The bridge is always the local end (even where $TETHER_REMOTE is set); everything
+    // else may be remote.
+    if !matches!(cli.command, Some(Cmd::Bridge))
+        && let Err(e) = remote::configure(cli.remote.as_deref())
+    {
+        eprintln!("tether: {e}");
+        return ExitCode::from(2);
+    }
     let result = runtime.block_on(async {
         if let Some(prompt) = cli.print.clone() {
             // `tether -p --model opus "say hi"`: the prompt may follow the flags, as with claude.
@@ -356,6 +372,7 @@ fn main() -> ExitCode {
             Some(Cmd::Models) => commands::models(&socket, out).await,
             Some(Cmd::Mcp { action }) => mcp::run(&socket, out, action).await,
             Some(Cmd::Acp) => acp::run(&socket).await,
+            Some(Cmd::Bridge) => remote::bridge(&socket).await,
             Some(Cmd::Daemon {
                 action: DaemonCmd::Stop,
             }) => commands::daemon_stop(&socket, out).await,

@@ -136,7 +136,7 @@ fn entry(
 
 /// Runs one `tether mcp` command in the current directory.
 pub async fn run(socket: &Path, out: Output, cmd: McpCmd) -> anyhow::Result<ExitCode> {
-    let cwd = std::env::current_dir()?.display().to_string();
+    let cwd = crate::remote::work_dir()?;
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
     let rpc = &conn.client;
     let dir = cwd.clone();

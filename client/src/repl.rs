@@ -131,10 +131,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let _terminal = quiet::start();
     let conn = connection::connect_as(socket, true, ClientKind::Tui, client_name()).await?;
     let style = Style::detect();
-    let cwd = std::env::current_dir()
-        .context("cannot read the current directory")?
-        .display()
-        .to_string();
+    let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
     let id = match start.session {
         Some(id) => {
             // A resumed session switches to what the command line asks for.
@@ -712,7 +709,7 @@ fn uuid_like() -> String {
 /// `tether -c`: the most recent session in this directory.
 pub async fn most_recent_here(socket: &Path) -> anyhow::Result<Option<SessionId>> {
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
-    let cwd = std::env::current_dir()?.display().to_string();
+    let cwd = crate::remote::work_dir()?;
     let list = conn
         .client
         .session_list(Some(cwd), None, Some(1), None)

@@ -255,7 +255,7 @@ impl Repl {
                 return Ok(false);
             }
             "/sessions" => {
-                let cwd = std::env::current_dir()?.display().to_string();
+                let cwd = crate::remote::work_dir()?;
                 let list = self
                     .conn
                     .client
@@ -267,7 +267,7 @@ impl Repl {
                 ));
             }
             "/new" => {
-                let cwd = std::env::current_dir()?.display().to_string();
+                let cwd = crate::remote::work_dir()?;
                 let id = self
                     .conn
                     .client

@@ -17,14 +17,14 @@ use tether_tests::{Daemon, Fake, WAIT, acp_python, acp_schema, bin};
 static TRACES: AtomicUsize = AtomicUsize::new(0);
 
 /// The editor: the SDK's client running `tether acp`, commanded over JSON lines.
-struct Editor {
+pub(crate) struct Editor {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<Value>,
     /// Every line `tether acp` wrote.
     trace: PathBuf,
     /// Every report read so far.
-    seen: Vec<Value>,
+    pub(crate) seen: Vec<Value>,
 }
 
 impl Drop for Editor {
@@ -36,6 +36,16 @@ impl Drop for Editor {
 
 impl Editor {
     fn start(daemon: &Daemon, fake: &Fake) -> anyhow::Result<Self> {
+        Self::start_with(daemon, fake, &["acp"], &[])
+    }
+
+    /// An editor running `tether ARGS` (which end with `acp`) with more environment.
+    pub(crate) fn start_with(
+        daemon: &Daemon,
+        fake: &Fake,
+        args: &[&str],
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Self> {
         let trace = daemon.dir.path().join(format!(
             "acp-{}.jsonl",
             TRACES.fetch_add(1, Ordering::Relaxed)
@@ -43,13 +53,19 @@ impl Editor {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("acp/editor.py");
         let mut child = Command::new(acp_python())
             .arg(script)
-            .args(["sh", "-c", "\"$0\" acp | tee -a \"$1\""])
+            .args([
+                "sh",
+                "-c",
+                "trace=$1; shift; \"$0\" \"$@\" | tee -a \"$trace\"",
+            ])
             .arg(bin("tether"))
             .arg(&trace)
+            .args(args)
             .env("TETHER_SOCKET", daemon.socket())
             .env("TETHER_HOME", daemon.data_dir())
             .env("TETHER_CONFIG", daemon.config_path())
             .envs(fake.env())
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(daemon.workdir())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -84,14 +100,18 @@ impl Editor {
         Ok(editor)
     }
 
-    fn send(&mut self, cmd: Value) -> anyhow::Result<()> {
+    pub(crate) fn send(&mut self, cmd: Value) -> anyhow::Result<()> {
         writeln!(self.stdin, "{cmd}")?;
         self.stdin.flush()?;
         Ok(())
     }
 
     /// Reads reports until one matches (one already read counts).
-    fn until(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+    pub(crate) fn until(
+        &mut self,
+        what: &str,
+        matches: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
         self.until_from(0, what, matches)
     }
 
@@ -128,7 +148,7 @@ impl Editor {
     }
 
     /// Sends a request command and waits for its report.
-    fn request(&mut self, cmd: Value) -> anyhow::Result<Value> {
+    pub(crate) fn request(&mut self, cmd: Value) -> anyhow::Result<Value> {
         let op = cmd["op"].clone();
         let from = self.seen.len();
         self.send(cmd)?;
@@ -137,7 +157,7 @@ impl Editor {
         })
     }
 
-    fn new_session(&mut self, cwd: &Path) -> anyhow::Result<String> {
+    pub(crate) fn new_session(&mut self, cwd: &Path) -> anyhow::Result<String> {
         let r = self.request(json!({"op": "new", "cwd": cwd}))?;
         Ok(r["result"]["sessionId"]
             .as_str()
@@ -145,12 +165,12 @@ impl Editor {
             .to_owned())
     }
 
-    fn prompt(&mut self, session: &str, text: &str, tag: &str) -> anyhow::Result<()> {
+    pub(crate) fn prompt(&mut self, session: &str, text: &str, tag: &str) -> anyhow::Result<()> {
         self.send(json!({"op": "prompt", "sessionId": session, "tag": tag,
             "prompt": [{"type": "text", "text": text}]}))
     }
 
-    fn prompt_done(&mut self, tag: &str) -> anyhow::Result<Value> {
+    pub(crate) fn prompt_done(&mut self, tag: &str) -> anyhow::Result<Value> {
         self.until(&format!("end of prompt {tag}"), |v| {
             v["op"] == "prompt" && v["tag"] == tag
         })
@@ -166,7 +186,7 @@ impl Editor {
     }
 
     /// The text of the agent's message chunks so far.
-    fn agent_text(&self) -> String {
+    pub(crate) fn agent_text(&self) -> String {
         self.updates("agent_message_chunk")
             .iter()
             .filter_map(|u| u["content"]["text"].as_str())
@@ -174,7 +194,7 @@ impl Editor {
     }
 
     /// Every line the bridge wrote, each checked against the ACP schema.
-    fn checked_trace(&self) -> anyhow::Result<Vec<Value>> {
+    pub(crate) fn checked_trace(&self) -> anyhow::Result<Vec<Value>> {
         let schema: Value = serde_json::from_str(&std::fs::read_to_string(acp_schema())?)?;
         let defs = schema["$defs"].clone();
         let agent = jsonschema::validator_for(&json!({

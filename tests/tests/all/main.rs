@@ -9,6 +9,7 @@ mod mcp;
 mod models;
 mod operations;
 mod permissions;
+mod remote;
 mod sessions;
 mod spine;
 mod systemd;
