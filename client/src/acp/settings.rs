@@ -113,8 +113,8 @@ pub fn config_options(models: &ModelList, settings: &Settings) -> Vec<SessionCon
     vec![model, effort]
 }
 
-/// The editor's MCP servers as tether's `mcpConfig` (`{"mcpServers": {…}}`, Claude Code's
-/// format); `None` when there are none.
+/// The editor's MCP servers as tether's `mcpConfig`: the `mcpServers` object of Claude Code's
+/// `.mcp.json` (name → server); `None` when there are none.
 pub fn mcp_config(servers: &[McpServer]) -> Option<Value> {
     if servers.is_empty() {
         return None;
@@ -150,5 +150,5 @@ pub fn mcp_config(servers: &[McpServer]) -> Option<Value> {
         };
         all.insert(name, entry);
     }
-    Some(json!({ "mcpServers": all }))
+    Some(Value::Object(all))
 }

@@ -605,3 +605,83 @@ fn a_daemon_killed_mid_prompt_fails_the_prompt_clearly_and_the_next_one_works() 
     editor.checked_trace()?;
     Ok(())
 }
+
+#[test]
+fn the_editors_mcp_servers_file_links_and_effort_reach_the_model() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::default().tool_use("mcp__probe__pid", json!({})),
+            Step::text("The probe answered."),
+        ])
+        .titling("Editor session"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    std::fs::write(daemon.workdir().join("notes.md"), "the notes say: fish\n")?;
+    let mut editor = Editor::start(&daemon, &fake)?;
+    let created = editor.request(json!({"op": "new", "cwd": daemon.workdir(), "mcpServers": [
+        {"name": "probe", "command": bin("mcp-test-server"), "args": [], "env": []}
+    ]}))?;
+    let session = created["result"]["sessionId"]
+        .as_str()
+        .with_context(|| format!("{created}"))?
+        .to_owned();
+    let set = editor
+        .request(json!({"op": "mode", "sessionId": session, "modeId": "bypassPermissions"}))?;
+    assert!(set.get("result").is_some(), "{set}");
+    let effort = editor.request(
+        json!({"op": "option", "sessionId": session, "configId": "effort", "value": "low"}),
+    )?;
+    assert!(
+        effort["result"]["configOptions"]
+            .as_array()
+            .is_some_and(|o| o
+                .iter()
+                .any(|o| o["id"] == "effort" && o["currentValue"] == "low")),
+        "{effort}"
+    );
+    let link = format!("file://{}", daemon.workdir().join("notes.md").display());
+    editor.send(
+        json!({"op": "prompt", "sessionId": session, "tag": "p1", "prompt": [
+            {"type": "text", "text": "what do the notes say?"},
+            {"type": "resource_link", "name": "notes.md", "uri": link},
+        ]}),
+    )?;
+    let done = editor.prompt_done("p1")?;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    let requests = fake.server.message_requests();
+    let first = requests
+        .iter()
+        .find(|r| {
+            let m = r.body["messages"].to_string();
+            m.contains("what do the notes say?") && !m.contains("Write a title")
+        })
+        .context("the prompt's request")?;
+    assert!(
+        first.body["messages"]
+            .to_string()
+            .contains("the notes say: fish"),
+        "the file was not attached: {}",
+        first.body["messages"]
+    );
+    assert_eq!(
+        first.body["output_config"]["effort"], "low",
+        "{}",
+        first.body
+    );
+    assert!(
+        tether_tests::tool_names(&first.body)?.contains(&"mcp__probe__pid"),
+        "the editor's MCP server's tools are not offered"
+    );
+    let calls = editor.updates("tool_call");
+    assert!(
+        calls.iter().any(|c| c["title"] == "mcp__probe__pid"),
+        "{calls:?}"
+    );
+    let results = editor.updates("tool_call_update");
+    assert!(
+        results.iter().any(|u| u["status"] == "completed"),
+        "{results:?}"
+    );
+    editor.checked_trace()?;
+    Ok(())
+}
