@@ -93,6 +93,10 @@ struct Cli {
     /// With -p: only the servers of --mcp-config, none from the configuration files.
     #[arg(long)]
     strict_mcp_config: bool,
+    /// With -p: sub-agent types besides the project's and the user's, as JSON:
+    /// `{"reviewer": {"description": "…", "prompt": "…", "tools": ["Read"], "model": "haiku"}}`.
+    #[arg(long, value_name = "JSON")]
+    agents: Option<String>,
     /// With -p: the new session's id (a UUID no session has yet), as with claude.
     #[arg(long, value_name = "UUID", conflicts_with_all = ["resume", "continue_last", "session"])]
     session_id: Option<String>,
@@ -233,6 +237,17 @@ fn mcp_servers(args: &[String]) -> anyhow::Result<Option<serde_json::Value>> {
     Ok(Some(serde_json::Value::Object(servers)))
 }
 
+/// `--agents` JSON (an object of agents by name).
+fn agents_flag(arg: Option<&str>) -> anyhow::Result<Option<serde_json::Value>> {
+    let Some(arg) = arg else { return Ok(None) };
+    let v: serde_json::Value =
+        serde_json::from_str(arg).map_err(|e| anyhow::anyhow!("--agents: not valid JSON: {e}"))?;
+    if !v.is_object() {
+        anyhow::bail!("--agents: expected an object of agents by name");
+    }
+    Ok(Some(v))
+}
+
 /// `--tools` as claude takes it: names separated by commas or spaces, `""` for none, `default`
 /// for all (`None`: no restriction).
 fn tool_list(arg: &str) -> Option<Vec<String>> {
@@ -309,6 +324,7 @@ fn main() -> ExitCode {
                     effort: cli.effort.clone(),
                     // Nobody reads a headless run's thinking; the answer starts sooner without it.
                     hide_thinking: true,
+                    agents: agents_flag(cli.agents.as_deref())?,
                 },
                 permission_prompt_command: cli.permission_prompt_command.clone(),
                 include_partial_messages: cli.include_partial_messages,

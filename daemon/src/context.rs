@@ -5,6 +5,7 @@
 //! and sent byte for byte ever after (so prompt caching hits); what changes later goes to the
 //! tail of the conversation as an update. git2 runs on `spawn_blocking`.
 
+pub mod frontmatter;
 mod git;
 pub use git::libgit2_version;
 mod memory;

@@ -1,10 +1,12 @@
 //! The built-in tools, one file each. Each follows Claude Code's name and input fields, so
 //! prompts and habits carry over. `tool.rs` is the `Tool` trait, `ToolContext` and the `Tools`
-//! registry; `workspace.rs` the session's directories; `jobs.rs` its background shells.
+//! registry; `workspace.rs` the session's directories; `jobs.rs` its background shells;
+//! `agents.rs` the sub-agent types the Task tool offers.
 //!
 //! Invariant: tools know nothing of the query loop; sub-agents reach it through the
 //! [`SubagentRunner`] trait the loop implements.
 
+pub mod agents;
 mod bash;
 mod edit;
 mod glob;
@@ -24,6 +26,7 @@ mod write;
 pub use bash::reap_orphan;
 pub use jobs::{Job, JobEnd, Jobs};
 pub use read::MAX_IMAGE_BYTES;
+pub use task::Task;
 pub use tool::{
     Net, Spent, SubagentFuture, SubagentRunner, Tool, ToolContext, ToolFuture, ToolOutput, Tools,
 };
@@ -46,7 +49,7 @@ pub fn builtin() -> Tools {
         Arc::new(ls::Ls),
         Arc::new(notebook::NotebookEdit),
         Arc::new(todo::TodoWrite),
-        Arc::new(task::Task),
+        Arc::new(task::Task::new(agents::Found::builtin())),
         Arc::new(web_fetch::WebFetch),
     ];
     Tools::new(tools)

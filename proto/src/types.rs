@@ -114,6 +114,10 @@ pub struct TurnOptions {
     /// (`--strict-mcp-config`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub strict_mcp_config: bool,
+    /// Sub-agent types for this turn besides the project's and the user's (`--agents`):
+    /// `{"name": {"description", "prompt", "tools"?, "model"?}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<serde_json::Value>,
 }
 
 /// What `models/list` answers.

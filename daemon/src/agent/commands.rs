@@ -82,14 +82,7 @@ fn custom(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<Sla
         .into_iter()
         .flatten()
         .find_map(|p| std::fs::read_to_string(p).ok())?;
-    let (front, body) = frontmatter(&text);
-    let field = |key: &str| {
-        front
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.trim().trim_matches('"').to_owned())
-            .filter(|v| !v.is_empty())
-    };
+    let (front, body) = crate::context::frontmatter::split_lenient(&text);
     let positional: Vec<&str> = args.split_whitespace().collect();
     let mut prompt = body.replace("$ARGUMENTS", args);
     for n in (1..=9).rev() {
@@ -100,10 +93,11 @@ fn custom(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<Sla
     }
     Some(SlashCommand::Custom {
         prompt: prompt.trim().to_owned(),
-        model: field("model"),
-        allowed_tools: field("allowed-tools").map(|t| {
-            t.split(',')
-                .map(|s| s.trim().split('(').next().unwrap_or("").trim().to_owned())
+        model: front.text("model"),
+        allowed_tools: front.list("allowed-tools").map(|tools| {
+            tools
+                .iter()
+                .map(|s| s.split('(').next().unwrap_or("").trim().to_owned())
                 .filter(|s| !s.is_empty())
                 .collect()
         }),
@@ -145,12 +139,9 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let (front, body) = frontmatter(&text);
+            let (front, body) = crate::context::frontmatter::split_lenient(&text);
             let description = front
-                .iter()
-                .find(|(k, _)| k == "description")
-                .map(|(_, v)| v.trim_matches('"').to_owned())
-                .filter(|v| !v.is_empty())
+                .text("description")
                 .or_else(|| {
                     body.lines()
                         .map(str::trim)
@@ -192,26 +183,6 @@ fn collect(root: &Path, dir: &Path, depth: usize, out: &mut Vec<(String, PathBuf
             }
         }
     }
-}
-
-/// `---` frontmatter as `key: value` pairs, and the rest.
-fn frontmatter(text: &str) -> (Vec<(String, String)>, &str) {
-    let Some(rest) = text
-        .strip_prefix("---\n")
-        .or_else(|| text.strip_prefix("---\r\n"))
-    else {
-        return (Vec::new(), text);
-    };
-    let Some(end) = rest.find("\n---") else {
-        return (Vec::new(), text);
-    };
-    let pairs = rest[..end]
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let body = rest[end + 4..].trim_start_matches(['\r', '\n']);
-    (pairs, body)
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ pub struct Prepared {
     pub notices: Vec<String>,
     /// The project's hooks, loaded once for the whole turn.
     pub hooks: Arc<Hooks>,
+    /// The sub-agent types of the project and the user.
+    pub agents: crate::tools::agents::Found,
     /// A UserPromptSubmit hook refused the prompt, with its reason.
     pub blocked: Option<String>,
     /// Whether SessionStart hooks ran.
@@ -95,11 +97,12 @@ async fn run(request: Request) -> Prepared {
                 None => super::input::process(&cwd, &input),
             };
             let hooks = Hooks::load(&cwd, home.as_deref(), config_hooks.as_ref());
-            (command, processed, hooks)
+            let agents = crate::tools::agents::load(&cwd, home.as_deref());
+            (command, processed, hooks, agents)
         })
         .await
     };
-    let (command, processed, hooks) = match read {
+    let (command, processed, hooks, agents) = match read {
         Ok(read) => read,
         Err(e) => {
             // Only a panic while reading gets here; the turn goes on without the input.
@@ -110,6 +113,7 @@ async fn run(request: Request) -> Prepared {
                 content: Vec::new(),
                 notices: vec![notice],
                 hooks: Arc::default(),
+                agents: crate::tools::agents::Found::builtin(),
                 blocked: Some("the input could not be read".into()),
                 session_started: false,
             };
@@ -120,6 +124,7 @@ async fn run(request: Request) -> Prepared {
         content: processed.content,
         notices: processed.notices,
         hooks: Arc::new(hooks),
+        agents,
         blocked: None,
         session_started: false,
     };

@@ -1,12 +1,14 @@
-//! Sub-agents: the query loop run on a child conversation with its own history and a tool subset
-//! (never the Task tool itself, which bounds recursion); the tools reach it through
-//! [`SubagentRunner`]. The child's progress streams as the
-//! parent call's `tool_progress`; its usage counts toward the session.
+//! Sub-agents: the query loop run on a child conversation with its own history, the agent
+//! type's system prompt, tools and model (never the Task tool itself, which bounds recursion);
+//! the tools reach it through [`SubagentRunner`]. The child's progress streams as the parent
+//! call's `tool_progress`; its usage counts toward the session.
 
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
 use super::turn::Turn;
 use super::turn_context::TurnContext;
+use crate::llm::SystemBlock;
+use crate::tools::agents::AgentDef;
 use crate::tools::{SubagentFuture, SubagentRunner, ToolContext, ToolOutput};
 use serde_json::json;
 use std::future::Future;
@@ -18,6 +20,9 @@ use tether_proto::{EventKind, StopReason, TokenUsage};
 pub struct Subagents {
     /// What the children run with (the parent's context without the Task tool).
     pub ctx: Arc<TurnContext>,
+    /// The session's environment block (working directory, platform, date), which an agent
+    /// type with its own prompt gets after it.
+    pub environment: Option<String>,
     /// The parent's outlet, which answers the children's permission checks.
     pub authorizer: Arc<dyn TurnSink>,
 }
@@ -82,24 +87,40 @@ impl TurnSink for ChildSink {
 impl SubagentRunner for Subagents {
     fn run<'a>(
         &'a self,
+        agent: &'a AgentDef,
+        model: Option<&'a str>,
         description: &'a str,
         prompt: &'a str,
         ctx: &'a ToolContext,
     ) -> SubagentFuture<'a> {
-        Box::pin(self.run_child(description, prompt, ctx))
+        Box::pin(self.run_child(agent, model, description, prompt, ctx))
     }
 }
 
 impl Subagents {
-    /// Runs `prompt` as a child conversation; returns its final answer and what it spent.
+    /// Runs `prompt` as a child conversation of type `agent`; returns its final answer and
+    /// what it spent.
     async fn run_child(
         &self,
+        agent: &AgentDef,
+        model: Option<&str>,
         description: &str,
         prompt: &str,
         ctx: &ToolContext,
     ) -> (ToolOutput, TokenUsage, Option<f64>) {
+        let system = agent.prompt.as_ref().map(|p| {
+            std::iter::once(p.as_str())
+                .chain(self.environment.as_deref())
+                .map(SystemBlock::text)
+                .collect()
+        });
+        let model = model.or(agent.model.as_deref()).map(str::to_owned);
+        let child = match self.ctx.for_agent(agent.tools.as_deref(), system, model) {
+            Ok(c) => Arc::new(c),
+            Err(e) => return (ToolOutput::error(e), TokenUsage::default(), Some(0.0)),
+        };
         let turn = Turn {
-            ctx: self.ctx.clone(),
+            ctx: child,
             cancel: ctx.cancel.child_token(),
             subagents: None,
         };
@@ -115,7 +136,7 @@ impl Subagents {
             progress: ctx.progress.clone(),
             text: Mutex::new((String::new(), String::new())),
         });
-        (ctx.progress)(format!("[sub-agent: {description}]\n"));
+        (ctx.progress)(format!("[sub-agent {}: {description}]\n", agent.name));
         let outcome = turn.run(history, sink.clone()).await;
         let answer = sink
             .text

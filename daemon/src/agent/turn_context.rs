@@ -15,6 +15,7 @@ use tether_proto::{PermissionMode, TokenUsage};
 pub const TASK_TOOL: &str = "Task";
 
 /// Everything a turn runs with.
+#[derive(Clone)]
 pub struct TurnContext {
     /// The session's id (hooks receive it).
     pub session_id: String,
@@ -76,6 +77,39 @@ impl TurnContext {
             // A child's usage updates are not shown.
             spent_before: (TokenUsage::default(), Some(0.0)),
         }
+    }
+
+    /// A sub-agent type's context from [`for_child`](Self::for_child)'s: only `tools` (by
+    /// name; `Bash(…)`-style rules count as their tool) when given, its own system prompt and
+    /// model when given. Fails when none of the tools exist here.
+    pub fn for_agent(
+        &self,
+        tools: Option<&[String]>,
+        system: Option<Vec<crate::llm::SystemBlock>>,
+        model: Option<String>,
+    ) -> Result<Self, String> {
+        let mut child = self.clone();
+        if let Some(wanted) = tools {
+            let names: Vec<String> = wanted
+                .iter()
+                .map(|t| t.split('(').next().unwrap_or("").trim().to_owned())
+                .filter(|t| t != TASK_TOOL && t != "Agent")
+                .collect();
+            child.tools = self.tools.subset(&names);
+            if child.tools.is_empty() && !names.is_empty() {
+                return Err(format!(
+                    "none of this agent's tools ({}) are available here",
+                    names.join(", ")
+                ));
+            }
+        }
+        if let Some(system) = system {
+            child.system = system;
+        }
+        if let Some(model) = model {
+            child.model = model;
+        }
+        Ok(child)
     }
 }
 

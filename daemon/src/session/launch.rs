@@ -372,6 +372,7 @@ impl TurnTask {
         let ctx = Arc::new(ctx);
         let subagents = crate::agent::Subagents {
             ctx: Arc::new(ctx.for_child()),
+            environment: history.prefix.as_ref().map(|p| p.environment.clone()),
             authorizer: sink.clone(),
         };
         let turn = Turn {

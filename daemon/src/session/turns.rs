@@ -14,6 +14,7 @@ use crate::agent::{Prepared, SlashCommand, TurnOutcome};
 use futures::FutureExt;
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use tether_proto::{
     BusyMode, ClientRef, EventKind, InputItem, SessionStatus, TurnError, TurnId, TurnOptions,
     TurnStarted,
@@ -143,7 +144,7 @@ impl Turns {
 /// How a turn's preparation ended.
 pub enum Preparation {
     /// Ready for the model or a command.
-    Ready(Prepared),
+    Ready(Box<Prepared>),
     /// Cancelled while a hook ran.
     Cancelled,
     /// The preparation crashed, with what it said.
@@ -229,7 +230,7 @@ impl SessionActor {
         self.tasks.spawn(async move {
             let work = crate::agent::prepare(request, &cancel);
             let preparation = match AssertUnwindSafe(work).catch_unwind().await {
-                Ok(Some(prepared)) => Preparation::Ready(prepared),
+                Ok(Some(prepared)) => Preparation::Ready(Box::new(prepared)),
                 Ok(None) => Preparation::Cancelled,
                 Err(panic) => Preparation::Failed(panic_text(&*panic)),
             };
@@ -249,7 +250,7 @@ impl SessionActor {
             return;
         }
         let (prepared, failure) = match preparation {
-            Preparation::Ready(p) => (Some(p), None),
+            Preparation::Ready(p) => (Some(*p), None),
             Preparation::Cancelled => (None, None),
             Preparation::Failed(why) => (None, Some(why)),
         };
@@ -303,7 +304,15 @@ impl SessionActor {
             return self.refuse(turn_id, "prompt_blocked", message);
         }
         let mut model = self.journal.record.model.clone();
-        let mut tools = self.env.tools.clone();
+        // The Task tool offers the project's and the user's agent types, and the turn's own.
+        let agents = prepared.agents.with_flag(request.options.agents.as_ref());
+        for problem in agents.problems.clone() {
+            self.report(problem);
+        }
+        let mut tools = self
+            .env
+            .tools
+            .replace(Arc::new(crate::tools::Task::new(agents)));
         let job = match prepared.command {
             None => {
                 self.name_session(&request.input);

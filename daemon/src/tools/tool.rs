@@ -162,12 +162,16 @@ impl ToolContext {
 pub type SubagentFuture<'a> =
     Pin<Box<dyn Future<Output = (ToolOutput, tether_proto::TokenUsage, Option<f64>)> + Send + 'a>>;
 
-/// Runs sub-agents for the Task tool: a child conversation on the same model, its progress
-/// streamed through the calling tool's context. The query loop implements it.
+/// Runs sub-agents for the Task tool: a child conversation with the agent type's prompt, tools
+/// and model, its progress streamed through the calling tool's context. The query loop
+/// implements it.
 pub trait SubagentRunner: Send + Sync {
-    /// Runs `prompt` as a child conversation; returns its final answer and what it spent.
+    /// Runs `prompt` as a child conversation of type `agent` (on `model` when given); returns
+    /// its final answer and what it spent.
     fn run<'a>(
         &'a self,
+        agent: &'a super::agents::AgentDef,
+        model: Option<&'a str>,
         description: &'a str,
         prompt: &'a str,
         ctx: &'a ToolContext,
@@ -290,6 +294,26 @@ impl Tools {
                 entries.push(e.clone());
             }
         }
+        Self { entries }
+    }
+
+    /// These tools with `tool` in place of the one of the same name (in its place, so the
+    /// order stays stable); unchanged when there is none (it was narrowed out).
+    pub fn replace(&self, tool: Arc<dyn Tool>) -> Self {
+        let entries = self
+            .entries
+            .iter()
+            .map(|e| {
+                if e.tool.name() == tool.name() {
+                    Arc::new(Entry {
+                        tool: tool.clone(),
+                        validator: jsonschema::validator_for(&tool.input_schema()).ok(),
+                    })
+                } else {
+                    e.clone()
+                }
+            })
+            .collect();
         Self { entries }
     }
 

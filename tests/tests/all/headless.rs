@@ -498,3 +498,41 @@ fn print_mode_session_id_names_the_new_session() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn agents_given_with_the_flag_run_with_their_prompt_and_bad_json_is_refused() -> anyhow::Result<()>
+{
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use(
+            "Agent",
+            json!({"description": "check", "prompt": "Check the numbers.", "subagent_type": "checker"}),
+        ),
+        Step::text("They add up."),
+        Step::text("Checked."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let agents = json!({"checker": {
+        "description": "Checks arithmetic",
+        "prompt": "You check arithmetic and nothing else.",
+        "tools": ["Read"],
+    }})
+    .to_string();
+    let out = daemon.run_tether(&["-p", "check it", "--agents", &agents])?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8(out.stdout)?, "Checked.\n");
+    let child = &fake.server.message_requests()[1].body;
+    assert!(
+        child["system"]
+            .to_string()
+            .contains("You check arithmetic and nothing else."),
+        "{child}"
+    );
+    assert_eq!(tether_tests::tool_names(child)?, ["Read"]);
+    let bad = daemon.run_tether(&["-p", "x", "--agents", "[1]"])?;
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--agents: expected an object"),
+        "{bad:?}"
+    );
+    Ok(())
+}

@@ -798,7 +798,8 @@ fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::
         .filter_map(|e| e["data"]["chunk"].as_str())
         .collect();
     assert!(
-        progress.contains("[sub-agent: find the answer]") && progress.contains("The answer is 42."),
+        progress.contains("[sub-agent general-purpose: find the answer]")
+            && progress.contains("The answer is 42."),
         "{progress}"
     );
     let end = events.last().context("end")?;
@@ -817,6 +818,85 @@ fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::
     assert!(
         !child_tools.contains(&"Task") && child_tools.contains(&"Read"),
         "{child_tools:?}"
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn a_projects_agent_runs_with_its_own_prompt_tools_and_model() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use(
+            "Agent",
+            json!({"description": "review the diff", "prompt": "Review the change.", "subagent_type": "reviewer"}),
+        ),
+        Step::text("Looks right to me."),
+        Step::default().tool_use(
+            "Agent",
+            json!({"description": "nobody", "prompt": "x", "subagent_type": "nonexistent"}),
+        ),
+        Step::text("Reviewed."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let agents = daemon.workdir().join(".claude/agents");
+    std::fs::create_dir_all(&agents)?;
+    std::fs::write(
+        agents.join("reviewer.md"),
+        "---\nname: reviewer\ndescription: Reviews changes for mistakes\ntools: Read, Grep\nmodel: haiku\n---\nYou are a strict code reviewer.\n",
+    )?;
+    std::fs::write(agents.join("broken.md"), "---\nname: [broken\n---\n")?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    let events = run_turn(&mut c, &session, "review it")?;
+    let results = of_type(&events, "tool_result");
+    assert_eq!(results[0]["data"]["content"], "Looks right to me.");
+    assert_eq!(results[1]["data"]["isError"], true);
+    let refused = results[1]["data"]["content"].to_string();
+    assert!(
+        refused.contains("nonexistent")
+            && refused.contains("reviewer")
+            && refused.contains("Explore"),
+        "{refused}"
+    );
+    // The broken definition is reported with its file and line; the rest still works.
+    let notices: Vec<String> = of_type(&events, "notice")
+        .iter()
+        .filter_map(|e| e["data"]["message"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("broken.md:3: while parsing a flow sequence")),
+        "{notices:?}"
+    );
+    let reqs = fake.server.message_requests();
+    let parent = &reqs[0].body;
+    let task = parent["tools"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "Task"))
+        .context("the Task tool")?;
+    assert!(
+        task["description"].as_str().is_some_and(
+            |d| d.contains("- reviewer: Reviews changes for mistakes (Tools: Read, Grep)")
+        ),
+        "{task}"
+    );
+    let child = &reqs[1].body;
+    assert_eq!(child["model"], "claude-haiku-5-5", "the agent's model");
+    assert_eq!(tether_tests::tool_names(child)?, ["Read", "Grep"]);
+    let system = child["system"].to_string();
+    assert!(
+        system.contains("You are a strict code reviewer."),
+        "{system}"
+    );
+    assert!(
+        system.contains("Working directory"),
+        "the environment follows: {system}"
+    );
+    assert!(
+        !system.contains("You are tether"),
+        "not the parent's prompt: {system}"
     );
     no_rejections(&fake);
     Ok(())
