@@ -1,9 +1,12 @@
 //! Hooks in Claude Code's configuration shape (`"hooks"` in the same settings files as the
-//! permission rules): `PreToolUse`, `PostToolUse`, `UserPromptSubmit`, `Stop`, `SessionStart`,
-//! `PreCompact`, `Notification`; each entry has a `matcher` (tool name or regex; empty or `*`
-//! for all) and command hooks.
+//! permission rules): `PreToolUse`, `PostToolUse`, `PostToolUseFailure`, `UserPromptSubmit`,
+//! `Stop`, `StopFailure`, `SubagentStart`, `SubagentStop`, `SessionStart`, `PreCompact`,
+//! `PostCompact`, `Notification`; each entry has a `matcher` (tool name, agent type, trigger or
+//! regex; empty or `*` for all) and command hooks. Claude Code's other events are reported as
+//! not used by tether, never as an error.
 //!
-//! A command gets the event's JSON on stdin and runs with a timeout (default 60 s). Exit 0 is
+//! A command gets the event's JSON on stdin (with `$CLAUDE_PROJECT_DIR` set to the session's
+//! directory) and runs with a timeout (default 60 s). Exit 0 is
 //! fine (stdout may be JSON with `decision`, `reason`, `continue`, `stopReason` and
 //! `hookSpecificOutput.{permissionDecision, additionalContext}`); exit 2 blocks, its stderr going
 //! back to the model (or the user for prompts); any other exit is a non-blocking error.
@@ -20,30 +23,66 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub enum HookEvent {
     /// Before a tool call runs (may block it, or decide its permission).
     PreToolUse,
-    /// After a tool call ran (may add to its result).
+    /// After a tool call succeeded (may add to its result).
     PostToolUse,
+    /// After a tool call failed (may add to its result).
+    PostToolUseFailure,
     /// Before a prompt goes to the model (may block it, or add context).
     UserPromptSubmit,
     /// When the model stops (may ask it to go on).
     Stop,
+    /// When a turn ends because of an error (the API's, a timeout); its output is ignored.
+    StopFailure,
+    /// Before a sub-agent starts (may add context to its task).
+    SubagentStart,
+    /// When a sub-agent stops (may ask it to go on).
+    SubagentStop,
     /// At a session's first prompt since it was loaded (may add context).
     SessionStart,
     /// Before the conversation is compacted.
     PreCompact,
+    /// After the conversation was compacted.
+    PostCompact,
     /// When the session waits for a permission answer.
     Notification,
 }
 
 impl HookEvent {
     /// Every event.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 12] = [
         Self::PreToolUse,
         Self::PostToolUse,
+        Self::PostToolUseFailure,
         Self::UserPromptSubmit,
         Self::Stop,
+        Self::StopFailure,
+        Self::SubagentStart,
+        Self::SubagentStop,
         Self::SessionStart,
         Self::PreCompact,
+        Self::PostCompact,
         Self::Notification,
+    ];
+
+    /// Claude Code's events tether has no moment for (teams, worktrees, configuration
+    /// watching, …): a settings file may name them; tether says it does not run them.
+    pub const NOT_USED: &[&str] = &[
+        "SessionEnd",
+        "PermissionRequest",
+        "PermissionDenied",
+        "TeammateIdle",
+        "TaskCompleted",
+        "TaskCreated",
+        "InstructionsLoaded",
+        "ConfigChange",
+        "CwdChanged",
+        "FileChanged",
+        "WorktreeCreate",
+        "WorktreeRemove",
+        "Elicitation",
+        "ElicitationResult",
+        "UserPromptExpansion",
+        "Setup",
     ];
 
     /// The name settings files use.
@@ -51,10 +90,15 @@ impl HookEvent {
         match self {
             Self::PreToolUse => "PreToolUse",
             Self::PostToolUse => "PostToolUse",
+            Self::PostToolUseFailure => "PostToolUseFailure",
             Self::UserPromptSubmit => "UserPromptSubmit",
             Self::Stop => "Stop",
+            Self::StopFailure => "StopFailure",
+            Self::SubagentStart => "SubagentStart",
+            Self::SubagentStop => "SubagentStop",
             Self::SessionStart => "SessionStart",
             Self::PreCompact => "PreCompact",
+            Self::PostCompact => "PostCompact",
             Self::Notification => "Notification",
         }
     }
@@ -159,7 +203,11 @@ impl Hooks {
         for (name, entries) in map {
             let Some(event) = HookEvent::parse(name) else {
                 self.problems
-                    .push(format!("{source}: unknown hook event {name:?}"));
+                    .push(if HookEvent::NOT_USED.contains(&name.as_str()) {
+                        format!("{source}: tether does not run {name} hooks (the others work)")
+                    } else {
+                        format!("{source}: unknown hook event {name:?} (ignored; the others work)")
+                    });
                 continue;
             };
             for entry in entries.as_array().into_iter().flatten() {
@@ -237,6 +285,7 @@ async fn run_one(cmd: &Command, stdin: &str, cwd: &Path, event: HookEvent, outco
         .arg("-c")
         .arg(&cmd.command)
         .current_dir(cwd)
+        .env("CLAUDE_PROJECT_DIR", cwd)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

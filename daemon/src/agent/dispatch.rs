@@ -150,7 +150,7 @@ impl Dispatch<'_> {
             let cwd = self.ctx.workspace.cwd();
             let mut hook = None;
             if self.ctx.hooks.has(HookEvent::PreToolUse) {
-                let mut input = self.ctx.hook_input(&cwd);
+                let mut input = self.ctx.hook_input_with(&cwd, history);
                 input["tool_name"] = json!(tool.name());
                 input["tool_input"] = call.input.clone();
                 input["tool_use_id"] = json!(call.id);
@@ -221,7 +221,13 @@ impl Dispatch<'_> {
             let id = call.id.clone();
             unanswered.push(id.clone());
             let hooks = self.ctx.hooks.clone();
-            let mut post_input = self.ctx.hook_input(&self.ctx.workspace.cwd());
+            let after =
+                hooks.has(HookEvent::PostToolUse) || hooks.has(HookEvent::PostToolUseFailure);
+            let mut post_input = if after {
+                self.ctx.hook_input_with(&self.ctx.workspace.cwd(), history)
+            } else {
+                self.ctx.hook_input(&self.ctx.workspace.cwd())
+            };
             post_input["tool_name"] = json!(tool.name());
             post_input["tool_input"] = call.input.clone();
             post_input["tool_use_id"] = json!(call.id);
@@ -248,13 +254,23 @@ impl Dispatch<'_> {
                     }
                 };
                 let mut out = with_note(out, note);
-                if hooks.has(HookEvent::PostToolUse) {
+                // Claude Code's split: PostToolUse after a success, PostToolUseFailure after
+                // a failure (with the error's text).
+                let event = if out.is_error {
+                    HookEvent::PostToolUseFailure
+                } else {
+                    HookEvent::PostToolUse
+                };
+                if hooks.has(event) {
                     let mut input = post_input;
-                    input["tool_response"] = out.content.clone();
+                    if out.is_error {
+                        input["error"] = json!(tether_proto::content_text(&out.content));
+                        input["is_interrupt"] = json!(ctx.cancel.is_cancelled());
+                    } else {
+                        input["tool_response"] = out.content.clone();
+                    }
                     let cwd = ctx.workspace.cwd();
-                    let outcome = hooks
-                        .run(HookEvent::PostToolUse, Some(&name), input, &cwd)
-                        .await;
+                    let outcome = hooks.run(event, Some(&name), input, &cwd).await;
                     for n in outcome.notices {
                         hook_sink.send(EventKind::Notice {
                             level: tether_proto::NoticeLevel::Warning,
@@ -263,7 +279,7 @@ impl Dispatch<'_> {
                     }
                     let extra: Vec<String> = outcome
                         .block
-                        .map(|b| format!("PostToolUse hook: {b}"))
+                        .map(|b| format!("{event} hook: {b}"))
                         .into_iter()
                         .chain(outcome.context)
                         .collect();

@@ -7,6 +7,7 @@ use super::history::History;
 use super::sink::{SinkError, TurnSink};
 use super::turn::Turn;
 use super::turn_context::TurnContext;
+use crate::hooks::HookEvent;
 use crate::llm::SystemBlock;
 use crate::tools::agents::AgentDef;
 use crate::tools::{SubagentFuture, SubagentRunner, ToolContext, ToolOutput};
@@ -115,19 +116,41 @@ impl Subagents {
                 .collect()
         });
         let model = model.or(agent.model.as_deref()).map(str::to_owned);
-        let child = match self.ctx.for_agent(agent.tools.as_deref(), system, model) {
+        let child = match self
+            .ctx
+            .for_agent(&agent.name, agent.tools.as_deref(), system, model)
+        {
             Ok(c) => Arc::new(c),
             Err(e) => return (ToolOutput::error(e), TokenUsage::default(), Some(0.0)),
         };
         let turn = Turn {
-            ctx: child,
+            ctx: child.clone(),
             cancel: ctx.cancel.child_token(),
             subagents: None,
         };
+        let mut content = vec![json!({"type": "text", "text": prompt})];
+        if child.hooks.has(HookEvent::SubagentStart) {
+            let cwd = child.workspace.cwd();
+            let mut input = child.hook_input(&cwd);
+            input["agent_id"] = json!(uuid::Uuid::new_v4().to_string());
+            let started = child
+                .hooks
+                .run(HookEvent::SubagentStart, Some(&agent.name), input, &cwd)
+                .await;
+            for n in started.notices {
+                (ctx.progress)(format!("[{n}]\n"));
+            }
+            content.extend(
+                started
+                    .context
+                    .into_iter()
+                    .map(|c| json!({"type": "text", "text": c})),
+            );
+        }
         let mut history = History::default();
         history.apply(&EventKind::TurnStarted {
             input: Vec::new(),
-            content: vec![json!({"type": "text", "text": prompt})],
+            content,
             by: None,
             client_turn_id: None,
         });

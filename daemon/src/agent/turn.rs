@@ -97,7 +97,7 @@ impl Turn {
             cost: Some(0.0),
             api: Duration::ZERO,
         };
-        match self.run_loop(&mut history, sink, &mut tally).await {
+        let outcome = match self.run_loop(&mut history, sink.clone(), &mut tally).await {
             Ok(outcome) => outcome,
             Err(e) => tally.outcome(
                 StopReason::Error,
@@ -107,10 +107,41 @@ impl Turn {
                     retryable: true,
                 }),
             ),
+        };
+        // StopFailure: the turn ended on an error (its output cannot change that).
+        if let Some(error) = &outcome.error
+            && self.ctx.agent.is_none()
+            && self.ctx.hooks.has(HookEvent::StopFailure)
+        {
+            let cwd = self.ctx.workspace.cwd();
+            let mut input = self.ctx.hook_input_with(&cwd, &history);
+            input["error"] = serde_json::json!(error.code);
+            input["error_message"] = serde_json::json!(error.message);
+            let done = self
+                .ctx
+                .hooks
+                .run(HookEvent::StopFailure, Some(&error.code), input, &cwd)
+                .await;
+            for n in done.notices {
+                sink.send(EventKind::Notice {
+                    level: tether_proto::NoticeLevel::Warning,
+                    message: n,
+                });
+            }
+        }
+        outcome
+    }
+
+    /// The hook event of this turn's stopping: `SubagentStop` in a sub-agent, else `Stop`.
+    fn stop_event(&self) -> HookEvent {
+        if self.ctx.agent.is_some() {
+            HookEvent::SubagentStop
+        } else {
+            HookEvent::Stop
         }
     }
 
-    /// Runs the PreCompact hooks, then compacts.
+    /// Runs the PreCompact hooks, compacts, then runs the PostCompact hooks.
     async fn compact(
         &self,
         model_id: &str,
@@ -123,7 +154,7 @@ impl Turn {
         if self.ctx.hooks.has(HookEvent::PreCompact) {
             let cwd = self.ctx.workspace.cwd();
             let trigger = if reason == "manual" { "manual" } else { "auto" };
-            let mut input = self.ctx.hook_input(&cwd);
+            let mut input = self.ctx.hook_input_with(&cwd, history);
             input["trigger"] = serde_json::json!(trigger);
             input["custom_instructions"] = serde_json::json!(extra.unwrap_or(""));
             let outcome = self
@@ -138,7 +169,7 @@ impl Turn {
                 });
             }
         }
-        compact(
+        let compacted = compact(
             &*self.ctx.net.llm,
             &self.ctx.net.catalog,
             model_id,
@@ -149,7 +180,32 @@ impl Turn {
             extra,
             &self.cancel,
         )
-        .await
+        .await?;
+        if compacted.is_some() && self.ctx.hooks.has(HookEvent::PostCompact) {
+            let cwd = self.ctx.workspace.cwd();
+            let trigger = if reason == "manual" { "manual" } else { "auto" };
+            let mut input = self.ctx.hook_input_with(&cwd, history);
+            input["trigger"] = serde_json::json!(trigger);
+            // The compacted conversation starts with the summary.
+            let summary = history
+                .messages()
+                .first()
+                .map(|m| tether_proto::content_text(&Value::Array(m.content.clone())))
+                .unwrap_or_default();
+            input["compact_summary"] = serde_json::json!(summary);
+            let outcome = self
+                .ctx
+                .hooks
+                .run(HookEvent::PostCompact, Some(trigger), input, &cwd)
+                .await;
+            for n in outcome.notices {
+                sink.send(EventKind::Notice {
+                    level: tether_proto::NoticeLevel::Warning,
+                    message: n,
+                });
+            }
+        }
+        Ok(compacted)
     }
 
     fn count(&self, tally: &mut Tally, model_id: &str, usage: &Usage) {
@@ -558,13 +614,23 @@ impl Turn {
                 }
                 StopReason::PauseTurn | StopReason::ToolUse => {}
                 StopReason::EndTurn | StopReason::StopSequence
-                    if self.ctx.hooks.has(HookEvent::Stop)
+                    if self.ctx.hooks.has(self.stop_event())
                         && stop_hooks < MAX_STOP_HOOK_CONTINUATIONS =>
                 {
                     let cwd = self.ctx.workspace.cwd();
-                    let mut input = self.ctx.hook_input(&cwd);
+                    let mut input = self.ctx.hook_input_with(&cwd, history);
                     input["stop_hook_active"] = serde_json::json!(stop_hooks > 0);
-                    let outcome = self.ctx.hooks.run(HookEvent::Stop, None, input, &cwd).await;
+                    let last: String = message
+                        .content()
+                        .iter()
+                        .filter_map(|b| b["text"].as_str())
+                        .collect();
+                    input["last_assistant_message"] = serde_json::json!(last);
+                    let outcome = self
+                        .ctx
+                        .hooks
+                        .run(self.stop_event(), self.ctx.agent.as_deref(), input, &cwd)
+                        .await;
                     for n in outcome.notices {
                         sink.send(EventKind::Notice {
                             level: tether_proto::NoticeLevel::Warning,
@@ -577,7 +643,10 @@ impl Turn {
                     stop_hooks += 1;
                     let event = EventKind::Continuation {
                         attempt: stop_hooks,
-                        prompt: format!("A Stop hook asks you to continue: {reason}"),
+                        prompt: format!(
+                            "A {} hook asks you to continue: {reason}",
+                            self.stop_event()
+                        ),
                     };
                     history.apply(&event);
                     sink.commit(event).await?;

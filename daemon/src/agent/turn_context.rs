@@ -40,17 +40,62 @@ pub struct TurnContext {
     /// What the session had spent when the turn started (tokens, cost if known), so usage
     /// updates can show the session's totals.
     pub spent_before: (TokenUsage, Option<f64>),
+    /// Where hooks find the conversation (`transcript_path`), rewritten before hooks that
+    /// can read it run.
+    pub transcript: Option<std::path::PathBuf>,
+    /// The sub-agent type this context runs, in a sub-agent.
+    pub agent: Option<String>,
 }
 
 impl TurnContext {
-    /// The fields every hook of this turn receives (Claude Code's names): `session_id`, `cwd`,
-    /// `permission_mode`.
+    /// The fields every hook of this turn receives (Claude Code's names): `session_id`,
+    /// `transcript_path`, `cwd`, `permission_mode`, and in a sub-agent `agent_type`.
     pub fn hook_input(&self, cwd: &std::path::Path) -> serde_json::Value {
-        serde_json::json!({
+        let mut input = serde_json::json!({
             "session_id": self.session_id,
+            "transcript_path": self.transcript,
             "cwd": cwd,
             "permission_mode": self.permission_mode.as_str(),
-        })
+        });
+        if let Some(agent) = &self.agent {
+            input["agent_type"] = serde_json::json!(agent);
+        }
+        input
+    }
+
+    /// [`hook_input`](Self::hook_input), after writing the conversation so far to
+    /// `transcript_path` (one JSON line per message, `{"type", "message", "sessionId", "cwd"}`
+    /// as Claude Code's transcripts have them; a sub-agent writes only its parent's file).
+    pub fn hook_input_with(
+        &self,
+        cwd: &std::path::Path,
+        history: &super::history::History,
+    ) -> serde_json::Value {
+        if let (Some(path), None) = (&self.transcript, &self.agent) {
+            let mut text = String::new();
+            for m in history.messages() {
+                let role = serde_json::to_value(m.role).unwrap_or_default();
+                let line = serde_json::json!({
+                    "type": role,
+                    "sessionId": self.session_id,
+                    "cwd": cwd,
+                    "message": {"role": role, "content": m.content},
+                });
+                text.push_str(&line.to_string());
+                text.push('\n');
+            }
+            let written = path
+                .parent()
+                .map_or(Ok(()), tether_proto::private::create_dir_all)
+                .and_then(|()| tether_proto::private::write(path, text.as_bytes()));
+            if let Err(e) = written {
+                tracing::warn!(
+                    "cannot write the transcript for hooks ({}): {e}",
+                    path.display()
+                );
+            }
+        }
+        self.hook_input(cwd)
     }
 
     /// What a sub-agent of this turn runs with: the same, without the Task tool (which bounds
@@ -76,6 +121,8 @@ impl TurnContext {
             permission_mode: self.permission_mode,
             // A child's usage updates are not shown.
             spent_before: (TokenUsage::default(), Some(0.0)),
+            transcript: self.transcript.clone(),
+            agent: self.agent.clone(),
         }
     }
 
@@ -84,11 +131,13 @@ impl TurnContext {
     /// model when given. Fails when none of the tools exist here.
     pub fn for_agent(
         &self,
+        name: &str,
         tools: Option<&[String]>,
         system: Option<Vec<crate::llm::SystemBlock>>,
         model: Option<String>,
     ) -> Result<Self, String> {
         let mut child = self.clone();
+        child.agent = Some(name.to_owned());
         if let Some(wanted) = tools {
             let names: Vec<String> = wanted
                 .iter()

@@ -198,6 +198,13 @@ impl SessionActor {
                 hooks,
                 permission_mode: record.permission_mode,
                 spent_before: self.ledger.spent(),
+                transcript: Some(
+                    self.env
+                        .data_dir
+                        .join("transcripts")
+                        .join(format!("{}.jsonl", record.id.0)),
+                ),
+                agent: None,
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),
             mcp: Mcp {

@@ -445,6 +445,98 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse",
 }
 
 #[test]
+fn claude_codes_newer_hook_events_fire_with_a_transcript_and_the_project_dir() -> anyhow::Result<()>
+{
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Read", json!({"file_path": "/nonexistent/file.txt"})),
+        Step::default().tool_use(
+            "Agent",
+            json!({"description": "look", "prompt": "Look around.", "subagent_type": "Explore"}),
+        ),
+        Step::text("Looked."),
+        Step::text("All done."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    // Each hook appends what it got (and the project dir) to a log, one JSON line per run.
+    let script = r#"import json, os, sys
+seen = json.load(sys.stdin)
+seen["project_dir"] = os.environ.get("CLAUDE_PROJECT_DIR")
+if seen.get("transcript_path"):
+    seen["transcript"] = [json.loads(l) for l in open(seen["transcript_path"])]
+open("hooks.log", "a").write(json.dumps(seen) + "\n")
+if seen["hook_event_name"] == "SubagentStart":
+    print(json.dumps({"hookSpecificOutput": {"hookEventName": "SubagentStart",
+        "additionalContext": "Mind the vendored code."}}))
+"#;
+    std::fs::write(work.join("hook.py"), script)?;
+    let hook = json!([{"hooks": [{"type": "command", "command": "python3 hook.py"}]}]);
+    let settings = json!({"hooks": {
+        "PostToolUseFailure": hook, "SubagentStart": hook, "SubagentStop": hook,
+        "TeammateIdle": hook, "NoSuchEvent": hook,
+    }});
+    std::fs::write(work.join(".claude/settings.json"), settings.to_string())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.watch(&session)?;
+    c.start_turn(&session, "read the file, then explore")?;
+    let events = c.events_until("turn_ended")?;
+    let notices: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "notice")
+        .filter_map(|e| e["data"]["message"].as_str())
+        .collect();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("tether does not run TeammateIdle hooks")),
+        "{notices:?}"
+    );
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("unknown hook event \"NoSuchEvent\"")),
+        "{notices:?}"
+    );
+    let log = std::fs::read_to_string(work.join("hooks.log"))?;
+    let runs: Vec<Value> = log
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let of = |name: &str| runs.iter().find(|r| r["hook_event_name"] == name).cloned();
+    let failure = of("PostToolUseFailure").context("PostToolUseFailure ran")?;
+    assert_eq!(failure["tool_name"], "Read");
+    assert!(
+        failure["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{failure}"
+    );
+    assert_eq!(failure["project_dir"], work.display().to_string());
+    // The transcript holds the conversation up to the call, as Claude Code writes it.
+    let transcript = failure["transcript"].as_array().context("a transcript")?;
+    assert_eq!(transcript[0]["type"], "user");
+    assert_eq!(
+        transcript[0]["message"]["content"][0]["text"],
+        "read the file, then explore"
+    );
+    assert_eq!(transcript[1]["type"], "assistant");
+    let start = of("SubagentStart").context("SubagentStart ran")?;
+    assert_eq!(start["agent_type"], "Explore");
+    let stop = of("SubagentStop").context("SubagentStop ran")?;
+    assert_eq!(stop["agent_type"], "Explore");
+    assert_eq!(stop["last_assistant_message"], "Looked.");
+    // The start hook's context reached the sub-agent.
+    let child = &fake.server.message_requests()[2].body;
+    assert!(
+        child["messages"][0]
+            .to_string()
+            .contains("Mind the vendored code."),
+        "{child}"
+    );
+    Ok(())
+}
+
+#[test]
 fn a_cancel_is_answered_while_a_prompt_hook_runs() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of(echo_turn()))?;
     let daemon = Daemon::start_with(fake.env())?;

@@ -175,6 +175,8 @@ impl Setup {
                 hooks: Default::default(),
                 permission_mode: Default::default(),
                 spent_before: Default::default(),
+                transcript: None,
+                agent: None,
             }),
             cancel: CancellationToken::new(),
             subagents: None,
