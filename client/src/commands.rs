@@ -532,6 +532,12 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
     })
 }
 
+/// A new session forked from `id` with its whole history (`--fork-session`).
+pub async fn fork(socket: &Path, id: SessionId) -> anyhow::Result<SessionId> {
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    Ok(conn.client.session_fork(id, None).await?.session_id)
+}
+
 /// A session by id or prefix; an empty `id` lists this directory's sessions and asks which.
 pub async fn pick_session(socket: &Path, id: &str) -> anyhow::Result<SessionId> {
     let conn = connection::connect(socket, true, ClientKind::Script).await?;

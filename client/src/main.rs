@@ -103,6 +103,24 @@ struct Cli {
     /// With -p: text added to the system prompt.
     #[arg(long, value_name = "TEXT")]
     append_system_prompt: Option<String>,
+    /// With -p: --append-system-prompt from a file.
+    #[arg(long, value_name = "FILE", conflicts_with = "append_system_prompt")]
+    append_system_prompt_file: Option<PathBuf>,
+    /// With -p: instructions replacing tether's own (the environment, git snapshot and memory
+    /// files still follow).
+    #[arg(long, value_name = "TEXT")]
+    system_prompt: Option<String>,
+    /// With -p: --system-prompt from a file.
+    #[arg(long, value_name = "FILE", conflicts_with = "system_prompt")]
+    system_prompt_file: Option<PathBuf>,
+    /// With -p: more directories the tools may use without asking (absolute, or relative to
+    /// this directory).
+    #[arg(long = "add-dir", value_name = "DIR", num_args = 1..)]
+    add_dir: Vec<PathBuf>,
+    /// With -r/-c/--session: continue in a new session forked from that one (its history up to
+    /// now), leaving it as it was.
+    #[arg(long)]
+    fork_session: bool,
     /// With -p: a command that answers permission requests: it reads the request as JSON on
     /// stdin and prints `{"behavior":"allow"}` or `{"behavior":"deny","message":"…"}`.
     #[arg(long, value_name = "CMD")]
@@ -237,6 +255,28 @@ fn mcp_servers(args: &[String]) -> anyhow::Result<Option<serde_json::Value>> {
     Ok(Some(serde_json::Value::Object(servers)))
 }
 
+/// A flag's file, read whole.
+fn read_flag_file(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("{flag}: cannot read {}: {e}", path.display()))
+}
+
+/// `--add-dir` paths, made absolute against the working directory (the daemon checks that
+/// they are directories where it runs).
+fn add_dirs(dirs: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+    let base = PathBuf::from(remote::work_dir()?);
+    Ok(dirs
+        .iter()
+        .map(|d| {
+            if d.is_absolute() {
+                d.display().to_string()
+            } else {
+                base.join(d).display().to_string()
+            }
+        })
+        .collect())
+}
+
 /// `--agents` JSON (an object of agents by name).
 fn agents_flag(arg: Option<&str>) -> anyhow::Result<Option<serde_json::Value>> {
     let Some(arg) = arg else { return Ok(None) };
@@ -295,10 +335,18 @@ fn main() -> ExitCode {
                 (true, Some(p)) => p.clone(),
                 _ => prompt,
             };
-            let session = match (&cli.session, cli.continue_last) {
+            let named = cli
+                .session
+                .as_ref()
+                .or(cli.resume.as_ref().filter(|r| !r.is_empty()));
+            let session = match (named, cli.continue_last) {
                 (Some(id), _) => Some(commands::pick_session(&socket, id).await?),
                 (None, true) => repl::most_recent_here(&socket).await?,
                 (None, false) => None,
+            };
+            let session = match session {
+                Some(id) if cli.fork_session => Some(commands::fork(&socket, id).await?),
+                other => other,
             };
             let headless = headless::Headless {
                 prompt: Some(prompt).filter(|p| !p.is_empty()),
@@ -320,7 +368,15 @@ fn main() -> ExitCode {
                     fallback_model: cli.fallback_model.clone(),
                     mcp_config: mcp_servers(&cli.mcp_config)?,
                     strict_mcp_config: cli.strict_mcp_config,
-                    append_system_prompt: cli.append_system_prompt.clone(),
+                    append_system_prompt: match &cli.append_system_prompt_file {
+                        Some(f) => Some(read_flag_file("--append-system-prompt-file", f)?),
+                        None => cli.append_system_prompt.clone(),
+                    },
+                    system_prompt: match &cli.system_prompt_file {
+                        Some(f) => Some(read_flag_file("--system-prompt-file", f)?),
+                        None => cli.system_prompt.clone(),
+                    },
+                    add_dirs: add_dirs(&cli.add_dir)?,
                     effort: cli.effort.clone(),
                     // Nobody reads a headless run's thinking; the answer starts sooner without it.
                     hide_thinking: true,
@@ -342,6 +398,10 @@ fn main() -> ExitCode {
                         None => anyhow::bail!("no session in this directory yet; run tether"),
                     },
                     (None, false) => None,
+                };
+                let session = match session {
+                    Some(id) if cli.fork_session => Some(commands::fork(&socket, id).await?),
+                    other => other,
                 };
                 let start = repl::Start {
                     session,

@@ -114,6 +114,14 @@ pub struct TurnOptions {
     /// (`--strict-mcp-config`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub strict_mcp_config: bool,
+    /// Directories besides the session's that this turn's tools may use without asking
+    /// (`--add-dir`); absolute paths of existing directories.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_dirs: Vec<String>,
+    /// Instructions replacing tether's own for this turn (`--system-prompt`); the environment,
+    /// git snapshot and memory files still follow them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
     /// Sub-agent types for this turn besides the project's and the user's (`--agents`):
     /// `{"name": {"description", "prompt", "tools"?, "model"?}}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

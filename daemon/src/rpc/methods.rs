@@ -368,6 +368,15 @@ impl TetherRpcServer for RpcApi {
         if options.max_turns == Some(0) {
             return Err(invalid_params("options.maxTurns must be at least 1"));
         }
+        if let Some(bad) = options
+            .add_dirs
+            .iter()
+            .find(|d| !std::path::Path::new(d).is_absolute() || !std::path::Path::new(d).is_dir())
+        {
+            return Err(invalid_params(format!(
+                "options.addDirs: {bad} is not an absolute path of a directory on the daemon's machine"
+            )));
+        }
         if let Some(names) = &options.tools {
             let known = &self.sessions.env().tools;
             if let Some(bad) = names.iter().find(|n| known.find(n).is_none()) {

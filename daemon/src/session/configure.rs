@@ -117,6 +117,9 @@ impl SessionActor {
             home.as_deref(),
             "session",
         );
+        rules
+            .additional_dirs
+            .extend(self.turns.dirs().iter().cloned());
         let turn = self.turns.allow();
         if !turn.is_empty() {
             rules.add(

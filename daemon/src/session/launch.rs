@@ -216,6 +216,7 @@ impl SessionActor {
                 options: options.clone(),
             },
             cwd,
+            system_prompt: options.system_prompt.clone(),
             append_system_prompt: options.append_system_prompt,
             history: self.history.clone(),
             sink: Arc::new(ActorSink {
@@ -304,6 +305,7 @@ struct TurnTask {
     /// The project's notes file (part of the context).
     notes: std::path::PathBuf,
     mcp: Mcp,
+    system_prompt: Option<String>,
     append_system_prompt: Option<String>,
     history: crate::agent::History,
     sink: Arc<ActorSink>,
@@ -348,6 +350,7 @@ impl TurnTask {
             cwd,
             notes,
             mcp,
+            system_prompt,
             append_system_prompt,
             mut history,
             sink,
@@ -373,6 +376,12 @@ impl TurnTask {
             .as_ref()
             .map(|p| p.blocks())
             .unwrap_or_default();
+        // `--system-prompt`: other instructions, before the same context.
+        if let Some(own) = system_prompt.filter(|s| !s.trim().is_empty())
+            && let Some(first) = ctx.system.first_mut()
+        {
+            *first = crate::llm::SystemBlock::text(own);
+        }
         if let Some(extra) = append_system_prompt.filter(|e| !e.trim().is_empty()) {
             ctx.system.push(crate::llm::SystemBlock::text(extra));
         }

@@ -49,6 +49,8 @@ pub(super) struct Running {
     pub cancel: CancellationToken,
     /// Permission rules that allow without asking during this turn only.
     pub allow: Vec<String>,
+    /// Directories this turn may use besides the session's (`addDirs`).
+    pub dirs: Vec<std::path::PathBuf>,
     /// Its idempotency key (its `turn_started` may not be logged yet).
     client_turn_id: Option<String>,
 }
@@ -108,6 +110,11 @@ impl Turns {
         self.running.as_ref().map_or(&[], |r| &r.allow)
     }
 
+    /// The running turn's own extra directories (`addDirs`).
+    pub fn dirs(&self) -> &[std::path::PathBuf] {
+        self.running.as_ref().map_or(&[], |r| &r.dirs)
+    }
+
     /// Forgets the running turn.
     pub fn take_running(&mut self) -> Option<Running> {
         self.running.take()
@@ -124,6 +131,7 @@ impl Turns {
             turn_id,
             cancel,
             allow,
+            dirs: Vec::new(),
             client_turn_id: None,
         });
     }
@@ -135,6 +143,13 @@ impl Turns {
             turn_id: queued.turn_id.clone(),
             cancel: cancel.clone(),
             allow: queued.request.options.allowed_tools.clone(),
+            dirs: queued
+                .request
+                .options
+                .add_dirs
+                .iter()
+                .map(std::path::PathBuf::from)
+                .collect(),
             client_turn_id: queued.request.client_turn_id.clone(),
         });
         cancel

@@ -536,3 +536,73 @@ fn agents_given_with_the_flag_run_with_their_prompt_and_bad_json_is_refused() ->
     );
     Ok(())
 }
+
+#[test]
+fn system_prompt_add_dir_and_fork_session_work_as_claudes() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::default())?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let other = daemon.dir.path().join("other");
+    std::fs::create_dir_all(&other)?;
+    std::fs::write(other.join("notes.txt"), "outside notes\n")?;
+    let notes = other.join("notes.txt").display().to_string();
+    fake.server
+        .push(Step::default().tool_use("Read", json!({"file_path": notes})));
+    fake.server.push(Step::text("Read it."));
+    fake.server.push(Step::text("Forked answer."));
+    let out = daemon.run_tether(&[
+        "-p",
+        "read the notes",
+        "--system-prompt",
+        "You are a terse assistant.",
+        "--add-dir",
+        &other.display().to_string(),
+        "--output-format",
+        "json",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    let first = &fake.server.message_requests()[0].body;
+    assert_eq!(first["system"][0]["text"], "You are a terse assistant.");
+    assert!(
+        first["system"].to_string().contains("Working directory"),
+        "the context still follows: {}",
+        first["system"]
+    );
+    // Reading outside the session's directory did not ask (a headless ask is a denial).
+    assert_eq!(result["permission_denials"], json!([]), "{result}");
+    let session = result["session_id"].as_str().context("session")?.to_owned();
+    let forked = daemon.run_tether(&[
+        "-p",
+        "and now?",
+        "-r",
+        &session,
+        "--fork-session",
+        "--output-format",
+        "json",
+    ])?;
+    assert!(forked.status.success(), "{forked:?}");
+    let forked: Value = serde_json::from_slice(&forked.stdout)?;
+    assert_ne!(forked["session_id"], session.as_str(), "a new session");
+    assert_eq!(forked["result"], "Forked answer.");
+    // The fork carried the history; the original did not get the new turn.
+    let last = fake
+        .server
+        .message_requests()
+        .last()
+        .cloned()
+        .context("request")?;
+    assert!(last.body["messages"].to_string().contains("read the notes"));
+    let mut c = daemon.ndjson()?;
+    let original = c.call(
+        "session/export",
+        json!({"sessionId": session, "format": "jsonl"}),
+    )?;
+    assert!(!original["content"].to_string().contains("and now?"));
+    let bad = daemon.run_tether(&["-p", "x", "--add-dir", "/nonexistent/dir"])?;
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("/nonexistent/dir"),
+        "{bad:?}"
+    );
+    Ok(())
+}
