@@ -132,6 +132,9 @@ async fn ask_command(command: &str, request: &Value) -> (PermissionDecision, Opt
     }
 }
 
+/// The tool a `--json-schema` run answers with.
+const STRUCTURED_OUTPUT: &str = "StructuredOutput";
+
 /// What the turns added up to.
 #[derive(Default)]
 struct Totals {
@@ -152,6 +155,9 @@ struct Totals {
     api_ms: u64,
     /// The run was stopped for going over `--max-budget-usd`.
     over_budget: bool,
+    /// `--json-schema`: the StructuredOutput calls by id, and the accepted answer.
+    structured_calls: std::collections::HashMap<String, Value>,
+    structured: Option<Value>,
 }
 
 impl Totals {
@@ -202,6 +208,9 @@ impl Totals {
             },
             "permission_denials": self.denials,
         });
+        if let Some(answer) = &self.structured {
+            result["structured_output"] = answer.clone();
+        }
         if let Some(e) = self.error.as_ref().filter(|e| !e.is_null()) {
             result["error"] = e.clone();
         }
@@ -422,6 +431,22 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                             "tether: this run has cost ${spent:.4}, over --max-budget-usd {budget}; stopping"
                         );
                         conn.client.turn_cancel(session.clone()).await?;
+                    }
+                }
+                "tool_call" if data["name"] == STRUCTURED_OUTPUT => {
+                    if let Some(id) = data["toolCallId"].as_str() {
+                        totals
+                            .structured_calls
+                            .insert(id.to_owned(), data["input"].clone());
+                    }
+                }
+                // The answer is a StructuredOutput call the daemon accepted (it matched).
+                "tool_result" if data["isError"] == false => {
+                    if let Some(answer) = data["toolCallId"]
+                        .as_str()
+                        .and_then(|id| totals.structured_calls.remove(id))
+                    {
+                        totals.structured = Some(answer);
                     }
                 }
                 "turn_ended" => {

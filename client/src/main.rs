@@ -93,6 +93,10 @@ struct Cli {
     /// With -p: only the servers of --mcp-config, none from the configuration files.
     #[arg(long)]
     strict_mcp_config: bool,
+    /// With -p: a JSON Schema (of an object) the answer must match; the result's
+    /// `structured_output` holds it.
+    #[arg(long, value_name = "SCHEMA")]
+    json_schema: Option<String>,
     /// With -p: sub-agent types besides the project's and the user's, as JSON:
     /// `{"reviewer": {"description": "…", "prompt": "…", "tools": ["Read"], "model": "haiku"}}`.
     #[arg(long, value_name = "JSON")]
@@ -381,6 +385,14 @@ fn main() -> ExitCode {
                     // Nobody reads a headless run's thinking; the answer starts sooner without it.
                     hide_thinking: true,
                     agents: agents_flag(cli.agents.as_deref())?,
+                    json_schema: cli
+                        .json_schema
+                        .as_deref()
+                        .map(|s| {
+                            serde_json::from_str(s)
+                                .map_err(|e| anyhow::anyhow!("--json-schema: not valid JSON: {e}"))
+                        })
+                        .transpose()?,
                 },
                 permission_prompt_command: cli.permission_prompt_command.clone(),
                 include_partial_messages: cli.include_partial_messages,

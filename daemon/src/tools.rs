@@ -1,7 +1,8 @@
 //! The built-in tools, one file each. Each follows Claude Code's name and input fields, so
 //! prompts and habits carry over. `tool.rs` is the `Tool` trait, `ToolContext` and the `Tools`
 //! registry; `workspace.rs` the session's directories; `jobs.rs` its background shells;
-//! `agents.rs` the sub-agent types the Task tool offers.
+//! `agents.rs` the sub-agent types the Task tool offers; `structured.rs` the tool of runs that
+//! want a structured answer.
 //!
 //! Invariant: tools know nothing of the query loop; sub-agents reach it through the
 //! [`SubagentRunner`] trait the loop implements.
@@ -15,6 +16,7 @@ mod jobs;
 mod ls;
 mod notebook;
 mod read;
+pub mod structured;
 mod task;
 mod todo;
 mod tool;

@@ -122,6 +122,11 @@ pub struct TurnOptions {
     /// git snapshot and memory files still follow them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// A JSON Schema (of an object) the turn's answer must match (`--json-schema`): the model
+    /// gets a `StructuredOutput` tool with it and is sent back until it has called it; the
+    /// call's input is the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<serde_json::Value>,
     /// Sub-agent types for this turn besides the project's and the user's (`--agents`):
     /// `{"name": {"description", "prompt", "tools"?, "model"?}}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

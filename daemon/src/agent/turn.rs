@@ -23,6 +23,8 @@ make that call again in full.";
 
 /// Extra model calls Stop hooks may force in one turn.
 pub const MAX_STOP_HOOK_CONTINUATIONS: u32 = 3;
+/// How often a run that wants a structured answer reminds the model before it fails.
+pub const MAX_STRUCTURED_REMINDERS: u32 = 3;
 
 /// A turn: its context, its cancellation, and its sub-agents.
 pub struct Turn {
@@ -341,6 +343,7 @@ impl Turn {
         let mut requests = 0;
         let mut compacted_for_length = false;
         let mut stop_hooks = 0;
+        let mut reminders = 0;
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(tally.outcome(StopReason::Cancelled, None));
@@ -613,6 +616,31 @@ impl Turn {
                     sink.commit(event).await?;
                 }
                 StopReason::PauseTurn | StopReason::ToolUse => {}
+                // A run that wants a structured answer goes on until the model has given it.
+                StopReason::EndTurn | StopReason::StopSequence
+                    if self.ctx.structured.as_ref().is_some_and(|s| !s.is_done()) =>
+                {
+                    if reminders >= MAX_STRUCTURED_REMINDERS {
+                        return Ok(tally.outcome(
+                            StopReason::Error,
+                            Some(TurnError {
+                                code: "structured_output".into(),
+                                message: format!(
+                                    "the model did not call {} with an answer matching the schema (reminded {reminders} times)",
+                                    crate::tools::structured::NAME
+                                ),
+                                retryable: true,
+                            }),
+                        ));
+                    }
+                    reminders += 1;
+                    let event = EventKind::Continuation {
+                        attempt: reminders,
+                        prompt: crate::tools::structured::StructuredOutput::reminder(),
+                    };
+                    history.apply(&event);
+                    sink.commit(event).await?;
+                }
                 StopReason::EndTurn | StopReason::StopSequence
                     if self.ctx.hooks.has(self.stop_event())
                         && stop_hooks < MAX_STOP_HOOK_CONTINUATIONS =>

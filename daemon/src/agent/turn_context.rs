@@ -45,6 +45,8 @@ pub struct TurnContext {
     pub transcript: Option<std::path::PathBuf>,
     /// The sub-agent type this context runs, in a sub-agent.
     pub agent: Option<String>,
+    /// The StructuredOutput tool of a run that wants a structured answer (`jsonSchema`).
+    pub structured: Option<Arc<crate::tools::structured::StructuredOutput>>,
 }
 
 impl TurnContext {
@@ -105,7 +107,7 @@ impl TurnContext {
             .tools
             .names()
             .into_iter()
-            .filter(|n| *n != TASK_TOOL)
+            .filter(|n| *n != TASK_TOOL && *n != crate::tools::structured::NAME)
             .map(str::to_owned)
             .collect();
         Self {
@@ -123,6 +125,7 @@ impl TurnContext {
             spent_before: (TokenUsage::default(), Some(0.0)),
             transcript: self.transcript.clone(),
             agent: self.agent.clone(),
+            structured: None,
         }
     }
 

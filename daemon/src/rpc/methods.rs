@@ -368,6 +368,18 @@ impl TetherRpcServer for RpcApi {
         if options.max_turns == Some(0) {
             return Err(invalid_params("options.maxTurns must be at least 1"));
         }
+        if let Some(schema) = &options.json_schema {
+            if schema["type"] != "object" {
+                return Err(invalid_params(
+                    "options.jsonSchema must be the schema of an object (\"type\": \"object\")",
+                ));
+            }
+            if let Err(e) = jsonschema::validator_for(schema) {
+                return Err(invalid_params(format!(
+                    "options.jsonSchema is not a valid JSON Schema: {e}"
+                )));
+            }
+        }
         if let Some(bad) = options
             .add_dirs
             .iter()

@@ -205,6 +205,7 @@ impl SessionActor {
                         .join(format!("{}.jsonl", record.id.0)),
                 ),
                 agent: None,
+                structured: None,
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),
             mcp: Mcp {
@@ -216,6 +217,10 @@ impl SessionActor {
                 options: options.clone(),
             },
             cwd,
+            structured: options
+                .json_schema
+                .clone()
+                .map(|schema| Arc::new(crate::tools::structured::StructuredOutput::new(schema))),
             system_prompt: options.system_prompt.clone(),
             append_system_prompt: options.append_system_prompt,
             history: self.history.clone(),
@@ -305,6 +310,8 @@ struct TurnTask {
     /// The project's notes file (part of the context).
     notes: std::path::PathBuf,
     mcp: Mcp,
+    /// The StructuredOutput tool, when the turn wants a structured answer.
+    structured: Option<Arc<crate::tools::structured::StructuredOutput>>,
     system_prompt: Option<String>,
     append_system_prompt: Option<String>,
     history: crate::agent::History,
@@ -350,6 +357,7 @@ impl TurnTask {
             cwd,
             notes,
             mcp,
+            structured,
             system_prompt,
             append_system_prompt,
             mut history,
@@ -384,6 +392,14 @@ impl TurnTask {
         }
         if let Some(extra) = append_system_prompt.filter(|e| !e.trim().is_empty()) {
             ctx.system.push(crate::llm::SystemBlock::text(extra));
+        }
+        if let Some(tool) = structured {
+            let dynamic: Arc<dyn crate::tools::Tool> = tool.clone();
+            ctx.tools = ctx.tools.extend(&crate::tools::Tools::new(vec![dynamic]));
+            ctx.system.push(crate::llm::SystemBlock::text(
+                crate::tools::structured::StructuredOutput::instruction(),
+            ));
+            ctx.structured = Some(tool);
         }
         let ctx = Arc::new(ctx);
         let subagents = crate::agent::Subagents {

@@ -606,3 +606,57 @@ fn system_prompt_add_dir_and_fork_session_work_as_claudes() -> anyhow::Result<()
     );
     Ok(())
 }
+
+#[test]
+fn json_schema_answers_through_structured_output_until_it_matches() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        // Stops without the structured answer: it is reminded.
+        Step::text("The name is tether."),
+        // Answers with the wrong type: the schema refuses it.
+        Step::default().tool_use("StructuredOutput", json!({"name": 3})),
+        Step::default().tool_use("StructuredOutput", json!({"name": "tether"})),
+        Step::text("Done."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}},
+        "required": ["name"]})
+    .to_string();
+    let out = daemon.run_tether(&[
+        "-p",
+        "what is the project called?",
+        "--json-schema",
+        &schema,
+        "--output-format",
+        "json",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(
+        result["structured_output"],
+        json!({"name": "tether"}),
+        "{result}"
+    );
+    let requests = fake.server.message_requests();
+    let tools = tether_tests::tool_names(&requests[0].body)?;
+    assert!(tools.contains(&"StructuredOutput"), "{tools:?}");
+    assert!(
+        requests[1].body["messages"]
+            .to_string()
+            .contains("call the StructuredOutput tool now"),
+        "reminded"
+    );
+    assert!(
+        requests[2].body["messages"]
+            .to_string()
+            .contains("is not of type"),
+        "the schema's complaint reached the model: {}",
+        requests[2].body["messages"]
+    );
+    let bad = daemon.run_tether(&["-p", "x", "--json-schema", r#"{"type": "string"}"#])?;
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("schema of an object"),
+        "{bad:?}"
+    );
+    Ok(())
+}

@@ -177,6 +177,7 @@ impl Setup {
                 spent_before: Default::default(),
                 transcript: None,
                 agent: None,
+                structured: None,
             }),
             cancel: CancellationToken::new(),
             subagents: None,
