@@ -93,6 +93,10 @@ struct Cli {
     /// With -p: only the servers of --mcp-config, none from the configuration files.
     #[arg(long)]
     strict_mcp_config: bool,
+    /// With -p: more settings in settings.json's shape, from a file or a JSON string: its
+    /// permission rules, additionalDirectories, defaultMode, model and hooks apply to this run.
+    #[arg(long, value_name = "FILE|JSON")]
+    settings: Option<String>,
     /// With -p: a JSON Schema (of an object) the answer must match; the result's
     /// `structured_output` holds it.
     #[arg(long, value_name = "SCHEMA")]
@@ -281,6 +285,39 @@ fn add_dirs(dirs: &[PathBuf]) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
+/// The settings keys `--settings` applies; others are named on stderr as not used.
+const SETTINGS_KEYS: &[&str] = &["permissions", "hooks", "model", "$schema"];
+
+/// `--settings`: a settings object from a file or a JSON string.
+fn settings_flag(arg: Option<&str>) -> anyhow::Result<Option<serde_json::Value>> {
+    let Some(arg) = arg else { return Ok(None) };
+    let (text, what) = if arg.trim_start().starts_with('{') {
+        (arg.to_owned(), "--settings JSON".to_owned())
+    } else {
+        (
+            read_flag_file("--settings", std::path::Path::new(arg))?,
+            arg.to_owned(),
+        )
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{what}: not valid JSON: {e}"))?;
+    let Some(map) = v.as_object() else {
+        anyhow::bail!("{what}: expected a settings object");
+    };
+    let unused: Vec<&str> = map
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !SETTINGS_KEYS.contains(k))
+        .collect();
+    if !unused.is_empty() {
+        eprintln!(
+            "tether: {what}: not used by tether: {} (permissions, hooks and model are)",
+            unused.join(", ")
+        );
+    }
+    Ok(Some(v))
+}
+
 /// `--agents` JSON (an object of agents by name).
 fn agents_flag(arg: Option<&str>) -> anyhow::Result<Option<serde_json::Value>> {
     let Some(arg) = arg else { return Ok(None) };
@@ -352,6 +389,16 @@ fn main() -> ExitCode {
                 Some(id) if cli.fork_session => Some(commands::fork(&socket, id).await?),
                 other => other,
             };
+            let settings = settings_flag(cli.settings.as_deref())?;
+            let from_settings = |key: &str| {
+                let v = settings.as_ref()?;
+                let v = if key == "defaultMode" {
+                    &v["permissions"][key]
+                } else {
+                    &v[key]
+                };
+                v.as_str().map(str::to_owned)
+            };
             let headless = headless::Headless {
                 prompt: Some(prompt).filter(|p| !p.is_empty()),
                 format: cli.output_format.clone(),
@@ -359,9 +406,9 @@ fn main() -> ExitCode {
                 permission_mode: if cli.dangerously_skip_permissions {
                     Some("bypassPermissions".into())
                 } else {
-                    cli.permission_mode.clone()
+                    cli.permission_mode.clone().or(from_settings("defaultMode"))
                 },
-                model: cli.model.clone(),
+                model: cli.model.clone().or(from_settings("model")),
                 name: cli.name.clone(),
                 session,
                 options: tether_proto::TurnOptions {
@@ -385,6 +432,7 @@ fn main() -> ExitCode {
                     // Nobody reads a headless run's thinking; the answer starts sooner without it.
                     hide_thinking: true,
                     agents: agents_flag(cli.agents.as_deref())?,
+                    settings: settings.clone(),
                     json_schema: cli
                         .json_schema
                         .as_deref()

@@ -122,6 +122,11 @@ pub struct TurnOptions {
     /// git snapshot and memory files still follow them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// A settings object in Claude Code's `settings.json` shape applied to this turn on top of
+    /// the files (`--settings`): its `permissions` rules and `additionalDirectories`, and its
+    /// `hooks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<serde_json::Value>,
     /// A JSON Schema (of an object) the turn's answer must match (`--json-schema`): the model
     /// gets a `StructuredOutput` tool with it and is sent back until it has called it; the
     /// call's input is the answer.

@@ -27,6 +27,8 @@ pub struct Request {
     pub home: Option<PathBuf>,
     /// config.toml's `[hooks]` table and its file name.
     pub config_hooks: Option<(Value, String)>,
+    /// The turn's own settings (`--settings`), whose hooks run too.
+    pub settings: Option<Value>,
     /// What the user sent.
     pub input: Vec<InputItem>,
     /// A command the caller already knows (`session/compact`): the input is not parsed.
@@ -76,6 +78,7 @@ async fn run(request: Request) -> Prepared {
         cwd,
         home,
         config_hooks,
+        settings,
         input,
         command,
         session_start,
@@ -96,7 +99,10 @@ async fn run(request: Request) -> Prepared {
                 Some(_) => Default::default(),
                 None => super::input::process(&cwd, &input),
             };
-            let hooks = Hooks::load(&cwd, home.as_deref(), config_hooks.as_ref());
+            let mut hooks = Hooks::load(&cwd, home.as_deref(), config_hooks.as_ref());
+            if let Some(settings) = &settings {
+                hooks.add(&settings["hooks"], "--settings");
+            }
             let agents = crate::tools::agents::load(&cwd, home.as_deref());
             (command, processed, hooks, agents)
         })
@@ -225,6 +231,7 @@ mod tests {
             cwd: cwd.to_owned(),
             home: None,
             config_hooks: None,
+            settings: None,
             input: vec![InputItem::Text { text: text.into() }],
             command: None,
             session_start: true,

@@ -64,6 +64,11 @@ impl RuleSet {
                 return;
             }
         };
+        self.add_settings(&v, base, home, &source);
+    }
+
+    /// Adds the `permissions` of one settings object (a file's, or `--settings`).
+    pub fn add_settings(&mut self, v: &Value, base: &Path, home: Option<&Path>, source: &str) {
         let p = &v["permissions"];
         for kind in ["allow", "ask", "deny"] {
             match &p[kind] {
@@ -78,7 +83,7 @@ impl RuleSet {
                             "{source}: permissions.{kind} holds entries that are not strings"
                         ));
                     }
-                    self.add(kind, &texts, base, home, &source);
+                    self.add(kind, &texts, base, home, source);
                 }
                 _ => self.problems.push(format!(
                     "{source}: permissions.{kind} must be a list of rules"

@@ -120,6 +120,9 @@ impl SessionActor {
         rules
             .additional_dirs
             .extend(self.turns.dirs().iter().cloned());
+        if let Some(settings) = self.turns.settings() {
+            rules.add_settings(settings, &root, home.as_deref(), "--settings");
+        }
         let turn = self.turns.allow();
         if !turn.is_empty() {
             rules.add(

@@ -51,6 +51,8 @@ pub(super) struct Running {
     pub allow: Vec<String>,
     /// Directories this turn may use besides the session's (`addDirs`).
     pub dirs: Vec<std::path::PathBuf>,
+    /// The turn's own settings (`--settings`).
+    pub settings: Option<serde_json::Value>,
     /// Its idempotency key (its `turn_started` may not be logged yet).
     client_turn_id: Option<String>,
 }
@@ -110,6 +112,11 @@ impl Turns {
         self.running.as_ref().map_or(&[], |r| &r.allow)
     }
 
+    /// The running turn's own settings (`settings`).
+    pub fn settings(&self) -> Option<&serde_json::Value> {
+        self.running.as_ref().and_then(|r| r.settings.as_ref())
+    }
+
     /// The running turn's own extra directories (`addDirs`).
     pub fn dirs(&self) -> &[std::path::PathBuf] {
         self.running.as_ref().map_or(&[], |r| &r.dirs)
@@ -132,6 +139,7 @@ impl Turns {
             cancel,
             allow,
             dirs: Vec::new(),
+            settings: None,
             client_turn_id: None,
         });
     }
@@ -150,6 +158,7 @@ impl Turns {
                 .iter()
                 .map(std::path::PathBuf::from)
                 .collect(),
+            settings: queued.request.options.settings.clone(),
             client_turn_id: queued.request.client_turn_id.clone(),
         });
         cancel
@@ -237,6 +246,7 @@ impl SessionActor {
             cwd: std::path::PathBuf::from(&record.cwd),
             home: std::env::var_os("HOME").map(std::path::PathBuf::from),
             config_hooks: self.env.config_hooks.clone(),
+            settings: queued.request.options.settings.clone(),
             input: queued.request.input.clone(),
             command: queued.request.command.clone(),
             session_start: !self.session_started,

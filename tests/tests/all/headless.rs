@@ -660,3 +660,35 @@ fn json_schema_answers_through_structured_output_until_it_matches() -> anyhow::R
     );
     Ok(())
 }
+
+#[test]
+fn settings_given_with_the_flag_allow_hook_and_pick_the_model() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "touch made-by-tool"})),
+        Step::text("Touched."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let settings = json!({
+        "permissions": {"allow": ["Bash(touch:*)"]},
+        "hooks": {"PostToolUse": [{"matcher": "Bash",
+            "hooks": [{"type": "command", "command": "touch hook-ran"}]}]},
+        "model": "opus",
+        "statusLine": {"type": "command", "command": "echo hi"},
+    })
+    .to_string();
+    let out = daemon.run_tether(&["-p", "touch it", "--settings", &settings])?;
+    assert!(out.status.success(), "{out:?}");
+    // The rule let the call run (a headless ask is a denial); the hook ran after it.
+    assert!(daemon.workdir().join("made-by-tool").exists());
+    assert!(daemon.workdir().join("hook-ran").exists());
+    assert_eq!(
+        fake.server.message_requests()[0].body["model"],
+        "claude-opus-5-5"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not used by tether: statusLine"),
+        "{stderr}"
+    );
+    Ok(())
+}
