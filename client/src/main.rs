@@ -133,6 +133,14 @@ struct Cli {
     /// stdin and prints `{"behavior":"allow"}` or `{"behavior":"deny","message":"…"}`.
     #[arg(long, value_name = "CMD")]
     permission_prompt_command: Option<String>,
+    /// With -p: an MCP tool (mcp__server__tool) that answers permission requests instead of
+    /// denying them, as claude calls it.
+    #[arg(
+        long,
+        value_name = "TOOL",
+        conflicts_with = "permission_prompt_command"
+    )]
+    permission_prompt_tool: Option<String>,
     /// With -p: continue this session (id or prefix).
     #[arg(long, value_name = "ID")]
     session: Option<String>,
@@ -433,6 +441,7 @@ fn main() -> ExitCode {
                     hide_thinking: true,
                     agents: agents_flag(cli.agents.as_deref())?,
                     settings: settings.clone(),
+                    permission_prompt_tool: cli.permission_prompt_tool.clone(),
                     json_schema: cli
                         .json_schema
                         .as_deref()

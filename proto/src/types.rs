@@ -127,6 +127,12 @@ pub struct TurnOptions {
     /// `hooks`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<serde_json::Value>,
+    /// An MCP tool (`mcp__server__tool`) that answers this turn's permission requests instead
+    /// of a person (`--permission-prompt-tool`), as Claude Code calls it: input `{tool_name,
+    /// input, tool_use_id}`, answer `{"behavior": "allow", "updatedInput"?}` or `{"behavior":
+    /// "deny", "message"}` as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_prompt_tool: Option<String>,
     /// A JSON Schema (of an object) the turn's answer must match (`--json-schema`): the model
     /// gets a `StructuredOutput` tool with it and is sent back until it has called it; the
     /// call's input is the answer.

@@ -53,6 +53,68 @@ pub struct Dispatch<'a> {
 }
 
 impl Dispatch<'_> {
+    /// Asks the turn's permission prompt tool about `call` (Claude Code's contract): allow
+    /// (maybe with new input) or deny; anything else denies, saying why.
+    async fn ask_prompt_tool(
+        &self,
+        call: &Call,
+        tool: &str,
+    ) -> (super::sink::Verdict, Option<Value>) {
+        use super::sink::Verdict;
+        let name = self.ctx.prompt_tool.clone().unwrap_or_default();
+        let Some(prompt) = self.ctx.tools.find(&name) else {
+            return (
+                Verdict::Deny(format!(
+                    "the permission prompt tool {name} is not available (is its MCP server configured and running?)"
+                )),
+                None,
+            );
+        };
+        let input = json!({"tool_name": tool, "input": call.input, "tool_use_id": call.id});
+        let ctx = ToolContext {
+            cancel: self.cancel.child_token(),
+            ..ToolContext::detached(self.ctx.workspace.clone())
+        };
+        let out = prompt.run(input, &ctx).await;
+        let text = tether_proto::content_text(&out.content);
+        let answer: Value = match serde_json::from_str(text.trim()) {
+            Ok(v) if !out.is_error => v,
+            _ => {
+                return (
+                    Verdict::Deny(format!(
+                        "the permission prompt tool {name} gave no answer: {}",
+                        text.trim()
+                    )),
+                    None,
+                );
+            }
+        };
+        self.sink.send(EventKind::Notice {
+            level: tether_proto::NoticeLevel::Info,
+            message: format!(
+                "{name} answered the permission request for {tool}: {}",
+                answer["behavior"].as_str().unwrap_or("no behavior")
+            ),
+        });
+        match answer["behavior"].as_str() {
+            Some("allow") => (
+                Verdict::Allow,
+                answer
+                    .get("updatedInput")
+                    .filter(|u| u.is_object())
+                    .cloned(),
+            ),
+            _ => (
+                Verdict::Deny(
+                    answer["message"]
+                        .as_str()
+                        .map_or_else(|| format!("denied by {name}"), str::to_owned),
+                ),
+                None,
+            ),
+        }
+    }
+
     async fn record(&self, history: &mut History, event: EventKind) -> Result<(), SinkError> {
         history.apply(&event);
         self.sink.commit(event).await
@@ -189,11 +251,26 @@ impl Dispatch<'_> {
                 input: call.input.clone(),
                 read_only: tool.is_read_only(),
                 hook,
+                delegated: self.ctx.prompt_tool.is_some(),
             };
-            let verdict = tokio::select! {
+            let mut verdict = tokio::select! {
                 v = self.sink.authorize(ask) => v?,
                 _ = self.cancel.cancelled() => super::sink::Verdict::Deny(INTERRUPTED.to_owned()),
             };
+            if verdict == super::sink::Verdict::Ask {
+                let (answer, updated) = self.ask_prompt_tool(&call, tool.name()).await;
+                verdict = answer;
+                if let Some(updated) = updated {
+                    match self.ctx.tools.validate(&call.name, &updated) {
+                        Ok(()) => call.input = updated,
+                        Err(msg) => {
+                            verdict = super::sink::Verdict::Deny(format!(
+                                "the permission prompt tool's updatedInput is invalid: {msg}"
+                            ))
+                        }
+                    }
+                }
+            }
             if let super::sink::Verdict::Deny(msg) = verdict {
                 self.result(history, &call.id, ToolOutput::error(msg))
                     .await?;

@@ -36,6 +36,9 @@ pub struct PermissionAsk {
     pub read_only: bool,
     /// What a PreToolUse hook said, if one did.
     pub hook: Option<crate::hooks::HookPermission>,
+    /// The turn answers its own asks (`--permission-prompt-tool`): when the rules would ask,
+    /// answer [`Verdict::Ask`] instead of opening a request.
+    pub delegated: bool,
 }
 
 /// The permission check's answer.
@@ -45,6 +48,8 @@ pub enum Verdict {
     Allow,
     /// Do not run it; the text goes to the model as the result.
     Deny(String),
+    /// The rules would ask, and the turn answers itself (only for a `delegated` ask).
+    Ask,
 }
 
 /// The turn's outlet.

@@ -45,6 +45,8 @@ pub struct TurnContext {
     pub transcript: Option<std::path::PathBuf>,
     /// The sub-agent type this context runs, in a sub-agent.
     pub agent: Option<String>,
+    /// The MCP tool that answers this turn's permission asks (`permissionPromptTool`).
+    pub prompt_tool: Option<String>,
     /// The StructuredOutput tool of a run that wants a structured answer (`jsonSchema`).
     pub structured: Option<Arc<crate::tools::structured::StructuredOutput>>,
 }
@@ -125,6 +127,7 @@ impl TurnContext {
             spent_before: (TokenUsage::default(), Some(0.0)),
             transcript: self.transcript.clone(),
             agent: self.agent.clone(),
+            prompt_tool: self.prompt_tool.clone(),
             structured: None,
         }
     }

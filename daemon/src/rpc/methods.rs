@@ -368,6 +368,13 @@ impl TetherRpcServer for RpcApi {
         if options.max_turns == Some(0) {
             return Err(invalid_params("options.maxTurns must be at least 1"));
         }
+        if let Some(tool) = &options.permission_prompt_tool
+            && !tool.starts_with("mcp__")
+        {
+            return Err(invalid_params(format!(
+                "options.permissionPromptTool must name an MCP tool (mcp__server__tool), not {tool:?}"
+            )));
+        }
         if let Some(schema) = &options.json_schema {
             if schema["type"] != "object" {
                 return Err(invalid_params(

@@ -230,6 +230,7 @@ impl SessionActor {
                 crate::telemetry::permission_decision("deny", source.as_str());
                 drop(reply.send(Ok(Verdict::Deny(why))))
             }
+            Decision::Ask if ask.delegated => drop(reply.send(Ok(Verdict::Ask))),
             Decision::Ask => {
                 let request_id = format!("perm_{}", uuid::Uuid::new_v4().simple());
                 let suggested = crate::permissions::suggest_rules(&call, &rules);

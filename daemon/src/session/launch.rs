@@ -205,6 +205,7 @@ impl SessionActor {
                         .join(format!("{}.jsonl", record.id.0)),
                 ),
                 agent: None,
+                prompt_tool: options.permission_prompt_tool.clone(),
                 structured: None,
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),

@@ -48,6 +48,10 @@ impl ServerHandler for TestServer {
             tool("pid", "Its process id."),
             tool("crash", "Exits at once."),
             tool("grow", "Adds the tool extra."),
+            tool(
+                "approve",
+                "Answers permission requests: allows echo (as `echo approved-by-tool`), denies the rest.",
+            ),
         ];
         if self.grown.load(Ordering::Acquire) {
             tools.push(tool("extra", "Exists once grown."));
@@ -69,6 +73,21 @@ impl ServerHandler for TestServer {
                 text("grown")
             }
             "extra" if self.grown.load(Ordering::Acquire) => text("the extra tool answers"),
+            "approve" => {
+                let args = request.arguments.unwrap_or_default();
+                let command = args
+                    .get("input")
+                    .and_then(|i| i.get("command"))
+                    .and_then(|c| c.as_str())
+                    .unwrap_or_default();
+                let answer = if command.starts_with("echo") {
+                    serde_json::json!({"behavior": "allow",
+                        "updatedInput": {"command": "echo approved-by-tool > approved.txt"}})
+                } else {
+                    serde_json::json!({"behavior": "deny", "message": format!("{command} is not allowed here")})
+                };
+                text(answer.to_string())
+            }
             other => Err(ErrorData::invalid_params(
                 format!("no tool named {other}"),
                 None,

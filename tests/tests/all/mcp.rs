@@ -2,6 +2,7 @@
 //! the everything server over stdio and Streamable HTTP and SSE, the time server (Python), and
 //! Claude Code's configuration files.
 
+use anyhow::Context;
 use serde_json::{Value, json};
 use std::process::{Child, Command, Stdio};
 use tether_tests::fake_anthropic::{Script, Step};
@@ -509,6 +510,53 @@ fn a_call_longer_than_the_idle_time_is_not_stopped() -> anyhow::Result<()> {
         result_text(&r[0]).contains("completed"),
         "{}",
         result_text(&r[0])
+    );
+    Ok(())
+}
+
+#[test]
+fn a_permission_prompt_tool_answers_headless_permission_requests() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "echo original > original.txt"})),
+        Step::default().tool_use("Bash", json!({"command": "rm -rf notes"})),
+        Step::text("Done."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let config =
+        json!({"mcpServers": {"probe": {"command": tether_tests::bin("mcp-test-server")}}})
+            .to_string();
+    let out = daemon.run_tether(&[
+        "-p",
+        "do both",
+        "--mcp-config",
+        &config,
+        "--permission-prompt-tool",
+        "mcp__probe__approve",
+        "--output-format",
+        "json",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    // Allowed, with the tool's input instead of the model's.
+    assert!(daemon.workdir().join("approved.txt").exists());
+    assert!(!daemon.workdir().join("original.txt").exists());
+    // Denied, with the tool's message reaching the model.
+    let last = fake
+        .server
+        .message_requests()
+        .last()
+        .cloned()
+        .context("request")?;
+    let denied = results(&last.body);
+    assert_eq!(denied[0]["is_error"], true);
+    assert!(
+        result_text(&denied[0]).contains("rm -rf notes is not allowed here"),
+        "{denied:?}"
+    );
+    let bad = daemon.run_tether(&["-p", "x", "--permission-prompt-tool", "Bash"])?;
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("must name an MCP tool"),
+        "{bad:?}"
     );
     Ok(())
 }

@@ -177,6 +177,7 @@ impl Setup {
                 spent_before: Default::default(),
                 transcript: None,
                 agent: None,
+                prompt_tool: None,
                 structured: None,
             }),
             cancel: CancellationToken::new(),
