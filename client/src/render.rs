@@ -376,6 +376,36 @@ pub fn rules(rules: &tether_proto::PermissionRules, s: crate::style::Style) -> S
     out
 }
 
+/// `/config`: each settings file's keys, and what tether does with them.
+pub fn settings_keys(keys: &[tether_proto::SettingsKey], s: crate::style::Style) -> String {
+    if keys.is_empty() {
+        return format!(
+            "{}\n",
+            s.dim("no Claude Code settings files here (~/.claude/settings.json, .claude/settings.json, .claude/settings.local.json)")
+        );
+    }
+    let mut out = String::new();
+    let mut source = "";
+    let width = keys
+        .iter()
+        .map(|k| k.key.chars().count())
+        .max()
+        .unwrap_or(0);
+    for k in keys {
+        if k.source != source {
+            source = &k.source;
+            out.push_str(&format!("{}\n", s.bold(source)));
+        }
+        let note = if k.used {
+            s.ok(&k.note)
+        } else {
+            s.dim(&k.note)
+        };
+        out.push_str(&format!("  {:<width$}  {note}\n", k.key));
+    }
+    out
+}
+
 /// The `tether sessions` table.
 pub fn sessions_table(sessions: &[SessionSummary], now: SystemTime) -> String {
     if sessions.is_empty() {

@@ -9,6 +9,7 @@ mod settings;
 mod shell;
 
 pub use rules::{EDIT_TOOLS, READ_TOOLS, Rule, host_of};
+pub mod keys;
 pub use settings::{RuleSet, load as load_settings, remember_always};
 pub use shell::split as split_command;
 

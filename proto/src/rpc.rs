@@ -156,6 +156,11 @@ pub trait TetherRpc {
         #[argument(rename = "sessionId")] session_id: SessionId,
     ) -> RpcResult<Vec<CommandInfo>>;
 
+    /// Every key of the Claude Code settings files that apply in `cwd`, and whether tether
+    /// uses it.
+    #[method(name = "settings/list", param_kind = map)]
+    async fn settings_list(&self, cwd: String) -> RpcResult<Vec<SettingsKey>>;
+
     /// The MCP servers a session in `cwd` gets: each with its scope and state, and what
     /// could not be read.
     #[method(name = "mcp/list", param_kind = map)]

@@ -37,6 +37,7 @@ pub fn wire_schema() -> Value {
         types::McpChange,
         types::McpChanged,
         types::CommandInfo,
+        types::SettingsKey,
         types::SessionExport,
         types::NoControllerPolicy,
     );

@@ -463,6 +463,20 @@ pub struct ShutdownResult {
     pub stopping: bool,
 }
 
+/// One key of a Claude Code settings file, and what tether does with it (`settings/list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingsKey {
+    /// The file.
+    pub source: String,
+    /// The key (`permissions.x` for a key inside `permissions`).
+    pub key: String,
+    /// Whether tether uses it.
+    pub used: bool,
+    /// What for, or "not used by tether".
+    pub note: String,
+}
+
 /// Result of `session/new`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -32,6 +32,10 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
         "the mode and rules in effect, where each comes from; pending requests",
     ),
     (
+        "/config",
+        "the keys of the Claude Code settings files here, and which tether uses",
+    ),
+    (
         "/allow",
         "/allow [session|always]: answer the pending request",
     ),
@@ -214,6 +218,19 @@ impl Repl {
                 match said {
                     Ok(text) => self.print(&text),
                     Err(e) => self.say(&s.error(&connection::call_error(&e))),
+                }
+            }
+            "/config" => {
+                let listed = match self.conn.client.session_get(self.session.id.clone()).await {
+                    Ok(snap) => self.conn.client.settings_list(snap.summary.cwd).await,
+                    Err(e) => Err(e),
+                };
+                match listed {
+                    Ok(keys) => self.print(&crate::render::settings_keys(&keys, s)),
+                    Err(e) => self.say(&s.error(&format!(
+                        "cannot read the settings: {}",
+                        connection::call_error(&e)
+                    ))),
                 }
             }
             "/permissions" => {

@@ -493,6 +493,16 @@ impl TetherRpcServer for RpcApi {
         Ok(crate::mcp::list(&self.sessions.env().mcp, &cwd))
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "settings/list"))]
+    async fn settings_list(&self, cwd: String) -> RpcResult<Vec<tether_proto::SettingsKey>> {
+        absolute_dir(&cwd)?;
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        Ok(crate::permissions::keys::report(
+            std::path::Path::new(&cwd),
+            home.as_deref(),
+        ))
+    }
+
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "mcp/configure"))]
     async fn mcp_configure(&self, cwd: String, change: McpChange) -> RpcResult<McpChanged> {
         let cwd = absolute_dir(&cwd)?;

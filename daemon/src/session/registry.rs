@@ -11,6 +11,7 @@ use super::{
 };
 use crate::store::{EventLog, SessionRecord, Store};
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tether_proto::{
     ClientRef, ExportFormat, SessionId, SessionList, SessionStatus, SessionSummary,
@@ -52,15 +53,32 @@ impl Sessions {
             .id
             .unwrap_or_else(|| SessionId(uuid::Uuid::new_v4().to_string()));
         let now = now_rfc3339();
+        // What the creator leaves out comes from the project's settings (Claude Code's
+        // `permissions.defaultMode` and `model`), then tether's configuration.
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let defaults = crate::permissions::keys::defaults(Path::new(&new.cwd), home.as_deref());
+        let settings_model = defaults.model.filter(|m| {
+            let known = self.env.catalog.check(m).is_ok();
+            if !known {
+                tracing::warn!(
+                    "the settings' model {m:?} is not one tether knows; using the default"
+                );
+            }
+            known
+        });
         let record = SessionRecord {
             id: id.clone(),
             title: new.title.filter(|t| !t.trim().is_empty()),
             cwd: new.cwd,
             model: new
                 .model
+                .or(settings_model)
                 .unwrap_or_else(|| self.env.catalog.default_model().to_owned()),
             effort: None,
-            permission_mode: new.permission_mode.unwrap_or(self.env.permission_mode),
+            permission_mode: new
+                .permission_mode
+                .or(defaults.permission_mode)
+                .unwrap_or(self.env.permission_mode),
             on_no_controller: Default::default(),
             status: SessionStatus::Idle,
             created_at: now.clone(),

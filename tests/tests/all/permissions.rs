@@ -717,3 +717,44 @@ fn always_allowing_a_compound_command_covers_every_part_and_read_only_commands_n
     assert_eq!(std::fs::read_to_string(daemon.workdir().join("f"))?, "x\n");
     Ok(())
 }
+
+#[test]
+fn settings_files_give_new_sessions_their_mode_and_model_and_every_key_is_listed()
+-> anyhow::Result<()> {
+    let fake = Fake::start(Script::of(echo_turn()))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    std::fs::write(
+        work.join(".claude/settings.local.json"),
+        json!({"permissions": {"defaultMode": "acceptEdits", "allow": []},
+            "model": "haiku", "statusLine": {"type": "command", "command": "echo hi"}})
+        .to_string(),
+    )?;
+    let mut c = daemon.ndjson()?;
+    let created = c.call("session/new", json!({"cwd": work}))?;
+    let session = created["sessionId"].as_str().context("session")?;
+    let got = c.call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(got["permissionMode"], "acceptEdits", "{got}");
+    assert_eq!(got["model"], "haiku", "{got}");
+    // What the creator says still wins.
+    let explicit = c.call(
+        "session/new",
+        json!({"cwd": work, "permissionMode": "plan", "model": "opus"}),
+    )?;
+    let got = c.call("session/get", json!({"sessionId": explicit["sessionId"]}))?;
+    assert_eq!(got["permissionMode"], "plan");
+    assert_eq!(got["model"], "opus");
+    let keys = c.call("settings/list", json!({"cwd": work}))?;
+    let keys = keys.as_array().context("keys")?;
+    let key = |k: &str| {
+        keys.iter()
+            .find(|e| e["key"] == k)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(key("model")["used"], true, "{keys:?}");
+    assert_eq!(key("statusLine")["used"], false, "{keys:?}");
+    assert_eq!(key("statusLine")["note"], "not used by tether");
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! What tether does with each key of Claude Code's settings files (`~/.claude/settings.json`,
+//! `<project>/.claude/settings.json`, `<project>/.claude/settings.local.json`): the defaults a
+//! new session takes from them (`permissions.defaultMode`, `model`; local over project over
+//! user), and the report `/config` shows — every key, used or not used by tether, so nothing
+//! is dropped silently.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use tether_proto::{PermissionMode, SettingsKey};
+
+/// The keys tether reads, and what for.
+const USED: &[(&str, &str)] = &[
+    ("$schema", "ignored (the file's schema)"),
+    (
+        "permissions",
+        "allow/ask/deny rules, additionalDirectories, defaultMode",
+    ),
+    ("hooks", "hooks"),
+    ("model", "the model of new sessions"),
+    ("enableAllProjectMcpServers", "MCP server approval"),
+    ("enabledMcpjsonServers", "MCP server approval"),
+    ("disabledMcpjsonServers", "MCP server approval"),
+];
+
+/// The `permissions` keys tether reads.
+const USED_PERMISSIONS: &[&str] = &[
+    "allow",
+    "ask",
+    "deny",
+    "additionalDirectories",
+    "defaultMode",
+];
+
+/// The settings files, most general first, with their parsed contents (files that are missing
+/// or not JSON are left out; the rules' loader reports the latter).
+fn files(root: &Path, home: Option<&Path>) -> Vec<(PathBuf, Value)> {
+    let mut paths = Vec::new();
+    if let Some(h) = home {
+        paths.push(h.join(".claude/settings.json"));
+    }
+    paths.push(root.join(".claude/settings.json"));
+    paths.push(root.join(".claude/settings.local.json"));
+    paths
+        .into_iter()
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            let v = serde_json::from_str::<Value>(&text).ok()?;
+            v.is_object().then_some((p, v))
+        })
+        .collect()
+}
+
+/// What a new session in `root` starts with when its creator does not say.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Defaults {
+    /// `permissions.defaultMode`.
+    pub permission_mode: Option<PermissionMode>,
+    /// `model`.
+    pub model: Option<String>,
+}
+
+/// The defaults of the most specific file that sets each.
+pub fn defaults(root: &Path, home: Option<&Path>) -> Defaults {
+    let mut out = Defaults::default();
+    for (path, v) in files(root, home) {
+        if let Some(mode) = v["permissions"]["defaultMode"].as_str() {
+            match serde_json::from_value::<PermissionMode>(Value::String(mode.to_owned())) {
+                Ok(m) => out.permission_mode = Some(m),
+                Err(_) => tracing::warn!(
+                    "{}: permissions.defaultMode {mode:?} is not a mode tether has",
+                    path.display()
+                ),
+            }
+        }
+        if let Some(model) = v["model"].as_str().filter(|m| !m.trim().is_empty()) {
+            out.model = Some(model.to_owned());
+        }
+    }
+    out
+}
+
+/// Every key of the settings files, and whether tether uses it.
+pub fn report(root: &Path, home: Option<&Path>) -> Vec<SettingsKey> {
+    let mut keys = Vec::new();
+    for (path, v) in files(root, home) {
+        let source = path.display().to_string();
+        let Some(map) = v.as_object() else { continue };
+        for (key, value) in map {
+            match USED.iter().find(|(k, _)| k == key) {
+                Some((_, what)) => keys.push(SettingsKey {
+                    source: source.clone(),
+                    key: key.clone(),
+                    used: true,
+                    note: (*what).to_owned(),
+                }),
+                None => keys.push(SettingsKey {
+                    source: source.clone(),
+                    key: key.clone(),
+                    used: false,
+                    note: "not used by tether".into(),
+                }),
+            }
+            if key == "permissions"
+                && let Some(inner) = value.as_object()
+            {
+                for k in inner
+                    .keys()
+                    .filter(|k| !USED_PERMISSIONS.contains(&k.as_str()))
+                {
+                    keys.push(SettingsKey {
+                        source: source.clone(),
+                        key: format!("permissions.{k}"),
+                        used: false,
+                        note: "not used by tether".into(),
+                    });
+                }
+            }
+        }
+    }
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_settings_win_and_every_key_is_reported() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(home.path().join(".claude")).expect("mkdir");
+        std::fs::create_dir_all(root.path().join(".claude")).expect("mkdir");
+        std::fs::write(
+            home.path().join(".claude/settings.json"),
+            r#"{"model": "haiku", "permissions": {"defaultMode": "plan"}, "statusLine": {}}"#,
+        )
+        .expect("write");
+        std::fs::write(
+            root.path().join(".claude/settings.local.json"),
+            r#"{"permissions": {"defaultMode": "acceptEdits", "disableBypassPermissionsMode": "disable"}}"#,
+        )
+        .expect("write");
+        let d = defaults(root.path(), Some(home.path()));
+        assert_eq!(d.permission_mode, Some(PermissionMode::AcceptEdits));
+        assert_eq!(d.model.as_deref(), Some("haiku"));
+        let report = report(root.path(), Some(home.path()));
+        let find = |k: &str| report.iter().find(|r| r.key == k).cloned();
+        assert!(find("model").expect("model").used);
+        assert!(!find("statusLine").expect("statusLine").used);
+        assert!(
+            !find("permissions.disableBypassPermissionsMode")
+                .expect("nested")
+                .used
+        );
+    }
+}
