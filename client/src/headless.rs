@@ -361,6 +361,16 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                     raw["data"]["message"].as_str().unwrap_or_default()
                 );
             }
+            // The session could not save its events: the turn is over, and nothing more will
+            // be logged for it (the error has no turn and no seq).
+            if raw["type"] == "error" && raw["data"]["code"] == "storage_failed" {
+                bail!(
+                    "{}",
+                    raw["data"]["message"]
+                        .as_str()
+                        .unwrap_or("the session could not save its events")
+                );
+            }
             if raw["turnId"] != turn {
                 continue;
             }

@@ -279,13 +279,14 @@ async fn forward(
         let item = events.next().await;
         let Some(link) = link.upgrade() else { return };
         let raw = match item {
-            Some(Ok(raw)) => raw,
+            Some(Ok(raw)) if raw["type"] != "lagged" => raw,
             Some(Err(e)) => {
                 warn(&format!("bad event from tetherd: {e}"));
                 continue;
             }
-            None => {
-                // The daemon went away: reach it again and go on from the last seq.
+            // The daemon went away, or this subscriber fell behind: subscribe again (reaching
+            // the daemon again if needed) and go on from the last seq.
+            _ => {
                 let since = link.lock().last_seq;
                 match resubscribe(&editor, &link.session, since).await {
                     Ok((c, e)) => {
@@ -313,19 +314,14 @@ async fn forward(
                 }
                 continue;
             }
-            "lagged" => {
-                let since = link.lock().last_seq;
-                match resubscribe(&editor, &link.session, since).await {
-                    Ok((c, e)) => {
-                        us.push(c.hello.connection_id);
-                        conn = c;
-                        events = e;
-                        continue;
-                    }
-                    Err(e) => break e.to_string(),
-                }
-            }
             "session_deleted" => break "the session was deleted".to_owned(),
+            // Nothing more is saved for this session: its waiting prompts fail with the reason.
+            "error" if data["code"] == "storage_failed" => {
+                break data["message"]
+                    .as_str()
+                    .unwrap_or("the session could not save its events")
+                    .to_owned();
+            }
             "turn_started" => {
                 let turn = raw["turnId"].as_str().unwrap_or_default().to_owned();
                 let client_turn = data["clientTurnId"].as_str().unwrap_or_default();

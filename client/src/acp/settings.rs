@@ -4,8 +4,8 @@
 
 use super::translate::Settings;
 use agent_client_protocol::v1::schema::{
-    McpServer, SessionConfigOption, SessionConfigOptionCategory, SessionConfigSelectOption,
-    SessionMode, SessionModeState,
+    HttpHeader, McpServer, SessionConfigOption, SessionConfigOptionCategory,
+    SessionConfigSelectOption, SessionMode, SessionModeState,
 };
 use serde_json::{Map, Value, json};
 use tether_proto::ModelList;
@@ -113,6 +113,18 @@ pub fn config_options(models: &ModelList, settings: &Settings) -> Vec<SessionCon
     vec![model, effort]
 }
 
+/// A server reached over the network, in `.mcp.json`'s shape.
+fn remote(kind: &str, url: &str, headers: &[HttpHeader]) -> Value {
+    json!({
+        "type": kind,
+        "url": url,
+        "headers": headers
+            .iter()
+            .map(|h| (h.name.clone(), Value::String(h.value.clone())))
+            .collect::<Map<_, _>>(),
+    })
+}
+
 /// The editor's MCP servers as tether's `mcpConfig`: the `mcpServers` object of Claude Code's
 /// `.mcp.json` (name → server); `None` when there are none.
 pub fn mcp_config(servers: &[McpServer]) -> Option<Value> {
@@ -130,22 +142,8 @@ pub fn mcp_config(servers: &[McpServer]) -> Option<Value> {
                     "env": s.env.iter().map(|e| (e.name.clone(), Value::String(e.value.clone()))).collect::<Map<_, _>>(),
                 }),
             ),
-            McpServer::Http(h) => (
-                h.name.clone(),
-                json!({
-                    "type": "http",
-                    "url": h.url,
-                    "headers": h.headers.iter().map(|e| (e.name.clone(), Value::String(e.value.clone()))).collect::<Map<_, _>>(),
-                }),
-            ),
-            McpServer::Sse(h) => (
-                h.name.clone(),
-                json!({
-                    "type": "sse",
-                    "url": h.url,
-                    "headers": h.headers.iter().map(|e| (e.name.clone(), Value::String(e.value.clone()))).collect::<Map<_, _>>(),
-                }),
-            ),
+            McpServer::Http(h) => (h.name.clone(), remote("http", &h.url, &h.headers)),
+            McpServer::Sse(h) => (h.name.clone(), remote("sse", &h.url, &h.headers)),
             _ => continue,
         };
         all.insert(name, entry);

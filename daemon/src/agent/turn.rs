@@ -119,17 +119,27 @@ impl Turn {
             let mut input = self.ctx.hook_input_with(&cwd, &history);
             input["error"] = serde_json::json!(error.code);
             input["error_message"] = serde_json::json!(error.message);
-            let done = self
-                .ctx
-                .hooks
-                .run(HookEvent::StopFailure, Some(&error.code), input, &cwd)
+            self.hook(HookEvent::StopFailure, Some(&error.code), input, &sink)
                 .await;
-            for n in done.notices {
-                sink.send(EventKind::Notice {
-                    level: tether_proto::NoticeLevel::Warning,
-                    message: n,
-                });
-            }
+        }
+        outcome
+    }
+
+    /// Runs the hooks of `event` and shows their notices.
+    async fn hook(
+        &self,
+        event: HookEvent,
+        target: Option<&str>,
+        input: Value,
+        sink: &Arc<dyn TurnSink>,
+    ) -> crate::hooks::Outcome {
+        let cwd = self.ctx.workspace.cwd();
+        let outcome = self.ctx.hooks.run(event, target, input, &cwd).await;
+        for n in &outcome.notices {
+            sink.send(EventKind::Notice {
+                level: tether_proto::NoticeLevel::Warning,
+                message: n.clone(),
+            });
         }
         outcome
     }
@@ -159,17 +169,8 @@ impl Turn {
             let mut input = self.ctx.hook_input_with(&cwd, history);
             input["trigger"] = serde_json::json!(trigger);
             input["custom_instructions"] = serde_json::json!(extra.unwrap_or(""));
-            let outcome = self
-                .ctx
-                .hooks
-                .run(HookEvent::PreCompact, Some(trigger), input, &cwd)
+            self.hook(HookEvent::PreCompact, Some(trigger), input, sink)
                 .await;
-            for n in outcome.notices {
-                sink.send(EventKind::Notice {
-                    level: tether_proto::NoticeLevel::Warning,
-                    message: n,
-                });
-            }
         }
         let compacted = compact(
             &*self.ctx.net.llm,
@@ -195,17 +196,8 @@ impl Turn {
                 .map(|m| tether_proto::content_text(&Value::Array(m.content.clone())))
                 .unwrap_or_default();
             input["compact_summary"] = serde_json::json!(summary);
-            let outcome = self
-                .ctx
-                .hooks
-                .run(HookEvent::PostCompact, Some(trigger), input, &cwd)
+            self.hook(HookEvent::PostCompact, Some(trigger), input, sink)
                 .await;
-            for n in outcome.notices {
-                sink.send(EventKind::Notice {
-                    level: tether_proto::NoticeLevel::Warning,
-                    message: n,
-                });
-            }
         }
         Ok(compacted)
     }
@@ -655,16 +647,8 @@ impl Turn {
                         .collect();
                     input["last_assistant_message"] = serde_json::json!(last);
                     let outcome = self
-                        .ctx
-                        .hooks
-                        .run(self.stop_event(), self.ctx.agent.as_deref(), input, &cwd)
+                        .hook(self.stop_event(), self.ctx.agent.as_deref(), input, &sink)
                         .await;
-                    for n in outcome.notices {
-                        sink.send(EventKind::Notice {
-                            level: tether_proto::NoticeLevel::Warning,
-                            message: n,
-                        });
-                    }
                     let Some(reason) = outcome.block else {
                         return Ok(tally.outcome(stop_reason, None));
                     };

@@ -5,6 +5,7 @@
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,7 +29,15 @@ pub(crate) struct Editor {
 }
 
 impl Drop for Editor {
+    /// The editor goes with the test, and `tether acp` with it: left running, the bridge would
+    /// start a daemon of its own once the test's daemon is gone.
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -52,6 +61,8 @@ impl Editor {
         ));
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("acp/editor.py");
         let mut child = Command::new(acp_python())
+            // Its own process group: the editor, the shell, `tether acp` and `tee` end together.
+            .process_group(0)
             .arg(script)
             .args([
                 "sh",

@@ -357,7 +357,32 @@ fn a_failed_write_stops_the_turn_with_an_error_and_the_session_stays_readable() 
     // The database may not grow any more: like a full disk, without filling one.
     let db = daemon.data_dir().join("db").join("db");
     limit_file_size(&daemon, Some(std::fs::metadata(&db)?.len()))?;
-    c.start_turn(&session, "write a lot")?;
+    // A headless run on it ends with the reason instead of waiting for a turn_ended that can
+    // never be saved.
+    let mut headless = daemon
+        .tether()
+        .current_dir(daemon.workdir())
+        .args(["-p", "write a lot", "--session", &session])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let deadline = std::time::Instant::now() + tether_tests::WAIT;
+    let status = loop {
+        if let Some(status) = headless.try_wait()? {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = headless.kill();
+            anyhow::bail!("tether -p hung after the write failed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    if let Some(mut err) = headless.stderr.take() {
+        std::io::Read::read_to_string(&mut err, &mut stderr)?;
+    }
+    assert!(stderr.contains("File too large"), "the reason: {stderr}");
     let events = c.events_until("error")?;
     let error = events.last().context("error")?;
     assert_eq!(error["data"]["code"], "storage_failed", "{error}");
