@@ -101,6 +101,10 @@ struct Cli {
     /// `structured_output` holds it.
     #[arg(long, value_name = "SCHEMA")]
     json_schema: Option<String>,
+    /// With -p: run as this agent (its prompt, tools and model), one of .claude/agents/,
+    /// ~/.claude/agents/, --agents or the built-in ones.
+    #[arg(long, value_name = "AGENT")]
+    agent: Option<String>,
     /// With -p: sub-agent types besides the project's and the user's, as JSON:
     /// `{"reviewer": {"description": "…", "prompt": "…", "tools": ["Read"], "model": "haiku"}}`.
     #[arg(long, value_name = "JSON")]
@@ -440,6 +444,7 @@ fn main() -> ExitCode {
                     // Nobody reads a headless run's thinking; the answer starts sooner without it.
                     hide_thinking: true,
                     agents: agents_flag(cli.agents.as_deref())?,
+                    agent: cli.agent.clone(),
                     settings: settings.clone(),
                     permission_prompt_tool: cli.permission_prompt_tool.clone(),
                     json_schema: cli

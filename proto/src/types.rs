@@ -138,6 +138,10 @@ pub struct TurnOptions {
     /// call's input is the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json_schema: Option<serde_json::Value>,
+    /// The agent type the turn runs as (`--agent`): its prompt replaces tether's
+    /// instructions, and its tools and model apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// Sub-agent types for this turn besides the project's and the user's (`--agents`):
     /// `{"name": {"description", "prompt", "tools"?, "model"?}}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

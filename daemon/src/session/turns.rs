@@ -269,7 +269,10 @@ impl SessionActor {
     /// The turn's input is ready: logs `turn_started`, then runs the command or launches the
     /// model turn.
     pub(super) fn prepared(&mut self, queued: Queued, preparation: Preparation) {
-        let Queued { turn_id, request } = queued;
+        let Queued {
+            turn_id,
+            mut request,
+        } = queued;
         if !self.turns.is_running(&turn_id) {
             // Cancelled while being prepared, and ended since (a delete or shutdown).
             return;
@@ -334,10 +337,36 @@ impl SessionActor {
         for problem in agents.problems.clone() {
             self.report(problem);
         }
+        // `--agent`: the main conversation runs as that agent type (its prompt, tools, model).
+        let main_agent = match request.options.agent.as_deref() {
+            Some(name) => match agents.get(name) {
+                Some(def) => Some(def.clone()),
+                None => {
+                    let known: Vec<&str> = agents.agents.iter().map(|a| a.name.as_str()).collect();
+                    let message = format!(
+                        "there is no agent {name:?}; the agents are {}",
+                        known.join(", ")
+                    );
+                    return self.refuse(turn_id, "unknown_agent", message);
+                }
+            },
+            None => None,
+        };
         let mut tools = self
             .env
             .tools
             .replace(Arc::new(crate::tools::Task::new(agents)));
+        if let Some(def) = &main_agent {
+            if let Some(names) = &def.tools {
+                tools = tools.subset(names);
+            }
+            if let Some(m) = &def.model {
+                model = m.clone();
+            }
+            if request.options.system_prompt.is_none() {
+                request.options.system_prompt = def.prompt.clone();
+            }
+        }
         let job = match prepared.command {
             None => {
                 self.name_session(&request.input);

@@ -692,3 +692,32 @@ fn settings_given_with_the_flag_allow_hook_and_pick_the_model() -> anyhow::Resul
     );
     Ok(())
 }
+
+#[test]
+fn agent_runs_the_main_conversation_as_that_agent() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Reviewed.")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let agents = daemon.workdir().join(".claude/agents");
+    std::fs::create_dir_all(&agents)?;
+    std::fs::write(
+        agents.join("reviewer.md"),
+        "---\nname: reviewer\ndescription: Reviews\ntools: Read, Grep\nmodel: haiku\n---\nYou review code and change nothing.\n",
+    )?;
+    let out = daemon.run_tether(&["-p", "review", "--agent", "reviewer"])?;
+    assert!(out.status.success(), "{out:?}");
+    let sent = &fake.server.message_requests()[0].body;
+    assert_eq!(sent["model"], "claude-haiku-5-5");
+    assert_eq!(
+        sent["system"][0]["text"],
+        "You review code and change nothing."
+    );
+    assert_eq!(tether_tests::tool_names(sent)?, ["Read", "Grep"]);
+    let bad = daemon.run_tether(&["-p", "x", "--agent", "nobody"])?;
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("no agent \"nobody\"") && stderr.contains("reviewer"),
+        "{stderr}"
+    );
+    Ok(())
+}
