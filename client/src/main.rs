@@ -65,35 +65,35 @@ struct Cli {
     /// lines), as claude writes them.
     #[arg(long)]
     include_partial_messages: bool,
-    /// With -p: effort of each request (low, medium, high, xhigh, max; what the model takes).
+    /// Effort of each request (low, medium, high, xhigh, max; what the model takes).
     #[arg(long, value_name = "LEVEL")]
     effort: Option<String>,
-    /// With -p: most model requests per turn.
+    /// Most model requests per turn.
     #[arg(long, value_name = "N")]
     max_turns: Option<u32>,
-    /// With -p: allow these without asking (permission rules: `Bash(git diff:*)`, `Edit`).
+    /// Allow these without asking (permission rules: `Bash(git diff:*)`, `Edit`).
     #[arg(long = "allowedTools", alias = "allowed-tools", value_name = "RULES", num_args = 1.., value_delimiter = ',')]
     allowed_tools: Vec<String>,
-    /// With -p: tools the model does not get.
+    /// Tools the model does not get.
     #[arg(long = "disallowedTools", alias = "disallowed-tools", value_name = "TOOLS", num_args = 1.., value_delimiter = ',')]
     disallowed_tools: Vec<String>,
-    /// With -p: only these tools (names, comma-separated); "" for none, "default" for all.
+    /// Only these tools (names, comma-separated); "" for none, "default" for all.
     #[arg(long, value_name = "TOOLS")]
     tools: Option<String>,
-    /// With -p: the model to go on with when the session's model stays overloaded.
+    /// The model to go on with when the session's model stays overloaded.
     #[arg(long, value_name = "MODEL")]
     fallback_model: Option<String>,
     /// With -p: stop (cancel the turn) once the run has cost more than this many dollars.
     #[arg(long, value_name = "USD")]
     max_budget_usd: Option<f64>,
-    /// With -p: MCP servers from files or JSON strings in .mcp.json's shape
+    /// MCP servers from files or JSON strings in .mcp.json's shape
     /// (`{"mcpServers": {…}}`), several allowed.
     #[arg(long = "mcp-config", value_name = "FILE|JSON", num_args = 1..)]
     mcp_config: Vec<String>,
-    /// With -p: only the servers of --mcp-config, none from the configuration files.
+    /// Only the servers of --mcp-config, none from the configuration files.
     #[arg(long)]
     strict_mcp_config: bool,
-    /// With -p: more settings in settings.json's shape, from a file or a JSON string: its
+    /// More settings in settings.json's shape, from a file or a JSON string: its
     /// permission rules, additionalDirectories, defaultMode, model and hooks apply to this run.
     #[arg(long, value_name = "FILE|JSON")]
     settings: Option<String>,
@@ -101,31 +101,31 @@ struct Cli {
     /// `structured_output` holds it.
     #[arg(long, value_name = "SCHEMA")]
     json_schema: Option<String>,
-    /// With -p: run as this agent (its prompt, tools and model), one of .claude/agents/,
+    /// Run as this agent (its prompt, tools and model), one of .claude/agents/,
     /// ~/.claude/agents/, --agents or the built-in ones.
     #[arg(long, value_name = "AGENT")]
     agent: Option<String>,
-    /// With -p: sub-agent types besides the project's and the user's, as JSON:
+    /// Sub-agent types besides the project's and the user's, as JSON:
     /// `{"reviewer": {"description": "…", "prompt": "…", "tools": ["Read"], "model": "haiku"}}`.
     #[arg(long, value_name = "JSON")]
     agents: Option<String>,
     /// With -p: the new session's id (a UUID no session has yet), as with claude.
     #[arg(long, value_name = "UUID", conflicts_with_all = ["resume", "continue_last", "session"])]
     session_id: Option<String>,
-    /// With -p: text added to the system prompt.
+    /// Text added to the system prompt.
     #[arg(long, value_name = "TEXT")]
     append_system_prompt: Option<String>,
-    /// With -p: --append-system-prompt from a file.
+    /// --append-system-prompt from a file.
     #[arg(long, value_name = "FILE", conflicts_with = "append_system_prompt")]
     append_system_prompt_file: Option<PathBuf>,
-    /// With -p: instructions replacing tether's own (the environment, git snapshot and memory
+    /// Instructions replacing tether's own (the environment, git snapshot and memory
     /// files still follow).
     #[arg(long, value_name = "TEXT")]
     system_prompt: Option<String>,
-    /// With -p: --system-prompt from a file.
+    /// --system-prompt from a file.
     #[arg(long, value_name = "FILE", conflicts_with = "system_prompt")]
     system_prompt_file: Option<PathBuf>,
-    /// With -p: more directories the tools may use without asking (absolute, or relative to
+    /// More directories the tools may use without asking (absolute, or relative to
     /// this directory).
     #[arg(long = "add-dir", value_name = "DIR", num_args = 1..)]
     add_dir: Vec<PathBuf>,
@@ -297,6 +297,48 @@ fn add_dirs(dirs: &[PathBuf]) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
+/// A `--settings` value the client applies itself: `model`, or `defaultMode` (in
+/// `permissions`).
+fn setting_of(settings: &Option<serde_json::Value>, key: &str) -> Option<String> {
+    let v = settings.as_ref()?;
+    let v = if key == "defaultMode" {
+        &v["permissions"][key]
+    } else {
+        &v[key]
+    };
+    v.as_str().map(str::to_owned)
+}
+
+/// What every turn of this run may do, from the command line (the REPL's turns and `-p`'s).
+fn turn_options(
+    cli: &Cli,
+    settings: &Option<serde_json::Value>,
+) -> anyhow::Result<tether_proto::TurnOptions> {
+    Ok(tether_proto::TurnOptions {
+        max_turns: cli.max_turns,
+        allowed_tools: cli.allowed_tools.clone(),
+        disallowed_tools: cli.disallowed_tools.clone(),
+        tools: cli.tools.as_deref().and_then(tool_list),
+        fallback_model: cli.fallback_model.clone(),
+        mcp_config: mcp_servers(&cli.mcp_config)?,
+        strict_mcp_config: cli.strict_mcp_config,
+        append_system_prompt: match &cli.append_system_prompt_file {
+            Some(f) => Some(read_flag_file("--append-system-prompt-file", f)?),
+            None => cli.append_system_prompt.clone(),
+        },
+        system_prompt: match &cli.system_prompt_file {
+            Some(f) => Some(read_flag_file("--system-prompt-file", f)?),
+            None => cli.system_prompt.clone(),
+        },
+        add_dirs: add_dirs(&cli.add_dir)?,
+        effort: cli.effort.clone(),
+        agents: agents_flag(cli.agents.as_deref())?,
+        agent: cli.agent.clone(),
+        settings: settings.clone(),
+        ..Default::default()
+    })
+}
+
 /// The settings keys `--settings` applies; others are named on stderr as not used.
 const SETTINGS_KEYS: &[&str] = &["permissions", "hooks", "model", "$schema"];
 
@@ -402,15 +444,7 @@ fn main() -> ExitCode {
                 other => other,
             };
             let settings = settings_flag(cli.settings.as_deref())?;
-            let from_settings = |key: &str| {
-                let v = settings.as_ref()?;
-                let v = if key == "defaultMode" {
-                    &v["permissions"][key]
-                } else {
-                    &v[key]
-                };
-                v.as_str().map(str::to_owned)
-            };
+            let from_settings = |key: &str| setting_of(&settings, key);
             let headless = headless::Headless {
                 prompt: Some(prompt).filter(|p| !p.is_empty()),
                 format: cli.output_format.clone(),
@@ -424,28 +458,8 @@ fn main() -> ExitCode {
                 name: cli.name.clone(),
                 session,
                 options: tether_proto::TurnOptions {
-                    max_turns: cli.max_turns,
-                    allowed_tools: cli.allowed_tools.clone(),
-                    disallowed_tools: cli.disallowed_tools.clone(),
-                    tools: cli.tools.as_deref().and_then(tool_list),
-                    fallback_model: cli.fallback_model.clone(),
-                    mcp_config: mcp_servers(&cli.mcp_config)?,
-                    strict_mcp_config: cli.strict_mcp_config,
-                    append_system_prompt: match &cli.append_system_prompt_file {
-                        Some(f) => Some(read_flag_file("--append-system-prompt-file", f)?),
-                        None => cli.append_system_prompt.clone(),
-                    },
-                    system_prompt: match &cli.system_prompt_file {
-                        Some(f) => Some(read_flag_file("--system-prompt-file", f)?),
-                        None => cli.system_prompt.clone(),
-                    },
-                    add_dirs: add_dirs(&cli.add_dir)?,
-                    effort: cli.effort.clone(),
                     // Nobody reads a headless run's thinking; the answer starts sooner without it.
                     hide_thinking: true,
-                    agents: agents_flag(cli.agents.as_deref())?,
-                    agent: cli.agent.clone(),
-                    settings: settings.clone(),
                     permission_prompt_tool: cli.permission_prompt_tool.clone(),
                     json_schema: cli
                         .json_schema
@@ -455,6 +469,7 @@ fn main() -> ExitCode {
                                 .map_err(|e| anyhow::anyhow!("--json-schema: not valid JSON: {e}"))
                         })
                         .transpose()?,
+                    ..turn_options(&cli, &settings)?
                 },
                 permission_prompt_command: cli.permission_prompt_command.clone(),
                 include_partial_messages: cli.include_partial_messages,
@@ -477,13 +492,18 @@ fn main() -> ExitCode {
                     Some(id) if cli.fork_session => Some(commands::fork(&socket, id).await?),
                     other => other,
                 };
+                let settings = settings_flag(cli.settings.as_deref())?;
+                let setting = |key: &str| setting_of(&settings, key);
                 let start = repl::Start {
                     session,
                     prompt: cli.prompt.clone(),
                     observe: false,
-                    model: cli.model.clone(),
-                    permission_mode: commands::parse_mode(cli.permission_mode.clone())?,
+                    model: cli.model.clone().or(setting("model")),
+                    permission_mode: commands::parse_mode(
+                        cli.permission_mode.clone().or(setting("defaultMode")),
+                    )?,
                     name: cli.name.clone(),
+                    options: turn_options(&cli, &settings)?,
                 };
                 repl::run(&socket, start).await
             }
@@ -507,6 +527,7 @@ fn main() -> ExitCode {
                         model: None,
                         permission_mode: None,
                         name: None,
+                        options: Default::default(),
                     };
                     return repl::run(&socket, start).await;
                 }

@@ -43,6 +43,8 @@ pub struct Start {
     pub permission_mode: Option<tether_proto::PermissionMode>,
     /// `-n/--name`: the new session's title.
     pub name: Option<String>,
+    /// What each turn may do (`--allowedTools`, `--add-dir`, `--settings`, `--agent`, …).
+    pub options: tether_proto::TurnOptions,
 }
 
 /// What the editor thread hands back.
@@ -76,6 +78,8 @@ struct Asking {
 struct Repl {
     socket: PathBuf,
     conn: Connection,
+    /// What each turn may do, from the command line.
+    options: tether_proto::TurnOptions,
     style: Style,
     view: View,
     session: Session,
@@ -191,6 +195,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let mut repl = Repl {
         socket: socket.to_owned(),
         conn,
+        options: start.options.clone(),
         style,
         view: {
             let mut view = View::new(style, Some(me));
@@ -611,7 +616,7 @@ impl Repl {
                 input,
                 Some(uuid_like()),
                 Some(tether_proto::BusyMode::Queue),
-                None,
+                Some(self.options.clone()),
             )
             .await
         {

@@ -536,6 +536,46 @@ fn model_and_permission_mode_on_the_command_line_apply_to_the_interactive_sessio
 }
 
 #[test]
+fn claude_code_turn_flags_apply_to_every_interactive_turn() -> anyhow::Result<()> {
+    let fake =
+        Fake::start(Script::of([Step::text("First."), Step::text("Second.")]).titling("Flags"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(
+        &daemon,
+        &[
+            "--system-prompt",
+            "Answer in one word.",
+            "--disallowedTools",
+            "WebFetch",
+            "--",
+            "one",
+        ],
+    )?;
+    a.want("First.")?;
+    a.want("› ")?;
+    a.send_line("two")?;
+    a.want("Second.")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    for prompt in ["one", "two"] {
+        let sent = fake
+            .server
+            .message_requests()
+            .into_iter()
+            .find(|r| {
+                r.body["messages"]
+                    .to_string()
+                    .contains(&format!("\"{prompt}\""))
+            })
+            .with_context(|| format!("the request of {prompt}"))?;
+        assert_eq!(sent.body["system"][0]["text"], "Answer in one word.");
+        assert!(!tether_tests::tool_names(&sent.body)?.contains(&"WebFetch"));
+    }
+    Ok(())
+}
+
+#[test]
 fn the_first_start_shows_a_hint_and_later_ones_do_not() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([]).titling("Hint"))?;
     let daemon = Daemon::start_with(fake.env())?;
