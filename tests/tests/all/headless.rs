@@ -5,6 +5,13 @@ use serde_json::{Value, json};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
 
+/// Runs `tether ARGS`, which must fail; returns what it said on stderr.
+fn refused(daemon: &Daemon, args: &[&str]) -> anyhow::Result<String> {
+    let out = daemon.run_tether(args)?;
+    anyhow::ensure!(!out.status.success(), "tether {args:?} succeeded: {out:?}");
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 #[test]
 fn print_mode_streams_the_answer_and_exits_zero() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::text("Hi there, human.")]))?;
@@ -528,12 +535,8 @@ fn agents_given_with_the_flag_run_with_their_prompt_and_bad_json_is_refused() ->
         "{child}"
     );
     assert_eq!(tether_tests::tool_names(child)?, ["Read"]);
-    let bad = daemon.run_tether(&["-p", "x", "--agents", "[1]"])?;
-    assert!(!bad.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("--agents: expected an object"),
-        "{bad:?}"
-    );
+    let stderr = refused(&daemon, &["-p", "x", "--agents", "[1]"])?;
+    assert!(stderr.contains("--agents: expected an object"), "{stderr}");
     Ok(())
 }
 
@@ -598,12 +601,8 @@ fn system_prompt_add_dir_and_fork_session_work_as_claudes() -> anyhow::Result<()
         json!({"sessionId": session, "format": "jsonl"}),
     )?;
     assert!(!original["content"].to_string().contains("and now?"));
-    let bad = daemon.run_tether(&["-p", "x", "--add-dir", "/nonexistent/dir"])?;
-    assert!(!bad.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("/nonexistent/dir"),
-        "{bad:?}"
-    );
+    let stderr = refused(&daemon, &["-p", "x", "--add-dir", "/nonexistent/dir"])?;
+    assert!(stderr.contains("/nonexistent/dir"), "{stderr}");
     Ok(())
 }
 
@@ -652,12 +651,11 @@ fn json_schema_answers_through_structured_output_until_it_matches() -> anyhow::R
         "the schema's complaint reached the model: {}",
         requests[2].body["messages"]
     );
-    let bad = daemon.run_tether(&["-p", "x", "--json-schema", r#"{"type": "string"}"#])?;
-    assert!(!bad.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("schema of an object"),
-        "{bad:?}"
-    );
+    let stderr = refused(
+        &daemon,
+        &["-p", "x", "--json-schema", r#"{"type": "string"}"#],
+    )?;
+    assert!(stderr.contains("schema of an object"), "{stderr}");
     Ok(())
 }
 
@@ -712,9 +710,7 @@ fn agent_runs_the_main_conversation_as_that_agent() -> anyhow::Result<()> {
         "You review code and change nothing."
     );
     assert_eq!(tether_tests::tool_names(sent)?, ["Read", "Grep"]);
-    let bad = daemon.run_tether(&["-p", "x", "--agent", "nobody"])?;
-    assert!(!bad.status.success());
-    let stderr = String::from_utf8_lossy(&bad.stderr);
+    let stderr = refused(&daemon, &["-p", "x", "--agent", "nobody"])?;
     assert!(
         stderr.contains("no agent \"nobody\"") && stderr.contains("reviewer"),
         "{stderr}"
