@@ -23,10 +23,10 @@ use agent_client_protocol::v1::schema::{
     InitializeResponse, ListSessionsRequest, ListSessionsResponse, LoadSessionRequest,
     LoadSessionResponse, McpCapabilities, NewSessionRequest, NewSessionResponse,
     PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest, ResumeSessionResponse,
-    SessionCapabilities, SessionCloseCapabilities, SessionDeleteCapabilities, SessionInfo,
-    SessionListCapabilities, SessionResumeCapabilities, SessionUpdate,
-    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SetSessionModeRequest,
-    SetSessionModeResponse, StopReason,
+    SessionAdditionalDirectoriesCapabilities, SessionCapabilities, SessionCloseCapabilities,
+    SessionDeleteCapabilities, SessionInfo, SessionListCapabilities, SessionResumeCapabilities,
+    SessionUpdate, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    SetSessionModeRequest, SetSessionModeResponse, StopReason,
 };
 use agent_client_protocol::{Agent, Client, Error, Stdio};
 use bridge::{BridgeError, Daemon, Link, Replay};
@@ -103,8 +103,11 @@ impl Editor {
         if let Some(link) = self.link(session).filter(|l| !l.is_dead()) {
             return Ok(link);
         }
-        let mcp = self.link(session).and_then(|l| l.mcp.clone());
-        let link = bridge::open(self, session.clone(), mcp, Replay::Silent)
+        let options = self
+            .link(session)
+            .map(|l| l.options.clone())
+            .unwrap_or_default();
+        let link = bridge::open(self, session.clone(), options, Replay::Silent)
             .await
             .map_err(failed)?;
         self.keep(link.clone());
@@ -123,8 +126,8 @@ impl Editor {
             .await
             .map_err(|e| failed(e.into()))?
             .session_id;
-        let mcp = settings::mcp_config(&req.mcp_servers);
-        let link = bridge::open(&self, session.clone(), mcp, Replay::Silent)
+        let options = settings::prompt_options(&req.mcp_servers, &req.additional_directories)?;
+        let link = bridge::open(&self, session.clone(), options, Replay::Silent)
             .await
             .map_err(failed)?;
         self.keep(link.clone());
@@ -147,13 +150,13 @@ impl Editor {
         Error,
     > {
         let session = SessionId(req.session_id.0.to_string());
-        let mcp = settings::mcp_config(&req.mcp_servers);
+        let options = settings::prompt_options(&req.mcp_servers, &req.additional_directories)?;
         // A reload replaces the old link (and its subscription).
         self.links
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&session);
-        let link = bridge::open(&self, session.clone(), mcp, replay)
+        let link = bridge::open(&self, session.clone(), options, replay)
             .await
             .map_err(failed)?;
         self.keep(link.clone());
@@ -247,10 +250,7 @@ impl Editor {
         let link = self.linked(session).await?;
         let client_turn = uuid::Uuid::new_v4().to_string();
         let ended = link.wait(&client_turn);
-        let options = tether_proto::TurnOptions {
-            mcp_config: link.mcp.clone(),
-            ..Default::default()
-        };
+        let options = link.options.clone();
         let conn = self.daemon.get().await.map_err(failed)?;
         if let Err(e) = conn
             .client
@@ -434,6 +434,9 @@ pub async fn run(socket: &Path) -> anyhow::Result<ExitCode> {
                                         .list(SessionListCapabilities::new())
                                         .resume(SessionResumeCapabilities::new())
                                         .close(SessionCloseCapabilities::new())
+                                        .additional_directories(
+                                            SessionAdditionalDirectoriesCapabilities::new(),
+                                        )
                                         .delete(SessionDeleteCapabilities::new()),
                                 ),
                         )

@@ -2,7 +2,7 @@
 on its command line, takes commands as JSON lines on stdin and reports what it sees as JSON
 lines on stdout.
 
-Commands: {"op": "initialize"}, {"op": "new", "cwd", "mcpServers"?}, {"op": "load",
+Commands: {"op": "initialize"}, {"op": "new", "cwd", "mcpServers"?, "additionalDirectories"?}, {"op": "load",
 "sessionId", "cwd"}, {"op": "resume", "sessionId", "cwd"}, {"op": "list", "cwd"?},
 {"op": "prompt", "sessionId", "prompt": [content blocks], "tag"}, {"op": "cancel",
 "sessionId"}, {"op": "mode", "sessionId", "modeId"}, {"op": "option", "sessionId",
@@ -115,7 +115,8 @@ async def main():
                     client_info=schema.Implementation(name="acp-suite", version="1"))))
             elif op == "new":
                 await (run_request(op, conn.new_session(
-                    cwd=cmd["cwd"], mcp_servers=cmd.get("mcpServers", []))))
+                    cwd=cmd["cwd"], mcp_servers=cmd.get("mcpServers", []),
+                    additional_directories=cmd.get("additionalDirectories"))))
             elif op == "load":
                 await (run_request(op, conn.load_session(
                     cwd=cmd["cwd"], session_id=cmd["sessionId"], mcp_servers=[])))

@@ -125,8 +125,9 @@ struct Inner {
 pub struct Link {
     /// The session.
     pub session: SessionId,
-    /// The editor's MCP servers, given with every prompt.
-    pub mcp: Option<Value>,
+    /// What every prompt of the session carries from its setup: the editor's MCP servers and
+    /// additional directories.
+    pub options: tether_proto::TurnOptions,
     inner: Mutex<Inner>,
     forwarder: Mutex<Option<AbortHandle>>,
 }
@@ -193,7 +194,7 @@ impl Link {
 pub async fn open(
     editor: &Arc<Editor>,
     session: SessionId,
-    mcp: Option<Value>,
+    options: tether_proto::TurnOptions,
     replay: Replay,
 ) -> Result<Arc<Link>, BridgeError> {
     let conn = editor.daemon.get().await?;
@@ -217,7 +218,7 @@ pub async fn open(
         .collect::<Vec<_>>();
     let link = Arc::new(Link {
         session: session.clone(),
-        mcp,
+        options,
         inner: Mutex::new(Inner {
             translator: Translator::new(windows),
             ..Inner::default()

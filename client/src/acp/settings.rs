@@ -113,6 +113,27 @@ pub fn config_options(models: &ModelList, settings: &Settings) -> Vec<SessionCon
     vec![model, effort]
 }
 
+/// What every prompt of a session carries from its setup: the editor's MCP servers and its
+/// additional directories (absolute, as ACP requires).
+pub fn prompt_options(
+    servers: &[McpServer],
+    dirs: &[std::path::PathBuf],
+) -> Result<tether_proto::TurnOptions, agent_client_protocol::Error> {
+    if let Some(bad) = dirs.iter().find(|d| !d.is_absolute()) {
+        return Err(
+            agent_client_protocol::Error::invalid_params().data(json!(format!(
+                "additionalDirectories must be absolute paths: {}",
+                bad.display()
+            ))),
+        );
+    }
+    Ok(tether_proto::TurnOptions {
+        mcp_config: mcp_config(servers),
+        add_dirs: dirs.iter().map(|d| d.display().to_string()).collect(),
+        ..Default::default()
+    })
+}
+
 /// A server reached over the network, in `.mcp.json`'s shape.
 fn remote(kind: &str, url: &str, headers: &[HttpHeader]) -> Value {
     json!({

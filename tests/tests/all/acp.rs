@@ -696,3 +696,46 @@ fn the_editors_mcp_servers_file_links_and_effort_reach_the_model() -> anyhow::Re
     editor.checked_trace()?;
     Ok(())
 }
+
+#[test]
+fn the_editors_additional_directories_need_no_permission() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::default().titling("Editor session"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let other = daemon.dir.path().join("other");
+    std::fs::create_dir_all(&other)?;
+    std::fs::write(other.join("notes.txt"), "notes from beside the project\n")?;
+    let notes = other.join("notes.txt").display().to_string();
+    fake.server
+        .push(Step::default().tool_use("Read", json!({"file_path": notes})));
+    fake.server.push(Step::text("Read them."));
+    let mut editor = Editor::start(&daemon, &fake)?;
+    let created = editor.request(json!({"op": "new", "cwd": daemon.workdir(),
+        "additionalDirectories": [other]}))?;
+    let session = created["result"]["sessionId"]
+        .as_str()
+        .with_context(|| format!("{created}"))?
+        .to_owned();
+    editor.prompt(&session, "read the notes", "p1")?;
+    let done = editor.prompt_done("p1")?;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert!(
+        !editor.seen.iter().any(|v| v["op"] == "permission"),
+        "a read in an additional directory asked"
+    );
+    let completed = editor
+        .updates("tool_call_update")
+        .into_iter()
+        .find(|u| u["status"] == "completed")
+        .context("the read completed")?;
+    assert!(
+        completed["content"]
+            .to_string()
+            .contains("notes from beside"),
+        "{completed}"
+    );
+    let relative = editor.request(json!({"op": "new", "cwd": daemon.workdir(),
+        "additionalDirectories": ["relative/dir"]}))?;
+    assert_eq!(relative["error"]["code"], -32602, "{relative}");
+    editor.checked_trace()?;
+    Ok(())
+}
