@@ -57,6 +57,12 @@ impl Shared {
     }
 }
 
+/// A session's modes and config options, as `session/new`, `load` and `resume` answer them.
+type Described = (
+    agent_client_protocol::v1::schema::SessionModeState,
+    Vec<agent_client_protocol::v1::schema::SessionConfigOption>,
+);
+
 /// One editor connection: the daemon, the open sessions, the way back to the editor.
 pub struct Editor {
     daemon: Daemon,
@@ -142,13 +148,7 @@ impl Editor {
         self: Arc<Self>,
         req: LoadSessionRequest,
         replay: Replay,
-    ) -> Result<
-        (
-            agent_client_protocol::v1::schema::SessionModeState,
-            Vec<agent_client_protocol::v1::schema::SessionConfigOption>,
-        ),
-        Error,
-    > {
+    ) -> Result<Described, Error> {
         let session = SessionId(req.session_id.0.to_string());
         let options = settings::prompt_options(&req.mcp_servers, &req.additional_directories)?;
         // A reload replaces the old link (and its subscription).
@@ -165,16 +165,7 @@ impl Editor {
         Ok(described)
     }
 
-    async fn described(
-        &self,
-        link: &Link,
-    ) -> Result<
-        (
-            agent_client_protocol::v1::schema::SessionModeState,
-            Vec<agent_client_protocol::v1::schema::SessionConfigOption>,
-        ),
-        Error,
-    > {
+    async fn described(&self, link: &Link) -> Result<Described, Error> {
         let models = self.models().await.map_err(failed)?;
         let now = link.settings();
         Ok((
