@@ -6,6 +6,7 @@
 
 mod attach;
 mod connections;
+mod gate;
 mod listener;
 mod methods;
 mod ndjson;
@@ -16,6 +17,7 @@ pub use methods::RpcApi;
 
 use jsonrpsee::RpcModule;
 use jsonrpsee::core::server::Methods;
+use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
 use jsonrpsee::server::{Server, ServerConfig, serve_with_graceful_shutdown, stop_channel};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -82,9 +84,18 @@ where
                     tasks.spawn(async move {
                         match sniff(&stream).await {
                             Some(Transport::Http) => {
-                                let mut svc = services.connection_id(id).build(methods, stop.clone());
+                                let gate = Arc::new(gate::Gate::default());
+                                let counted = gate.clone();
+                                let mut svc = services
+                                    .set_rpc_middleware(
+                                        RpcServiceBuilder::new()
+                                            .layer_fn(move |s| gate::InFlight::new(s, counted.clone())),
+                                    )
+                                    .connection_id(id)
+                                    .build(methods, stop.clone());
                                 // The WebSocket session outlives the HTTP exchange that upgraded it.
                                 let closed = svc.on_session_closed();
+                                let stream = gate::Throttled::new(stream, gate);
                                 if let Err(e) = serve_with_graceful_shutdown(stream, svc, stop.shutdown()).await {
                                     tracing::debug!(conn_id = id, "connection ended: {e}");
                                 }

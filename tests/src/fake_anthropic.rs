@@ -351,9 +351,10 @@ fn serve_step(state: &Shared, step: Step, request: &Value) -> Response {
     let cut = step.cut_after_chunk;
     let stall = step.stall_after_chunk;
     let delay = step.chunk_delay_ms.map(Duration::from_millis);
+    let burst = step.chunks_per_delay.unwrap_or(1).max(1);
     let stream =
         futures::stream::iter(chunks.into_iter().enumerate()).then(move |(i, chunk)| async move {
-            if let Some(d) = delay {
+            if let Some(d) = delay.filter(|_| i % burst == 0) {
                 tokio::time::sleep(d).await;
             }
             if stall.is_some_and(|k| i >= k) {

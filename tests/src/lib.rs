@@ -291,6 +291,12 @@ impl Daemon {
         wait_exit(&mut child)
     }
 
+    /// The daemon's resident memory in KiB (`VmRSS`), while it runs.
+    pub fn rss_kib(&self) -> anyhow::Result<u64> {
+        let pid = self.child.as_ref().context("daemon is not running")?.id();
+        rss_kib(pid)
+    }
+
     /// A new raw NDJSON connection.
     pub fn ndjson(&self) -> anyhow::Result<Ndjson> {
         Ndjson::connect(&self.socket())
@@ -313,6 +319,16 @@ impl Daemon {
             .args(args)
             .output()
     }
+}
+
+/// A process's resident memory in KiB (`VmRSS` of `/proc/<pid>/status`).
+pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS line")
 }
 
 fn wait_exit(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {

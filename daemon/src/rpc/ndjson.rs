@@ -103,7 +103,8 @@ pub async fn serve(
         tokio::select! {
             _ = shutdown.cancelled() => break true,
             Some(_) = calls.join_next() => {}
-            frame = frames.next() => match frame {
+            // A client that does not read its replies stops being read (see `gate`).
+            frame = frames.next(), if calls.len() < super::gate::MAX_IN_FLIGHT => match frame {
                 None => break false,
                 Some(Ok(Frame::Line(line))) => {
                     if line.trim().is_empty() {

@@ -140,6 +140,10 @@ pub struct Step {
     /// Fault: wait this long before each event.
     #[serde(default)]
     pub chunk_delay_ms: Option<u64>,
+    /// With `chunk_delay_ms`: wait only before every Nth event, so a long stream is paced in
+    /// bursts rather than slowed to one event per delay.
+    #[serde(default)]
+    pub chunks_per_delay: Option<usize>,
 }
 
 impl Step {

@@ -5,6 +5,7 @@ mod acp;
 mod cache;
 mod chaos;
 mod headless;
+mod limits;
 mod mcp;
 mod models;
 mod operations;
