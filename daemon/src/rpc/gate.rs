@@ -1,14 +1,19 @@
-//! Back-pressure for a WebSocket connection: at most [`MAX_IN_FLIGHT`] of its calls run or wait
-//! to be queued at once, and while that many do the connection's socket is not read.
+//! Back-pressure for one connection, either transport: its socket is read only while fewer than
+//! [`MAX_IN_FLIGHT`] of its calls run or wait for room in its outgoing queue, and while fewer
+//! than [`MAX_QUEUED_BYTES`] of replies wait in that queue unwritten.
 //!
-//! The WebSocket transport starts a task for every message it reads and never stops reading on
-//! its own, so a client that sends without reading its replies would grow the daemon without
-//! bound. [`InFlight`] (an RPC middleware) counts a call from its start until its reply is in the
-//! connection's outgoing buffer (itself bounded); [`Throttled`] (the socket) reads only while
-//! the count is under the limit. The NDJSON transport bounds its own reader the same way.
+//! A client that sends without reading its replies would otherwise grow the daemon without
+//! bound (the WebSocket transport starts a task for every message it reads and never stops
+//! reading on its own). A call counts from its start until its reply is queued ([`Pass`]); a
+//! queued reply's bytes count until the socket takes them ([`Throttled`]'s write side). Replies
+//! are never dropped: the client's requests wait in its socket until it reads.
+//!
+//! [`InFlight`] is the RPC middleware that does the counting for WebSocket connections; the
+//! NDJSON transport takes a [`Pass`] per line itself.
 
 use futures::task::AtomicWaker;
 use jsonrpsee::ResponsePayload;
+use jsonrpsee::core::server::MethodResponseError;
 use jsonrpsee::server::middleware::rpc::{Batch, MethodResponse, Notification, RpcServiceT};
 use jsonrpsee::types::{ErrorObject, Id, Request};
 use serde::Deserialize;
@@ -20,38 +25,69 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Calls one connection may have running or waiting for room in its outgoing buffer.
-pub(crate) const MAX_IN_FLIGHT: usize = 64;
+/// Calls one connection may have running or waiting for room in its outgoing queue.
+pub(crate) const MAX_IN_FLIGHT: usize = 32;
+/// Bytes of replies queued for one connection, and not yet written, past which it is not read.
+pub(crate) const MAX_QUEUED_BYTES: usize = 8 << 20;
 
-/// The count of one connection's calls in flight, and the reader waiting for it to fall.
+/// One connection's calls in flight and unwritten reply bytes, and the reader waiting for them
+/// to fall.
 #[derive(Default)]
 pub(crate) struct Gate {
     in_flight: AtomicUsize,
+    queued_bytes: AtomicUsize,
     reader: AtomicWaker,
 }
 
 impl Gate {
-    fn enter(self: &Arc<Self>) -> Pass {
+    /// A call starts.
+    pub(crate) fn enter(self: &Arc<Self>) -> Pass {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         Pass(self.clone())
     }
 
+    fn is_open(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) < MAX_IN_FLIGHT
+            && self.queued_bytes.load(Ordering::Acquire) < MAX_QUEUED_BYTES
+    }
+
     fn poll_open(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.in_flight.load(Ordering::Acquire) < MAX_IN_FLIGHT {
+        if self.is_open() {
             return Poll::Ready(());
         }
         self.reader.register(cx.waker());
-        // A call may have finished between the load and the registration.
-        if self.in_flight.load(Ordering::Acquire) < MAX_IN_FLIGHT {
+        // A call may have finished, or bytes gone out, between the check and the registration.
+        if self.is_open() {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
     }
+
+    /// The socket took `n` bytes. Bytes of messages that were never counted (subscription
+    /// events) only make the count fall sooner, never below zero.
+    fn written(&self, n: usize) {
+        let before = self
+            .queued_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                Some(q.saturating_sub(n))
+            })
+            .unwrap_or(0);
+        if before >= MAX_QUEUED_BYTES && before.saturating_sub(n) < MAX_QUEUED_BYTES {
+            self.reader.wake();
+        }
+    }
 }
 
 /// One call in flight; dropping it lets the reader go on.
-struct Pass(Arc<Gate>);
+pub(crate) struct Pass(Arc<Gate>);
+
+impl Pass {
+    /// The call's reply (`bytes` long) is in the outgoing queue; the call is over.
+    pub(crate) fn queued(self, bytes: usize) {
+        self.0.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+    }
+}
 
 impl Drop for Pass {
     fn drop(&mut self) {
@@ -89,7 +125,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Throttled<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let written = Pin::new(&mut self.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            self.gate.written(n);
+        }
+        written
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -105,7 +145,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Throttled<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = written {
+            self.gate.written(n);
+        }
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -159,9 +203,12 @@ fn release_when_queued(response: MethodResponse, pass: Pass) -> MethodResponse {
     let (payload, queued) = payload.notify_on_completion();
     let rebuilt = MethodResponse::response(reply.id, payload, usize::MAX)
         .with_extensions(response.extensions().clone());
+    let bytes = rebuilt.as_json().get().len();
     tokio::spawn(async move {
-        let _ = queued.await;
-        drop(pass);
+        match queued.await {
+            Ok(()) | Err(MethodResponseError::JsonRpcError) => pass.queued(bytes),
+            Err(MethodResponseError::Closed) => drop(pass),
+        }
     });
     rebuilt
 }

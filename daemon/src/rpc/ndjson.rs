@@ -6,6 +6,7 @@
 //! may come out of order; clients match them by `id`). At read EOF the connection waits for its
 //! in-flight calls and writes their replies before closing, so `echo req | socat` works.
 
+use super::gate::{Gate, Pass, Throttled};
 use futures::StreamExt;
 use jsonrpsee::ConnectionId;
 use jsonrpsee::core::server::{
@@ -87,8 +88,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let (read, write) = stream.into_split();
+    let gate = Arc::new(Gate::default());
     let (tx, rx) = mpsc::channel::<Box<RawValue>>(OUTBOX);
     let closing = CancellationToken::new();
+    let write = Throttled::new(write, gate.clone());
     let mut writer = tokio::spawn(write_lines(write, rx, closing.clone()));
     let conn = Arc::new(Conn {
         methods,
@@ -97,21 +100,22 @@ pub async fn serve(
         subscriptions: BoundedSubscriptions::new(MAX_SUBSCRIPTIONS),
     });
     let codec = FrameCodec(LinesCodec::new_with_max_length(MAX_MESSAGE_BYTES as usize));
-    let mut frames = FramedRead::new(read, codec);
+    let mut frames = FramedRead::new(Throttled::new(read, gate.clone()), codec);
     let mut calls = JoinSet::new();
     let daemon_stopping = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break true,
             Some(_) = calls.join_next() => {}
             // A client that does not read its replies stops being read (see `gate`).
-            frame = frames.next(), if calls.len() < super::gate::MAX_IN_FLIGHT => match frame {
+            frame = frames.next() => match frame {
                 None => break false,
                 Some(Ok(Frame::Line(line))) => {
                     if line.trim().is_empty() {
                         continue;
                     }
                     let conn = conn.clone();
-                    calls.spawn(async move { handle_line(&conn, line).await });
+                    let pass = gate.enter();
+                    calls.spawn(async move { handle_line(&conn, line, pass).await });
                 }
                 Some(Ok(Frame::Oversized)) => {
                     let err = ErrorObject::owned::<()>(
@@ -153,7 +157,7 @@ pub async fn serve(
 /// Writes queued messages as lines. Ends when the peer is gone, or — once `closing` fires —
 /// when nothing is queued any more.
 async fn write_lines(
-    mut write: OwnedWriteHalf,
+    mut write: Throttled<OwnedWriteHalf>,
     mut rx: mpsc::Receiver<Box<RawValue>>,
     closing: CancellationToken,
 ) {
@@ -185,17 +189,20 @@ async fn write_lines(
     let _ = write.shutdown().await;
 }
 
-async fn handle_line(conn: &Conn, line: String) {
+/// Answers one line; `pass` counts it in the connection's gate until its reply is queued.
+async fn handle_line(conn: &Conn, line: String, pass: Pass) {
     let trimmed = line.trim_start();
-    if trimmed.starts_with('[') {
-        let reply = handle_batch(conn, trimmed).await;
-        if let Some(reply) = reply {
-            let _ = conn.sink.send(reply).await;
+    let reply = if trimmed.starts_with('[') {
+        handle_batch(conn, trimmed).await
+    } else {
+        handle_single(conn, trimmed).await
+    };
+    if let Some(reply) = reply {
+        // The line and its newline.
+        let bytes = reply.get().len() + 1;
+        if conn.sink.send(reply).await.is_ok() {
+            pass.queued(bytes);
         }
-        return;
-    }
-    if let Some(reply) = handle_single(conn, trimmed).await {
-        let _ = conn.sink.send(reply).await;
     }
 }
 

@@ -264,3 +264,66 @@ fn a_subscriber_that_stops_reading_gets_lagged_and_the_others_see_every_event() 
     assert_eq!(deltas_before_lagged + caught_up, DELTAS);
     Ok(())
 }
+
+#[test]
+fn large_replies_a_client_never_reads_are_bounded_by_bytes() -> anyhow::Result<()> {
+    use tether_tests::fake_anthropic::{Script, Step};
+    let fake = tether_tests::Fake::start(Script::of([Step::text("noted")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut owner = daemon.ndjson()?;
+    let session = owner.new_session_in(&daemon.workdir())?;
+    // A prompt of 128 KiB: each export of the session is at least that large.
+    owner.watch(&session)?;
+    owner.start_turn(&session, &"z".repeat(128 * 1024))?;
+    owner.events_until("turn_ended")?;
+    owner.call("session/export", json!({"sessionId": session}))?;
+    let before = daemon.rss_kib()?;
+
+    // 1000 exports (128 MiB of replies) asked for, and not read for a while.
+    let stream = UnixStream::connect(daemon.socket())?;
+    let mut writer = stream.try_clone()?;
+    let asking = session.clone();
+    let flooder = std::thread::spawn(move || -> std::io::Result<()> {
+        for id in 0..1000 {
+            let req = json!({"jsonrpc": "2.0", "id": id, "method": "session/export",
+                "params": {"sessionId": asking}});
+            writer.write_all(format!("{req}\n").as_bytes())?;
+        }
+        Ok(())
+    });
+    // Let the daemon do all it will do with what it read.
+    std::thread::sleep(Duration::from_secs(3));
+    let during = daemon.rss_kib()?;
+    let waited = sentinel_answers(&mut owner)?;
+    eprintln!("large replies: RSS {before} -> {during} KiB; sentinel answered in {waited:?}");
+    assert!(
+        during < before + GROWTH_KIB,
+        "RSS grew from {before} to {during} KiB"
+    );
+    assert!(
+        waited < Duration::from_secs(2),
+        "sentinel waited {waited:?}"
+    );
+
+    // Every reply is still there for the client once it reads.
+    let mut lines = BufReader::new(stream.try_clone()?);
+    stream.set_read_timeout(Some(tether_tests::WAIT))?;
+    let mut ids = std::collections::BTreeSet::new();
+    let mut line = String::new();
+    while ids.len() < 1000 {
+        line.clear();
+        lines.read_line(&mut line).context("reading the replies")?;
+        anyhow::ensure!(!line.is_empty(), "the connection closed");
+        let reply: serde_json::Value = serde_json::from_str(&line)?;
+        anyhow::ensure!(
+            reply["result"]["content"].is_string(),
+            "{}",
+            &line[..200.min(line.len())]
+        );
+        ids.insert(reply["id"].as_u64().context("id")?);
+    }
+    flooder
+        .join()
+        .map_err(|_| anyhow::anyhow!("the flooding thread panicked"))??;
+    Ok(())
+}
