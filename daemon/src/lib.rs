@@ -6,6 +6,7 @@ pub mod config;
 pub mod context;
 pub mod daemon;
 pub mod doctor;
+pub mod heap;
 pub mod hooks;
 pub mod llm;
 pub mod mcp;

@@ -27,6 +27,8 @@ use tokio::io::Interest;
 use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
+/// How often, at most, the heap is trimmed after connections closed.
+const TRIM_EVERY: Duration = Duration::from_secs(2);
 /// How long connections get to finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -61,11 +63,19 @@ where
         .max_connections(u32::MAX);
     let (stop_handle, server_handle) = stop_channel();
     let mut tasks = JoinSet::new();
+    // Memory a closed connection freed goes back to the system a little later, once per burst.
+    let mut trim = tokio::time::interval(TRIM_EVERY);
+    trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut closed_since_trim = false;
 
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            Some(_) = tasks.join_next() => {}
+            Some(_) = tasks.join_next() => closed_since_trim = true,
+            _ = trim.tick(), if closed_since_trim => {
+                closed_since_trim = false;
+                tokio::task::spawn_blocking(crate::heap::trim);
+            }
             accepted = listener.accept() => match accepted {
                 Ok(stream) if tasks.len() >= limit => {
                     tracing::warn!(

@@ -325,5 +325,18 @@ fn large_replies_a_client_never_reads_are_bounded_by_bytes() -> anyhow::Result<(
     flooder
         .join()
         .map_err(|_| anyhow::anyhow!("the flooding thread panicked"))??;
+    // Once the client has left, the daemon gives the memory back (within a few seconds).
+    drop((lines, stream));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut after = daemon.rss_kib()?;
+    while after > before + 8 * 1024 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        after = daemon.rss_kib()?;
+    }
+    eprintln!("large replies: RSS {after} KiB once the client read them all and left");
+    assert!(
+        after <= before + 8 * 1024,
+        "RSS stayed at {after} KiB (from {before})"
+    );
     Ok(())
 }
