@@ -6,6 +6,8 @@ pub mod config;
 pub mod context;
 pub mod daemon;
 pub mod doctor;
+#[cfg(test)]
+mod fuzz;
 pub mod heap;
 pub mod hooks;
 pub mod llm;

@@ -4,9 +4,9 @@
 //! session's broker asks users only when [`decide`] says `Ask`. Precedence: deny > plan mode >
 //! ask > bypass > allow > read-only inside the working directories > acceptEdits > dontAsk > ask.
 
-mod rules;
-mod settings;
-mod shell;
+pub(crate) mod rules;
+pub(crate) mod settings;
+pub(crate) mod shell;
 
 pub use rules::{EDIT_TOOLS, READ_TOOLS, Rule, host_of};
 pub mod keys;

@@ -9,7 +9,7 @@
 
 pub mod agents;
 mod bash;
-mod edit;
+pub(crate) mod edit;
 mod glob;
 mod grep;
 mod jobs;

@@ -357,3 +357,56 @@ async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! The line framing under arbitrary bytes, cut into arbitrary reads (dispatch and the
+    //! WebSocket upgrade are fuzzed end to end in `tests/`).
+
+    use super::{Frame, FrameCodec};
+    use tokio_util::bytes::BytesMut;
+    use tokio_util::codec::{Decoder, LinesCodec};
+
+    /// No line over the limit comes through, none holds a newline, and there are never more
+    /// frames than lines.
+    #[test]
+    fn framing_accounts_for_every_line() {
+        const MAX: usize = 64;
+        for seed in [
+            &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon/status\"}\n"[..],
+            b"\n\r\n  \n[{\"id\":1},{\"id\":2}]\n",
+            b"\xff\xfe\n{\"a\":\"\xc3\xa9\"}\n",
+        ] {
+            decode_all(seed, 5, MAX);
+        }
+        bolero::check!().for_each(|bytes: &[u8]| {
+            let cut = bytes.first().map_or(1, |b| *b as usize % 97 + 1);
+            decode_all(bytes, cut, MAX);
+        });
+    }
+
+    fn decode_all(bytes: &[u8], cut: usize, max: usize) {
+        let mut codec = FrameCodec(LinesCodec::new_with_max_length(max));
+        let mut buf = BytesMut::new();
+        let mut frames = Vec::new();
+        for chunk in bytes.chunks(cut) {
+            buf.extend_from_slice(chunk);
+            while let Some(frame) = codec.decode(&mut buf).expect("framing never fails") {
+                frames.push(frame);
+            }
+        }
+        while let Some(frame) = codec.decode_eof(&mut buf).expect("framing never fails") {
+            frames.push(frame);
+        }
+        let newlines = bytes.iter().filter(|b| **b == b'\n').count();
+        let tail = usize::from(bytes.last().is_some_and(|b| *b != b'\n'));
+        // An oversized line may be reported before its newline arrives, and once.
+        assert!(frames.len() <= newlines + tail, "{} frames", frames.len());
+        for frame in &frames {
+            if let Frame::Line(line) = frame {
+                assert!(line.len() <= max, "a line over the limit came through");
+                assert!(!line.contains('\n'));
+            }
+        }
+    }
+}

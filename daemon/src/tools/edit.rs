@@ -85,10 +85,19 @@ pub fn apply(text: &str, changes: &[Change], name: &str) -> Result<(String, usiz
     Ok((out, first.unwrap_or(0)))
 }
 
-fn snippet(text: &str, at: usize, new_len: usize) -> String {
-    let start_line = text[..at.min(text.len())].matches('\n').count();
-    let end = (at + new_len).min(text.len());
-    let end_line = text[..end].matches('\n').count();
+/// The changed lines with a few lines of context, numbered as Read numbers them.
+pub(crate) fn snippet(text: &str, at: usize, new_len: usize) -> String {
+    // `at + new_len` spans the first change's new text, which after a multi-edit need not start
+    // at `at`: it can end inside a character.
+    let boundary = |mut i: usize| {
+        i = i.min(text.len());
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let start_line = text[..boundary(at)].matches('\n').count();
+    let end_line = text[..boundary(at + new_len)].matches('\n').count();
     let lines: Vec<&str> = text.lines().collect();
     let from = start_line.saturating_sub(SNIPPET_CONTEXT);
     let to = (end_line + SNIPPET_CONTEXT + 1).min(lines.len());
