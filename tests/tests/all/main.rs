@@ -17,3 +17,4 @@ mod systemd;
 mod terminal;
 mod tidy;
 mod turns;
+mod wire_fuzz;
