@@ -73,7 +73,9 @@ fn inside(path: &Path, roots: &[PathBuf]) -> bool {
     })
 }
 
-/// Which of `rules` match the call (for Bash: per simple command).
+/// Which of `rules` match the call (for Bash: per simple command). Deny and ask rules match a
+/// command through env assignments and wrappers (`FOO=1 sudo rm` is `rm`) and a path by any of
+/// its names (through symlinks too); allow rules ([`allowing`]) are stricter.
 fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
     rules
         .iter()
@@ -81,9 +83,10 @@ fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
         .filter(|r| match call.tool {
             "Bash" => {
                 let cmd = call.input["command"].as_str().unwrap_or("");
-                split_command(cmd)
-                    .iter()
-                    .any(|part| r.matches_command(part))
+                split_command(cmd).iter().any(|part| {
+                    r.matches_command(part)
+                        || shell::unwrapped(part).iter().any(|c| r.matches_command(c))
+                })
             }
             "WebFetch" => r.matches_url(call.input["url"].as_str().unwrap_or("")),
             _ => match call_path(call) {
@@ -94,11 +97,39 @@ fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
         .collect()
 }
 
-/// Whether an allow rule covers one simple command.
-fn part_allowed(rules: &[Rule], part: &str) -> bool {
+/// Whether an allow rule covers a call of a tool other than Bash: a path must match by its
+/// name as given and by the file it really is (a symlink inside an allowed directory that
+/// points outside it is not allowed).
+fn allowing(rules: &[Rule], call: &Call<'_>) -> bool {
     rules
         .iter()
-        .any(|r| r.covers("Bash") && r.matches_command(part))
+        .filter(|r| r.covers(call.tool))
+        .any(|r| match call.tool {
+            "WebFetch" => r.matches_url(call.input["url"].as_str().unwrap_or("")),
+            _ => match call_path(call) {
+                Some(p) => r.covers_path(&p),
+                None => r.matches_other(call.input),
+            },
+        })
+}
+
+/// Whether an allow rule covers one simple command. A command that writes its output to a file
+/// outside the working directories needs a rule for exactly that command: a prefix rule such
+/// as `Bash(git diff:*)` does not let `git diff > ~/.bashrc` through.
+fn part_allowed(rules: &[Rule], part: &str, cwd: &Path, roots: &[PathBuf]) -> bool {
+    let writes_outside = shell::output_targets(part).iter().any(|target| {
+        let p = Path::new(target);
+        target != "/dev/null"
+            && (target.is_empty()
+                || target.starts_with('~')
+                || target.contains('$')
+                || !inside(&cwd.join(p), roots))
+    });
+    rules.iter().any(|r| {
+        r.covers("Bash")
+            && r.matches_command(part)
+            && (!writes_outside || matches!(&r.spec, rules::Specifier::Exact(_)))
+    })
 }
 
 /// Whether a simple command only reads inside the working directories.
@@ -153,9 +184,9 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
                 && parts
                     .iter()
                     .zip(&reads)
-                    .all(|(p, reads)| *reads || part_allowed(&rules.allow, p))
+                    .all(|(p, reads)| *reads || part_allowed(&rules.allow, p, call.cwd, &roots))
         }
-        _ => !matching(&rules.allow, call).is_empty(),
+        _ => allowing(&rules.allow, call),
     };
     if allowed {
         return Decision::Allow;
@@ -205,7 +236,7 @@ pub fn suggest_rules(call: &Call<'_>, rules: &RuleSet) -> Vec<String> {
     let cmd = call.input["command"].as_str().unwrap_or("");
     let mut out: Vec<String> = Vec::new();
     for part in split_command(cmd) {
-        if part_allowed(&rules.allow, &part) || part_reads(&part, &roots) {
+        if part_allowed(&rules.allow, &part, call.cwd, &roots) || part_reads(&part, &roots) {
             continue;
         }
         let rule = bash_rule(&part);
@@ -241,5 +272,7 @@ pub fn suggest_rule(call: &Call<'_>) -> String {
     }
 }
 
+#[cfg(test)]
+mod escapes;
 #[cfg(test)]
 mod tests;

@@ -47,6 +47,21 @@ pub struct Rule {
     pub source: String,
 }
 
+/// Where `path` really is: resolved through symlinks, or — for a file not there yet — its
+/// nearest existing ancestor resolved and the rest appended; `None` when nothing resolves.
+pub fn real_path(path: &Path) -> Option<PathBuf> {
+    let path = normalize(path);
+    let mut rest = Vec::new();
+    let mut at = path.as_path();
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return Some(rest.iter().rev().fold(real, |p, part| p.join(part)));
+        }
+        rest.push(at.file_name()?.to_owned());
+        at = at.parent()?;
+    }
+}
+
 /// Lexically resolves `.` and `..`.
 pub fn normalize(path: &Path) -> PathBuf {
     crate::tools::normalize(path)
@@ -152,6 +167,19 @@ impl Rule {
             Specifier::Paths(set) => {
                 let lexical = normalize(path);
                 set.is_match(&lexical) || path.canonicalize().is_ok_and(|real| set.is_match(real))
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the rule covers a path by every name it has: as given and as the file it
+    /// really is (for a file not yet there, its nearest existing directory resolved).
+    pub fn covers_path(&self, path: &Path) -> bool {
+        match &self.spec {
+            Specifier::Any => true,
+            Specifier::Paths(set) => {
+                set.is_match(normalize(path))
+                    && real_path(path).is_none_or(|real| set.is_match(real))
             }
             _ => false,
         }

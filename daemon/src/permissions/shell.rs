@@ -10,6 +10,9 @@ pub fn split(command: &str) -> Vec<String> {
     let chars: Vec<char> = command.chars().collect();
     let mut i = 0;
     let mut quote: Option<char> = None;
+    // Open substitutions and subshells: the quote state outside each, and what closes it.
+    // Inside `"…"`, `$(…)` and backquotes still run commands, with quoting started afresh.
+    let mut open: Vec<(Option<char>, char)> = Vec::new();
     let push = |current: &mut String, parts: &mut Vec<String>| {
         let t = current.trim();
         if !t.is_empty() {
@@ -20,6 +23,13 @@ pub fn split(command: &str) -> Vec<String> {
     while i < chars.len() {
         let c = chars[i];
         match quote {
+            Some('"') if c == '`' || (c == '$' && chars.get(i + 1) == Some(&'(')) => {
+                push(&mut current, &mut parts);
+                open.push((quote, if c == '`' { '`' } else { ')' }));
+                quote = None;
+                i += if c == '`' { 1 } else { 2 };
+                continue;
+            }
             Some(q) => {
                 if c == '\\' && q == '"' && i + 1 < chars.len() {
                     current.push(c);
@@ -43,11 +53,28 @@ pub fn split(command: &str) -> Vec<String> {
                     i += 2;
                     continue;
                 }
-                ';' | '\n' | '(' | ')' | '`' => push(&mut current, &mut parts),
+                ';' | '\n' => push(&mut current, &mut parts),
+                '(' => {
+                    push(&mut current, &mut parts);
+                    open.push((None, ')'));
+                }
                 '$' if chars.get(i + 1) == Some(&'(') => {
                     push(&mut current, &mut parts);
+                    open.push((None, ')'));
                     i += 2;
                     continue;
+                }
+                ')' | '`' => {
+                    push(&mut current, &mut parts);
+                    match open.last() {
+                        Some((outer, closer)) if *closer == c => {
+                            quote = *outer;
+                            open.pop();
+                        }
+                        // An opening backquote.
+                        _ if c == '`' => open.push((None, '`')),
+                        _ => {}
+                    }
                 }
                 '&' | '|' => {
                     push(&mut current, &mut parts);
@@ -62,6 +89,91 @@ pub fn split(command: &str) -> Vec<String> {
     }
     push(&mut current, &mut parts);
     parts
+}
+
+/// Words that run the command after them: a rule about that command applies through them.
+const WRAPPERS: &[&str] = &[
+    "env", "command", "exec", "nohup", "time", "sudo", "builtin", "nice", "timeout", "stdbuf",
+];
+
+/// The commands a deny or ask rule also looks at in `command`: without its leading
+/// `NAME=value` assignments, the program without a leading `\\` or directory (`/bin/rm` →
+/// `rm`), and — after a wrapper (`env`, `sudo`, `nohup`, …, whose options and their values
+/// vary) — every command the rest of the words could start. Allow rules never use these forms:
+/// an assignment such as `GIT_EXTERNAL_DIFF=…` changes what an allowed command does.
+pub fn unwrapped(command: &str) -> Vec<String> {
+    let words: Vec<&str> = command
+        .split_whitespace()
+        .skip_while(|w| {
+            w.split_once('=').is_some_and(|(name, _)| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+        })
+        .collect();
+    let form = |words: &[&str]| -> Option<String> {
+        let (program, args) = words.split_first()?;
+        let program = program.trim_start_matches('\\');
+        let program = program.rsplit('/').next().unwrap_or(program);
+        Some(
+            std::iter::once(program)
+                .chain(args.iter().copied())
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+    };
+    let mut forms: Vec<String> = form(&words).into_iter().collect();
+    if words.first().is_some_and(|w| WRAPPERS.contains(w)) {
+        forms.extend((1..words.len()).filter_map(|i| form(&words[i..])));
+    }
+    forms
+}
+
+/// Where a simple command redirects its output: the words after `>`, `>>`, `>|`, `&>`, `N>`
+/// (quotes removed); `>&N` duplicates a descriptor and names no file.
+pub fn output_targets(command: &str) -> Vec<String> {
+    let chars: Vec<char> = command.chars().collect();
+    let mut targets = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '\\') => i += 1,
+            (None, '>') => {
+                i += 1;
+                while matches!(chars.get(i), Some('>' | '|')) {
+                    i += 1;
+                }
+                if chars.get(i) == Some(&'&') {
+                    i += 1;
+                    continue;
+                }
+                while chars.get(i).is_some_and(|c| c.is_whitespace()) {
+                    i += 1;
+                }
+                let mut word = String::new();
+                let mut q: Option<char> = None;
+                while let Some(&c) = chars.get(i) {
+                    match (q, c) {
+                        (Some(x), c) if c == x => q = None,
+                        (Some(_), c) => word.push(c),
+                        (None, '\'' | '"') => q = Some(c),
+                        (None, c) if c.is_whitespace() || ";&|<>()".contains(c) => break,
+                        (None, c) => word.push(c),
+                    }
+                    i += 1;
+                }
+                targets.push(word);
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    targets
 }
 
 /// Commands that only read, whatever their (checked) arguments.
