@@ -232,3 +232,15 @@ fn edit_matcher() {
         }
     });
 }
+
+/// Found by `edit_matcher`: a `replace_all` of a short string by a long one took the daemon's
+/// memory (gigabytes from a 64 KiB input).
+#[test]
+fn an_edit_that_would_grow_a_file_by_gigabytes_is_refused() {
+    let text = "a".repeat(100_000);
+    let change = edit::Change::from_json(&json!({
+        "old_string": "a", "new_string": "b".repeat(1000), "replace_all": true,
+    }));
+    let err = edit::apply(&text, &[change], "f").expect_err("refused");
+    assert!(err.contains("MiB"), "{err}");
+}

@@ -96,6 +96,9 @@ const WRAPPERS: &[&str] = &[
     "env", "command", "exec", "nohup", "time", "sudo", "builtin", "nice", "timeout", "stdbuf",
 ];
 
+/// How many words after a wrapper may be its options and their values.
+const MAX_WRAPPER_WORDS: usize = 12;
+
 /// The commands a deny or ask rule also looks at in `command`: without its leading
 /// `NAME=value` assignments, the program without a leading `\\` or directory (`/bin/rm` →
 /// `rm`), and — after a wrapper (`env`, `sudo`, `nohup`, …, whose options and their values
@@ -123,7 +126,9 @@ pub fn unwrapped(command: &str) -> Vec<String> {
     };
     let mut forms: Vec<String> = form(&words).into_iter().collect();
     if words.first().is_some_and(|w| WRAPPERS.contains(w)) {
-        forms.extend((1..words.len()).filter_map(|i| form(&words[i..])));
+        // A wrapper's options and their values take a few words, never many.
+        let upto = words.len().min(MAX_WRAPPER_WORDS);
+        forms.extend((1..upto).filter_map(|i| form(&words[i..])));
     }
     forms
 }

@@ -33,6 +33,10 @@ impl Change {
     }
 }
 
+/// How much one Edit or MultiEdit call may grow a file: a `replace_all` of a short string by a
+/// long one could otherwise make gigabytes.
+const MAX_GROWTH: usize = 16 << 20;
+
 /// Applies `changes` in order to `text`; returns the new text and the byte offset of the first
 /// change in it.
 pub fn apply(text: &str, changes: &[Change], name: &str) -> Result<(String, usize), String> {
@@ -72,6 +76,17 @@ pub fn apply(text: &str, changes: &[Change], name: &str) -> Result<(String, usiz
         if count > 1 && !c.replace_all {
             return Err(format!(
                 "{which}old_string occurs {count} times in {name}; include more surrounding lines to make it unique, or set replace_all to change every occurrence"
+            ));
+        }
+        let replaced = if c.replace_all { count } else { 1 };
+        let grown =
+            (out.len() - replaced * old.len()).saturating_add(replaced.saturating_mul(new.len()));
+        if grown > text.len().saturating_add(MAX_GROWTH) {
+            return Err(format!(
+                "{which}the edit would make {name} {} MiB, more than {} MiB larger than it is; \
+                 an edit that big is not an edit (write the file instead)",
+                grown >> 20,
+                MAX_GROWTH >> 20
             ));
         }
         let at = out.find(&old).unwrap_or(0);
@@ -152,7 +167,10 @@ async fn edit_file(ctx: &ToolContext, file_path: &str, changes: Vec<Change>) -> 
 /// A unified diff of `before` → `after`.
 pub fn unified_diff(path: &Path, before: &str, after: &str) -> String {
     let name = path.display().to_string();
-    similar::TextDiff::from_lines(before, after)
+    // A huge or scrambled change gives a coarser diff rather than minutes of work.
+    similar::TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(500))
+        .diff_lines(before, after)
         .unified_diff()
         .context_radius(3)
         .header(&name, &name)
