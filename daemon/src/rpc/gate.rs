@@ -26,9 +26,9 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Calls one connection may have running or waiting for room in its outgoing queue.
-pub(crate) const MAX_IN_FLIGHT: usize = 32;
+const MAX_IN_FLIGHT: usize = 32;
 /// Bytes of replies queued for one connection, and not yet written, past which it is not read.
-pub(crate) const MAX_QUEUED_BYTES: usize = 8 << 20;
+const MAX_QUEUED_BYTES: usize = 8 << 20;
 
 /// One connection's calls in flight and unwritten reply bytes, and the reader waiting for them
 /// to fall.
