@@ -9,6 +9,7 @@
 
 pub mod agents;
 mod bash;
+mod capture;
 pub(crate) mod edit;
 mod glob;
 mod grep;

@@ -231,12 +231,17 @@ pub fn open_lock(path: &Path, uid: u32) -> io::Result<File> {
     Ok(file)
 }
 
+/// Creates (or empties) `path` as a 0600 file open for writing; never through a symlink.
+pub fn create(path: &Path) -> io::Result<File> {
+    let file = private_options().write(true).truncate(true).open(path)?;
+    tighten_open(&file)?;
+    Ok(file)
+}
+
 /// Writes `bytes` to `path` (replacing it) as a 0600 file.
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
-    let mut file = private_options().write(true).truncate(true).open(path)?;
-    tighten_open(&file)?;
-    file.write_all(bytes)
+    create(path)?.write_all(bytes)
 }
 
 fn tighten_open(file: &File) -> io::Result<()> {

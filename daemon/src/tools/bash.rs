@@ -1,9 +1,10 @@
 //! `Bash {command, description?, timeout?}`: runs a command with bash in the session's current
 //! directory, in its own process group. Output (stdout and stderr interleaved, as a terminal
-//! shows them) streams as progress; a timeout or cancel kills the whole group, grandchildren
+//! shows them) streams as progress and is held within bounds (`capture`); a timeout or cancel kills the whole group, grandchildren
 //! included; a `cd` persists for later calls as long as it stays inside the working directories.
 
-use crate::tools::{JobEnd, Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::capture::{self, Capture, Progress, cut_middle};
+use crate::tools::{JobEnd, Tool, jobs, ToolContext, ToolFuture, ToolOutput};
 use grep_matcher::Matcher as _;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -204,8 +205,9 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
     } = spawn_shell(&script, &cwd)?;
 
     let deadline = Instant::now() + timeout;
-    let mut output: Vec<u8> = Vec::new();
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut output = Capture::new(scratch.join(format!("{id}.log")));
+    let mut progress = Progress::default();
+    let mut buf = vec![0u8; 64 * 1024];
     let mut status = None;
     let mut drain_until: Option<Instant> = None;
     let mut stopped: Option<&str> = None;
@@ -220,10 +222,18 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
                     break;
                 }
                 Ok(n) => {
-                    output.extend_from_slice(&buf[..n]);
-                    (ctx.progress)(String::from_utf8_lossy(&buf[..n]).into_owned());
+                    output.push(&buf[..n]);
+                    progress.push(&buf[..n]);
+                    if let Some(chunk) = progress.take(false) {
+                        (ctx.progress)(chunk);
+                    }
                 }
             },
+            _ = capture::until(progress.due()) => {
+                if let Some(chunk) = progress.take(false) {
+                    (ctx.progress)(chunk);
+                }
+            }
             s = child.wait(), if status.is_none() => {
                 status = Some(s?);
                 drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
@@ -239,22 +249,15 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
             }
         }
     }
+    if let Some(chunk) = progress.take(true) {
+        (ctx.progress)(chunk);
+    }
     if stopped.is_some() {
         // Whatever is left of the group goes too.
         kill(pgid);
     }
     let code = status.and_then(|s| s.code());
-    let mut text = String::from_utf8_lossy(&output).into_owned();
-    if text.chars().count() > MAX_OUTPUT_CHARS {
-        let full = scratch.join(format!("{id}.log"));
-        let saved =
-            tether_proto::private::write(&full, &output).map(|_| full.display().to_string());
-        text = cut_middle(
-            &text,
-            MAX_OUTPUT_CHARS,
-            saved.as_deref().unwrap_or("(could not be saved)"),
-        );
-    }
+    let mut text = output.finish(MAX_OUTPUT_CHARS);
     let mut notes = Vec::new();
     if let Ok(new_dir) = std::fs::read_to_string(&pwd_file) {
         let new_dir = Path::new(new_dir.trim()).to_owned();
@@ -347,7 +350,8 @@ impl Tool for BashOutput {
                 Some(Err(e)) => return ToolOutput::error(e),
                 None => None,
             };
-            let new = String::from_utf8_lossy(&job.take_new()).into_owned();
+            let (new, dropped) = job.take_new();
+            let new = String::from_utf8_lossy(&new).into_owned();
             let mut text = match &filter {
                 Some(re) => new
                     .lines()
@@ -357,12 +361,15 @@ impl Tool for BashOutput {
                 None => new,
             };
             if text.chars().count() > MAX_OUTPUT_CHARS {
-                text = cut_middle(&text, MAX_OUTPUT_CHARS, "(not saved; read more often)");
+                text = cut_middle(&text, MAX_OUTPUT_CHARS, "not saved; read more often");
             }
             let state = match job.end() {
                 None => "still running".to_owned(),
                 Some(end) => end.describe(),
             };
+            if dropped > 0 {
+                text = format!("… [{dropped} earlier bytes dropped unread: a job keeps at most {} KiB of output between reads] …\n{text}", jobs::MAX_UNREAD / 1024);
+            }
             if text.is_empty() {
                 text = "(no new output)\n".into();
             }
@@ -441,22 +448,6 @@ fn shell_quote(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
 }
 
-/// Keeps the first and last halves of `text` (by characters, never splitting one) with a marker
-/// in between naming where the full text is.
-pub fn cut_middle(text: &str, max_chars: usize, full_path: &str) -> String {
-    let total = text.chars().count();
-    if total <= max_chars {
-        return text.to_owned();
-    }
-    let half = max_chars / 2;
-    let head: String = text.chars().take(half).collect();
-    let tail: String = text.chars().skip(total - half).collect();
-    format!(
-        "{head}\n\n… [{} characters cut; the full output is in {full_path}] …\n\n{tail}",
-        total - 2 * half
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,14 +464,6 @@ mod tests {
         )));
         ctx.progress = Arc::new(move |c: String| sink.lock().expect("lock").push_str(&c));
         (ctx, seen)
-    }
-
-    #[test]
-    fn cutting_never_splits_a_character() {
-        let text = "é".repeat(100);
-        let cut = cut_middle(&text, 10, "/x");
-        assert!(cut.starts_with("ééééé\n") && cut.ends_with("\néééé\u{e9}"));
-        assert!(cut.contains("90 characters cut"));
     }
 
     #[tokio::test]

@@ -36,6 +36,8 @@ impl Change {
 /// How much one Edit or MultiEdit call may grow a file: a `replace_all` of a short string by a
 /// long one could otherwise make gigabytes.
 const MAX_GROWTH: usize = 16 << 20;
+/// Larger files are not edited: the edit holds the file and its result in memory.
+const MAX_FILE: u64 = 256 << 20;
 
 /// Applies `changes` in order to `text`; returns the new text and the byte offset of the first
 /// change in it.
@@ -126,6 +128,15 @@ async fn edit_file(ctx: &ToolContext, file_path: &str, changes: Vec<Change>) -> 
     let name = path.display().to_string();
     if let Err(msg) = ctx.workspace.check_fresh(&path) {
         return ToolOutput::error(msg);
+    }
+    if let Ok(meta) = std::fs::metadata(&path)
+        && meta.len() > MAX_FILE
+    {
+        return ToolOutput::error(format!(
+            "{name} is {} MB; Edit changes files up to {} MB (use Bash, e.g. sed, for larger ones)",
+            meta.len() >> 20,
+            MAX_FILE >> 20
+        ));
     }
     let original = match std::fs::read(&path) {
         Ok(b) => b,

@@ -7,6 +7,7 @@ use super::walk::walker;
 use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -82,9 +83,18 @@ enum Mode {
     Count,
 }
 
+/// Bytes of results a search collects at most; it stops there and says so.
+const MAX_COLLECTED: usize = 16 << 20;
+/// The output shown stops before it grows past this many bytes (the rest is paged with offset).
+const MAX_OUTPUT_BYTES: usize = 128 * 1024;
+/// Longer matching lines are cut (minified files).
+const MAX_LINE: usize = 2000;
+
 /// Collects ripgrep-style lines for one file.
 struct Lines<'a> {
     path: &'a str,
+    /// Bytes collected by the whole search so far (all threads).
+    collected: &'a AtomicUsize,
     numbers: bool,
     out: Vec<String>,
     matches: u64,
@@ -113,11 +123,26 @@ impl Lines<'_> {
             }
             self.last_line = n.or(self.last_line);
             let line = line.strip_suffix('\r').unwrap_or(line);
-            match (self.numbers, n) {
-                (true, Some(n)) => self.out.push(format!("{}{sep}{n}{sep}{line}", self.path)),
-                _ => self.out.push(format!("{}{sep}{line}", self.path)),
-            }
+            let cut;
+            let line = match line.char_indices().nth(MAX_LINE) {
+                Some((end, _)) => {
+                    cut = format!("{}… [line cut]", &line[..end]);
+                    cut.as_str()
+                }
+                None => line,
+            };
+            let entry = match (self.numbers, n) {
+                (true, Some(n)) => format!("{}{sep}{n}{sep}{line}", self.path),
+                _ => format!("{}{sep}{line}", self.path),
+            };
+            self.collected.fetch_add(entry.len(), Ordering::Relaxed);
+            self.out.push(entry);
         }
+    }
+
+    /// Whether the search has collected all it may.
+    fn full(&self) -> bool {
+        self.collected.load(Ordering::Relaxed) > MAX_COLLECTED
     }
 }
 
@@ -132,14 +157,14 @@ impl Sink for Lines<'_> {
         if self.mode == Mode::Content {
             self.push(':', m.line_number(), m.bytes());
         }
-        Ok(true)
+        Ok(!self.full())
     }
 
     fn context(&mut self, _s: &Searcher, c: &SinkContext<'_>) -> Result<bool, std::io::Error> {
         if self.mode == Mode::Content {
             self.push('-', c.line_number(), c.bytes());
         }
-        Ok(true)
+        Ok(!self.full())
     }
 }
 
@@ -182,11 +207,16 @@ fn grep(
     let numbers = input["-n"].as_bool().unwrap_or(true);
 
     let context = searcher.before_context() > 0 || searcher.after_context() > 0;
+    let collected = AtomicUsize::new(0);
     // One file's result: its matches, its lines (content mode), its mtime (files mode).
     let search_one = |searcher: &mut Searcher, file: &Path| -> Option<Found> {
         let shown = file.display().to_string();
+        if collected.load(Ordering::Relaxed) > MAX_COLLECTED {
+            return None;
+        }
         let mut sink = Lines {
             path: &shown,
+            collected: &collected,
             numbers,
             out: Vec::new(),
             matches: 0,
@@ -203,6 +233,7 @@ fn grep(
                 .unwrap_or(std::time::UNIX_EPOCH),
             _ => std::time::UNIX_EPOCH,
         };
+        collected.fetch_add(shown.len(), Ordering::Relaxed);
         Some(Found {
             path: file.to_owned(),
             matches: sink.matches,
@@ -238,8 +269,9 @@ fn grep(
             let mut searcher = searcher.clone();
             let results = &results;
             let search_one = &search_one;
+            let collected = &collected;
             Box::new(move |entry| {
-                if cancel.is_cancelled() {
+                if cancel.is_cancelled() || collected.load(Ordering::Relaxed) > MAX_COLLECTED {
                     return ignore::WalkState::Quit;
                 }
                 let Ok(entry) = entry else {
@@ -286,14 +318,26 @@ fn grep(
     let total = lines.len();
     let offset = num("offset").unwrap_or(0);
     let limit = num("head_limit").filter(|n| *n > 0).unwrap_or(usize::MAX);
-    let page: Vec<String> = lines.into_iter().skip(offset).take(limit).collect();
-    let mut out = page.join("\n");
-    out.push('\n');
-    let shown_to = offset + page.len();
+    let mut out = String::new();
+    let mut shown = 0;
+    for line in lines.into_iter().skip(offset).take(limit) {
+        if out.len() + line.len() + 1 > MAX_OUTPUT_BYTES && shown > 0 {
+            break;
+        }
+        out.push_str(&line);
+        out.push('\n');
+        shown += 1;
+    }
+    let shown_to = offset + shown;
     if shown_to < total {
         out.push_str(&format!(
-            "(showing {} of {total} lines; use offset {shown_to} for more)\n",
-            page.len()
+            "(showing {shown} of {total} lines; use offset {shown_to} for more)\n"
+        ));
+    }
+    if collected.load(Ordering::Relaxed) > MAX_COLLECTED {
+        out.push_str(&format!(
+            "(the search stopped after collecting {} MB of results, so there are more matches than these; narrow it with path, glob, type or a more specific pattern)\n",
+            MAX_COLLECTED >> 20
         ));
     }
     Ok(out)

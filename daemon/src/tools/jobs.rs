@@ -1,5 +1,5 @@
-//! Background jobs of a session (shells started with `run_in_background`): their output so far,
-//! how much of it was read, how they ended. They belong to the session, not to a turn or a
+//! Background jobs of a session (shells started with `run_in_background`): their output not
+//! read yet (bounded), how they ended. They belong to the session, not to a turn or a
 //! client, so they outlive both.
 
 use std::collections::BTreeMap;
@@ -30,6 +30,17 @@ impl JobEnd {
     }
 }
 
+/// Unread output a job keeps: a server that logs forever costs at most this much memory.
+pub const MAX_UNREAD: usize = 1024 * 1024;
+
+/// Output not read yet.
+#[derive(Debug, Default)]
+struct Unread {
+    bytes: Vec<u8>,
+    /// Bytes dropped from its start since the last read.
+    dropped: u64,
+}
+
 /// Called once when a job ends: its id, command and how it ended.
 pub type OnJobEnd = Box<dyn Fn(&str, &str, JobEnd) + Send + Sync>;
 
@@ -40,8 +51,7 @@ pub struct Job {
     pub id: String,
     /// The command it runs.
     pub command: String,
-    output: Mutex<Vec<u8>>,
-    read: Mutex<usize>,
+    unread: Mutex<Unread>,
     end: Mutex<Option<JobEnd>>,
     /// Fires to kill it.
     pub stop: CancellationToken,
@@ -49,12 +59,17 @@ pub struct Job {
 }
 
 impl Job {
-    /// Adds output.
+    /// Adds output; beyond twice [`MAX_UNREAD`] unread bytes the oldest are dropped down to it
+    /// (and counted).
     pub fn append(&self, bytes: &[u8]) {
-        self.output
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(bytes);
+        let mut u = self.unread.lock().unwrap_or_else(|p| p.into_inner());
+        u.bytes.extend_from_slice(bytes);
+        // Trimmed in steps, so a fast writer does not move a full buffer on every append.
+        if u.bytes.len() > 2 * MAX_UNREAD {
+            let over = u.bytes.len() - MAX_UNREAD;
+            u.bytes.drain(..over);
+            u.dropped += over as u64;
+        }
     }
 
     /// Records how it ended (the first end counts) and tells the job's owner.
@@ -76,13 +91,10 @@ impl Job {
         *self.end.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Output since the last call.
-    pub fn take_new(&self) -> Vec<u8> {
-        let out = self.output.lock().unwrap_or_else(|p| p.into_inner());
-        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
-        let new = out[(*read).min(out.len())..].to_vec();
-        *read = out.len();
-        new
+    /// Output since the last call, and how many bytes of it were dropped unread.
+    pub fn take_new(&self) -> (Vec<u8>, u64) {
+        let mut u = self.unread.lock().unwrap_or_else(|p| p.into_inner());
+        (std::mem::take(&mut u.bytes), std::mem::take(&mut u.dropped))
     }
 }
 
@@ -136,8 +148,7 @@ impl Jobs {
         let job = Arc::new(Job {
             id: id.to_owned(),
             command: command.to_owned(),
-            output: Mutex::default(),
-            read: Mutex::default(),
+            unread: Mutex::default(),
             end: Mutex::new(end),
             stop: CancellationToken::new(),
             on_end,

@@ -12,6 +12,10 @@ pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 const DEFAULT_LIMIT: usize = 2000;
 /// Longer lines are cut.
 const MAX_LINE: usize = 2000;
+/// The output stops before it grows past this many bytes (the rest is read with an offset).
+const MAX_OUTPUT_BYTES: usize = 256 * 1024;
+/// Notebooks up to this size are shown as cells; larger ones as text.
+const MAX_NOTEBOOK: u64 = 16 * 1024 * 1024;
 
 /// Reads a file.
 pub struct Read;
@@ -60,69 +64,219 @@ impl Tool for Read {
             if meta.is_dir() {
                 return ToolOutput::error(format!("{} is a directory, not a file", path.display()));
             }
-            let bytes = match tokio::fs::read(&path).await {
-                Ok(b) => b,
-                Err(e) => return ToolOutput::error(format!("cannot read {}: {e}", path.display())),
-            };
-            ctx.workspace
-                .remember(&path, FileStamp::of(&bytes, meta.modified().ok()));
+            if !meta.is_file() {
+                return ToolOutput::error(format!(
+                    "{} is not a regular file (a device, pipe or socket); it cannot be read as one",
+                    path.display()
+                ));
+            }
+            let modified = meta.modified().ok();
             if let Some(media) = image_type(&path) {
-                if bytes.len() > MAX_IMAGE_BYTES {
+                if meta.len() > MAX_IMAGE_BYTES as u64 {
                     return ToolOutput::error(format!(
                         "{} is {} KB, over the 5 MB image limit",
                         path.display(),
-                        bytes.len() / 1024
+                        meta.len() / 1024
                     ));
                 }
+                let bytes = match tokio::fs::read(&path).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        return ToolOutput::error(format!("cannot read {}: {e}", path.display()));
+                    }
+                };
+                ctx.workspace
+                    .remember(&path, FileStamp::of(&bytes, modified));
                 let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
                 return ToolOutput::blocks(vec![
                     json!({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}),
                 ]);
             }
-            if bytes.is_empty() {
-                return ToolOutput::text(format!("{} is empty.", path.display()));
-            }
-            if path.extension().is_some_and(|e| e == "ipynb")
-                && let Some(cells) = serde_json::from_slice::<Value>(&bytes)
+            if path.extension().is_some_and(|e| e == "ipynb") && meta.len() <= MAX_NOTEBOOK {
+                let bytes = match tokio::fs::read(&path).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        return ToolOutput::error(format!("cannot read {}: {e}", path.display()));
+                    }
+                };
+                ctx.workspace
+                    .remember(&path, FileStamp::of(&bytes, modified));
+                if let Some(cells) = serde_json::from_slice::<Value>(&bytes)
                     .ok()
                     .and_then(|nb| super::notebook::render(&nb))
-            {
-                return ToolOutput::text(cells);
+                {
+                    return ToolOutput::text(cells);
+                }
             }
-            if bytes.iter().take(8192).any(|&b| b == 0) {
+            let len = meta.len();
+            let file = path.clone();
+            let excerpt =
+                tokio::task::spawn_blocking(move || read_lines(&file, len, offset, limit)).await;
+            let excerpt = match excerpt {
+                Ok(Ok(e)) => e,
+                Ok(Err(e)) => return ToolOutput::error(format!("cannot read {}: {e}", path.display())),
+                Err(e) => return ToolOutput::error(format!("cannot read {}: {e}", path.display())),
+            };
+            let Excerpt::Text { mut text, crc, next, total } = excerpt else {
+                ctx.workspace
+                    .remember(&path, FileStamp::streamed(len, modified, None));
                 return ToolOutput::error(format!(
                     "{} is a binary file; it cannot be shown as text",
                     path.display()
                 ));
+            };
+            ctx.workspace
+                .remember(&path, FileStamp::streamed(len, modified, crc));
+            if total == Some(0) {
+                return ToolOutput::text(format!("{} is empty.", path.display()));
             }
-            let text = String::from_utf8_lossy(&bytes);
-            let total = text.lines().count();
-            let mut out = String::new();
-            for (n, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
-                let line: String = if line.chars().count() > MAX_LINE {
-                    line.chars().take(MAX_LINE).collect::<String>() + "… [line cut]"
-                } else {
-                    line.to_owned()
-                };
-                out.push_str(&format!("{:>6}\t{line}\n", n + 1));
-            }
-            if out.is_empty() {
+            if text.is_empty() {
                 return ToolOutput::error(format!(
-                    "{} has {total} lines; offset {offset} is past the end",
-                    path.display()
+                    "{} has {} lines; offset {offset} is past the end",
+                    path.display(),
+                    total.map_or_else(|| "fewer".to_owned(), |t| t.to_string())
                 ));
             }
-            let shown_to = (offset - 1 + limit).min(total);
-            if shown_to < total {
-                out.push_str(&format!(
-                    "… {} more lines (read with offset {} to continue)\n",
-                    total - shown_to,
-                    shown_to + 1
-                ));
+            match (next, total) {
+                (Some(next), Some(total)) if next <= total => text.push_str(&format!(
+                    "… {} more lines (read with offset {next} to continue)\n",
+                    total + 1 - next
+                )),
+                (Some(next), None) => text.push_str(&format!(
+                    "… more lines follow in this {} MB file (read with offset {next} to continue)\n",
+                    len / (1024 * 1024)
+                )),
+                _ => {}
             }
-            ToolOutput::text(out)
+            ToolOutput::text(text)
         })
     }
+}
+
+/// What [`read_lines`] found.
+enum Excerpt {
+    /// A NUL byte near the start: not text.
+    Binary,
+    /// The requested lines as `cat -n` shows them.
+    Text {
+        text: String,
+        /// CRC of the whole file (read whole only when it is small enough to be hashed).
+        crc: Option<crc32fast::Hasher>,
+        /// The first line not shown, if the output stopped before the file's end.
+        next: Option<usize>,
+        /// How many lines the file has, when it was read to its end.
+        total: Option<usize>,
+    },
+}
+
+/// Reads lines `offset..offset + limit` (1-based) of a file of `len` bytes in pieces, never
+/// holding more than one piece and the output: a line is cut at [`MAX_LINE`] characters and
+/// the output stops at [`MAX_OUTPUT_BYTES`]. A file small enough to be hashed is read to its
+/// end (for its stamp and line count); a larger one only as far as the lines shown.
+fn read_lines(
+    path: &std::path::Path,
+    len: u64,
+    offset: usize,
+    limit: usize,
+) -> std::io::Result<Excerpt> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::with_capacity(64 * 1024, std::fs::File::open(path)?);
+    let hashed = len <= FileStamp::HASHED_UP_TO;
+    let mut crc = hashed.then(crc32fast::Hasher::new);
+    let mut text = String::new();
+    let mut line: Vec<u8> = Vec::new();
+    // The line being read (1-based), whether it is wanted, and whether it was cut.
+    let mut n = 1usize;
+    let mut cut = false;
+    let mut next = None;
+    let mut checked_binary = false;
+    let mut ended_with_newline = true;
+    let last_wanted = offset.saturating_add(limit).saturating_sub(1);
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        if !checked_binary {
+            checked_binary = true;
+            if chunk.iter().take(8192).any(|&b| b == 0) {
+                return Ok(Excerpt::Binary);
+            }
+        }
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let end = memchr::memchr(b'\n', rest);
+            let piece = &rest[..end.unwrap_or(rest.len())];
+            let wanted = n >= offset && n <= last_wanted && next.is_none();
+            if wanted && !cut {
+                let room = MAX_LINE * 4 - line.len().min(MAX_LINE * 4);
+                line.extend_from_slice(&piece[..piece.len().min(room)]);
+                cut = piece.len() > room;
+            }
+            match end {
+                Some(i) => {
+                    if wanted && !finish_line(&mut text, &mut line, n, cut) {
+                        next = Some(n);
+                    }
+                    cut = false;
+                    n += 1;
+                    rest = &rest[i + 1..];
+                    ended_with_newline = true;
+                }
+                None => {
+                    rest = &[];
+                    ended_with_newline = false;
+                }
+            }
+        }
+        let used = chunk.len();
+        if let Some(c) = crc.as_mut() {
+            c.update(chunk);
+        }
+        reader.consume(used);
+        let done_showing = next.is_some() || n > last_wanted;
+        if done_showing && !hashed {
+            // A large file is not read past what is shown.
+            return Ok(Excerpt::Text {
+                text,
+                crc: None,
+                next: Some(next.unwrap_or(n)),
+                total: None,
+            });
+        }
+    }
+    // A last line without a newline.
+    if !ended_with_newline {
+        if n >= offset && n <= last_wanted && next.is_none() && !finish_line(&mut text, &mut line, n, cut) {
+            next = Some(n);
+        }
+        n += 1;
+    }
+    let total = n - 1;
+    Ok(Excerpt::Text {
+        text,
+        crc,
+        next: next.or((last_wanted < total).then_some(last_wanted + 1)),
+        total: Some(total),
+    })
+}
+
+/// Appends line `n` as `cat -n` shows it, cut at [`MAX_LINE`] characters; returns `false`
+/// (appending nothing) when the output has no room left for it.
+fn finish_line(text: &mut String, line: &mut Vec<u8>, n: usize, cut: bool) -> bool {
+    let content = String::from_utf8_lossy(line);
+    let content = content.strip_suffix('\r').unwrap_or(&content);
+    let mut shown: String = content.chars().take(MAX_LINE).collect();
+    if cut || content.chars().count() > MAX_LINE {
+        shown.push_str("… [line cut]");
+    }
+    let entry = format!("{n:>6}\t{shown}\n");
+    line.clear();
+    if text.len() + entry.len() > MAX_OUTPUT_BYTES && !text.is_empty() {
+        return false;
+    }
+    text.push_str(&entry);
+    true
 }
 
 fn image_type(path: &std::path::Path) -> Option<&'static str> {

@@ -122,6 +122,85 @@ async fn read_ranges_images_binaries_and_directories() {
     assert!(!out.is_error && text(&out).contains("is empty"));
 }
 
+#[tokio::test]
+async fn read_streams_long_files_and_bounds_its_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ctx = ctx(dir.path());
+    // Lines longer than a read buffer, CRLF endings, no newline at the end.
+    let long = "x".repeat(100_000);
+    let body = format!("first\r\n{long}\nthird\nlast");
+    let path = dir.path().join("mixed.txt");
+    std::fs::write(&path, &body).expect("write");
+    let out = Read.run(json!({"file_path": path}), &ctx).await;
+    let shown = text(&out);
+    assert!(shown.starts_with("     1\tfirst\n     2\txxx"), "{shown}");
+    assert!(shown.contains("… [line cut]\n     3\tthird\n     4\tlast\n"), "{shown}");
+    assert!(!shown.contains("more lines"), "{shown}");
+    let out = Read
+        .run(json!({"file_path": path, "offset": 4}), &ctx)
+        .await;
+    assert_eq!(text(&out), "     4\tlast\n");
+    let out = Read
+        .run(json!({"file_path": path, "offset": 9}), &ctx)
+        .await;
+    assert!(out.is_error && text(&out).contains("has 4 lines; offset 9"));
+
+    // Wide lines: the output stops at its byte bound and says where to go on.
+    let wide: String = (1..=400).map(|n| format!("{n} {}\n", "y".repeat(1500))).collect();
+    let path = dir.path().join("wide.txt");
+    std::fs::write(&path, wide).expect("write");
+    let out = Read.run(json!({"file_path": path}), &ctx).await;
+    let shown = text(&out);
+    assert!(shown.len() <= 256 * 1024 + 200, "{}", shown.len());
+    let next = shown.lines().count(); // the lines shown, then the note
+    assert!(
+        shown.ends_with(&format!("more lines (read with offset {next} to continue)\n")),
+        "{}",
+        &shown[shown.len() - 100..]
+    );
+    // What was read can be edited: the stamp matches.
+    assert_eq!(ctx.workspace.check_fresh(&path), Ok(()));
+}
+
+#[tokio::test]
+async fn read_of_a_huge_sparse_file_reads_only_what_it_shows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ctx = ctx(dir.path());
+    let path = dir.path().join("huge.log");
+    let file = std::fs::File::create(&path).expect("create");
+    let head: String = (1..=5000).map(|n| format!("entry {n}\n")).collect();
+    std::io::Write::write_all(&mut &file, head.as_bytes()).expect("write");
+    file.set_len(3 * 1024 * 1024 * 1024).expect("sparse");
+    let started = std::time::Instant::now();
+    let out = Read
+        .run(json!({"file_path": path, "offset": 4999, "limit": 2}), &ctx)
+        .await;
+    assert_eq!(
+        text(&out),
+        "  4999\tentry 4999\n  5000\tentry 5000\n… more lines follow in this 3072 MB file (read with offset 5001 to continue)\n"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Stamped by size and time, so a later Edit does not hash 3 GB; Edit itself says it is
+    // too large rather than loading it.
+    assert_eq!(ctx.workspace.check_fresh(&path), Ok(()));
+    let out = Edit
+        .run(
+            json!({"file_path": path, "old_string": "entry 1\n", "new_string": "first\n"}),
+            &ctx,
+        )
+        .await;
+    assert!(out.is_error && text(&out).contains("Edit changes files up to 256 MB"));
+    // Its zeros are found to be binary as soon as they are reached.
+    let zeros = dir.path().join("zeros.bin");
+    std::fs::File::create(&zeros)
+        .and_then(|f| f.set_len(2 * 1024 * 1024 * 1024))
+        .expect("sparse");
+    let out = Read.run(json!({"file_path": zeros}), &ctx).await;
+    assert!(out.is_error && text(&out).contains("binary"), "{}", text(&out));
+    let out = Read.run(json!({"file_path": "/dev/zero"}), &ctx).await;
+    assert!(out.is_error && text(&out).contains("not a regular file"));
+}
+
 mod search {
     use super::super::{glob::Glob, grep::Grep, ls::Ls, todo::TodoWrite};
     use super::*;
@@ -180,6 +259,43 @@ mod search {
         let mut lines: Vec<String> = text(&out).lines().map(str::to_owned).collect();
         lines.sort();
         lines
+    }
+
+    #[tokio::test]
+    async fn grep_over_a_huge_result_stays_bounded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let ctx = ctx(root);
+        // 40 files of 1 MB, every line a match, one of them minified into one long line.
+        let body: String = (0..20_000).map(|n| format!("match {n:<43}\n")).collect();
+        for i in 0..40 {
+            std::fs::write(root.join(format!("f{i:02}.txt")), &body).expect("write");
+        }
+        std::fs::write(root.join("min.js"), format!("var match = {};", "1,".repeat(50_000)))
+            .expect("write");
+        let out = Grep
+            .run(
+                json!({"pattern": "match", "path": root, "output_mode": "content"}),
+                &ctx,
+            )
+            .await;
+        let shown = text(&out);
+        assert!(!out.is_error);
+        assert!(shown.len() < 140 * 1024, "{}", shown.len());
+        assert!(shown.contains("; use offset "), "{}", &shown[shown.len() - 300..]);
+        assert!(
+            shown.contains("the search stopped after collecting 16 MB"),
+            "{}",
+            &shown[shown.len() - 300..]
+        );
+        let out = Grep
+            .run(
+                json!({"pattern": "var", "path": root.join("min.js"), "output_mode": "content"}),
+                &ctx,
+            )
+            .await;
+        let shown = text(&out);
+        assert!(shown.contains("… [line cut]") && shown.len() < 3000, "{}", shown.len());
     }
 
     #[tokio::test]

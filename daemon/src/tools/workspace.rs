@@ -8,19 +8,63 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStamp {
     modified: Option<std::time::SystemTime>,
-    hash: u64,
+    len: u64,
+    /// CRC-32 of the contents; `None` for a file too large to hash on every check, which is
+    /// compared by length and modification time instead.
+    hash: Option<u32>,
 }
 
 impl FileStamp {
+    /// Files up to this size are compared by content.
+    pub const HASHED_UP_TO: u64 = 64 * 1024 * 1024;
+
     /// The stamp of `bytes` read from a file with `modified` time.
     pub fn of(bytes: &[u8], modified: Option<std::time::SystemTime>) -> Self {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut h);
+        let len = bytes.len() as u64;
         Self {
             modified,
-            hash: h.finish(),
+            len,
+            hash: (len <= Self::HASHED_UP_TO).then(|| crc32fast::hash(bytes)),
         }
+    }
+
+    /// The stamp of a file read in pieces: its length, modification time and (for a file that
+    /// is hashed at all) the CRC of everything read.
+    pub fn streamed(
+        len: u64,
+        modified: Option<std::time::SystemTime>,
+        crc: Option<crc32fast::Hasher>,
+    ) -> Self {
+        Self {
+            modified,
+            len,
+            hash: crc
+                .filter(|_| len <= Self::HASHED_UP_TO)
+                .map(crc32fast::Hasher::finalize),
+        }
+    }
+
+    /// The stamp of the file at `path` now (reads it whole only if it is hashed).
+    pub fn current(path: &std::path::Path) -> std::io::Result<Self> {
+        let meta = std::fs::metadata(path)?;
+        let modified = meta.modified().ok();
+        if meta.len() > Self::HASHED_UP_TO {
+            return Ok(Self {
+                modified,
+                len: meta.len(),
+                hash: None,
+            });
+        }
+        Ok(Self::of(&std::fs::read(path)?, modified))
+    }
+
+    /// Whether two stamps name the same contents.
+    fn same(&self, other: &Self) -> bool {
+        self.len == other.len
+            && match (self.hash, other.hash) {
+                (Some(a), Some(b)) => a == b,
+                _ => self.modified == other.modified,
+            }
     }
 }
 
@@ -63,10 +107,9 @@ impl Workspace {
     /// Checks that an existing file was read in this session and has not changed since; a file
     /// that does not exist needs no reading.
     pub fn check_fresh(&self, path: &std::path::Path) -> Result<(), String> {
-        let Ok(bytes) = std::fs::read(path) else {
+        let Ok(now) = FileStamp::current(path) else {
             return Ok(());
         };
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
         let known = self
             .stamps
             .lock()
@@ -78,7 +121,7 @@ impl Workspace {
                 "{} exists but has not been read in this session; Read it first so you change what is really there",
                 path.display()
             )),
-            Some(s) if s.hash != FileStamp::of(&bytes, modified).hash => Err(format!(
+            Some(s) if !s.same(&now) => Err(format!(
                 "{} was modified since you last read it (by the user or another program); Read it again before changing it",
                 path.display()
             )),

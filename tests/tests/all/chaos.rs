@@ -199,10 +199,7 @@ fn verify(
             );
         }
         let seen = shared.seen.lock().unwrap_or_else(|e| e.into_inner());
-        for (seq, shown) in seen.get(session).into_iter().flatten() {
-            if *seq < start {
-                continue;
-            }
+        for (seq, shown) in seen.get(session).into_iter().flat_map(|s| s.range(start..)) {
             match log.get(seq) {
                 Some(kept) if kept == shown => count += 1,
                 Some(kept) => bail!("#{seq} of {session} changed:\nshown {shown}\nkept  {kept}"),
@@ -346,6 +343,7 @@ fn chaos_kills_lose_nothing_any_client_was_shown() -> anyhow::Result<()> {
     let (mut daemon_kills, mut client_kills, mut verified) = (0u64, 0u64, 0usize);
     let mut round = 0;
     let mut checked = BTreeMap::new();
+    let mut timings = Timings::default();
     let outcome: anyhow::Result<()> = (|| {
         while Instant::now() < deadline {
             round += 1;
@@ -361,10 +359,18 @@ fn chaos_kills_lose_nothing_any_client_was_shown() -> anyhow::Result<()> {
             daemon_kills += 1;
             // Let the clients notice the dead socket before the new daemon listens.
             std::thread::sleep(Duration::from_millis(80));
+            let t = Instant::now();
             daemon.spawn()?;
+            let spawned = t.elapsed();
             verified += verify(&daemon, &shared, &mut checked)?;
+            let checked_at = t.elapsed();
             shared.paused.store(false, Ordering::SeqCst);
             complete_a_turn_everywhere(&daemon, &sessions)?;
+            timings.add(spawned, checked_at - spawned, t.elapsed() - checked_at);
+            if daemon_kills % 50 == 0 {
+                eprintln!("chaos: {daemon_kills} kills, round {round}: {timings}");
+                timings = Timings::default();
+            }
         }
         // A final turn everywhere (client A still answers), then stop the clients.
         complete_a_turn_everywhere(&daemon, &sessions)
@@ -408,6 +414,51 @@ fn chaos_kills_lose_nothing_any_client_was_shown() -> anyhow::Result<()> {
         "the loop must kill the daemon at least once"
     );
     Ok(())
+}
+
+/// How long the phases after a kill took, summed over some kills (printed as means and maxima,
+/// so a run shows whether restarts slow down as the sessions grow).
+#[derive(Default)]
+struct Timings {
+    kills: u32,
+    spawn: (Duration, Duration),
+    verify: (Duration, Duration),
+    turn: (Duration, Duration),
+}
+
+impl Timings {
+    fn add(&mut self, spawn: Duration, verify: Duration, turn: Duration) {
+        self.kills += 1;
+        for (slot, d) in [
+            (&mut self.spawn, spawn),
+            (&mut self.verify, verify),
+            (&mut self.turn, turn),
+        ] {
+            slot.0 += d;
+            slot.1 = slot.1.max(d);
+        }
+    }
+}
+
+impl std::fmt::Display for Timings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.kills.max(1);
+        let mut sep = "";
+        for (name, (sum, max)) in [
+            ("restart", self.spawn),
+            ("check", self.verify),
+            ("turn", self.turn),
+        ] {
+            write!(
+                f,
+                "{sep}{name} {:.0} ms mean, {:.0} max",
+                (sum / n).as_secs_f64() * 1e3,
+                max.as_secs_f64() * 1e3
+            )?;
+            sep = "; ";
+        }
+        Ok(())
+    }
 }
 
 /// A number below `max` for this round, drawn from the seed (splitmix64), so a failing run can
