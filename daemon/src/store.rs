@@ -83,6 +83,8 @@ pub struct Store {
     db: sled::Db,
     sessions: sled::Tree,
     meta: sled::Tree,
+    /// Per session: its state as of some seq of its log, so loading replays only what follows.
+    checkpoints: sled::Tree,
     path: PathBuf,
 }
 
@@ -108,10 +110,12 @@ impl Store {
             .map_err(err)?;
         let sessions = db.open_tree("sessions").map_err(err)?;
         let meta = db.open_tree("meta").map_err(err)?;
+        let checkpoints = db.open_tree("checkpoints").map_err(err)?;
         let store = Self {
             db,
             sessions,
             meta,
+            checkpoints,
             path,
         };
         match store.meta_u64(META_SCHEMA)? {
@@ -191,9 +195,26 @@ impl Store {
         Ok(())
     }
 
-    /// Removes a session's record and its log, durably.
+    /// A session's checkpoint (opaque bytes), if it has one.
+    pub fn checkpoint(&self, id: &SessionId) -> Result<Option<Vec<u8>>, StoreError> {
+        let v = self.checkpoints.get(&id.0).map_err(|e| self.sled_err(e))?;
+        Ok(v.map(|v| v.to_vec()))
+    }
+
+    /// Replaces a session's checkpoint (not flushed).
+    pub fn put_checkpoint(&self, id: &SessionId, bytes: &[u8]) -> Result<(), StoreError> {
+        self.checkpoints
+            .insert(&id.0, bytes)
+            .map_err(|e| self.sled_err(e))?;
+        Ok(())
+    }
+
+    /// Removes a session's record, checkpoint and log, durably.
     pub async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
         self.sessions.remove(&id.0).map_err(|e| self.sled_err(e))?;
+        self.checkpoints
+            .remove(&id.0)
+            .map_err(|e| self.sled_err(e))?;
         self.db
             .drop_tree(format!("{LOG_PREFIX}{id}"))
             .map_err(|e| self.sled_err(e))?;

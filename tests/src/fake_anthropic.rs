@@ -138,6 +138,12 @@ impl FakeAnthropic {
         lock(&self.state).recorded.clone()
     }
 
+    /// Every request received since the last call, removed from the record (a long run keeps
+    /// its memory flat by taking them as it goes).
+    pub fn take_requests(&self) -> Vec<Recorded> {
+        std::mem::take(&mut lock(&self.state).recorded)
+    }
+
     /// The `/v1/messages` requests received so far.
     pub fn message_requests(&self) -> Vec<Recorded> {
         self.requests()

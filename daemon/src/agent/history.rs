@@ -7,7 +7,9 @@
 //! missing one is filled with an error result), no empty text blocks.
 
 use crate::llm::{Message, Role};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use tether_proto::{EventKind, StopReason};
 
 /// How a summary opens the history after compaction.
@@ -28,7 +30,7 @@ pub const MISSING_RESULT: &str = "interrupted: no result was recorded for this t
 
 /// A session's conversation as the model sees it (the session's totals and permission history
 /// are its ledger, kept by the session).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
     messages: Vec<Message>,
     /// Blocks of the reply being streamed; committed by `assistant_message_completed`.
@@ -43,11 +45,11 @@ pub struct History {
     /// each update's; back to the prefix's when the conversation is cleared or compacted.
     pub told: Told,
     /// The last turn was interrupted: the next prompt says so first.
-    interrupted: Option<&'static str>,
+    interrupted: Option<Cow<'static, str>>,
 }
 
 /// A session's prompt prefix, as logged.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prefix {
     /// Tether's instructions.
     pub instructions: String,
@@ -84,7 +86,7 @@ impl Prefix {
 }
 
 /// The changing parts of the context as the model last heard them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Told {
     /// The date.
     pub date: Option<String>,
@@ -177,7 +179,7 @@ impl History {
                         .filter(|b| b["type"] == "text")
                         .collect();
                     self.push(Role::Assistant, said);
-                    self.interrupted = Some(marker);
+                    self.interrupted = Some(marker.into());
                 }
             }
             EventKind::HistoryCleared {} => {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 /// Who wrote a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The user (and tool results).
@@ -17,7 +17,7 @@ pub enum Role {
 }
 
 /// One message of the conversation.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Message {
     /// Its author.
     pub role: Role,

@@ -3,12 +3,13 @@
 //! how answered ones were resolved, and the rules answers added. Derived from the log like the
 //! history (one `apply` per event, on load and live), owned by the session, never by a turn.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use tether_proto::{ClientRef, EventKind, PermissionDecision, TokenUsage, TurnId};
 
 /// A permission request nobody has answered yet.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpenRequest {
     /// The tool call it holds.
     pub tool_call_id: String,
@@ -19,7 +20,7 @@ pub struct OpenRequest {
 }
 
 /// A session's totals, idempotency keys and permission history.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Ledger {
     /// Tokens of every finished turn.
     pub usage: TokenUsage,

@@ -1,5 +1,6 @@
 //! Loading a session from its log, and what a stop left behind: the log replayed into the
-//! history ([`replay`]), a turn with no `turn_ended` ended or resumed ([`SessionActor::recover`]),
+//! history ([`replay`], from the session's checkpoint on, so a long session loads as fast as a
+//! short one), a turn with no `turn_ended` ended or resumed ([`SessionActor::recover`]),
 //! background shells reaped or reported lost, and the end of shells that finish now.
 //!
 //! Invariant: a tool that was running when the daemon stopped is never run again; it gets an
@@ -10,18 +11,23 @@ use super::actor::SessionActor;
 use super::launch::{Launch, TurnJob};
 use super::ledger::Ledger;
 use crate::agent::{History, TurnOutcome};
-use crate::store::EventLog;
+use crate::store::{EventLog, Store};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use tether_proto::{Event, EventKind, PermissionDecision, Seq, ShellState, TurnId, TurnOptions};
+use tether_proto::{
+    Event, EventKind, PermissionDecision, Seq, SessionId, ShellState, TurnId, TurnOptions,
+};
 
 /// What a session's log says when it is loaded.
+#[derive(Serialize, Deserialize)]
 pub(super) struct Loaded {
     pub head: Seq,
     pub history: History,
     pub ledger: Ledger,
     pub open_turn: Option<OpenTurn>,
     /// Seqs of records that could not be decoded (skipped).
+    #[serde(skip)]
     pub damaged: Vec<Seq>,
     /// Background shells started and never seen to end.
     pub shells: Vec<OrphanShell>,
@@ -42,7 +48,7 @@ impl Loaded {
 }
 
 /// A background shell the log shows started and never ended.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct OrphanShell {
     pub id: String,
     pub command: String,
@@ -51,7 +57,7 @@ pub(super) struct OrphanShell {
 }
 
 /// What the log says about a turn that has no `turn_ended`.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct OpenTurn {
     pub turn_id: TurnId,
     /// Tool calls without a result, in order.
@@ -65,12 +71,42 @@ pub(super) fn interrupted_outcome() -> TurnOutcome {
     TurnOutcome::without_model(tether_proto::StopReason::InterruptedByRestart, None)
 }
 
-/// Replays a session's log into its history and ledger.
-pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
+/// A load that replays more events than this past the session's checkpoint writes a new one.
+const CHECKPOINT_AFTER: Seq = 256;
+/// The checkpoint format; one of another version is ignored and the log replayed whole.
+const CHECKPOINT_VERSION: u32 = 1;
+
+/// A session's state as of `loaded.head`: exactly what replaying its log up to there yields.
+/// Valid because a log only grows (retention removes deltas of ended turns, which the state
+/// no longer depends on).
+#[derive(Serialize, Deserialize)]
+struct Checkpoint {
+    version: u32,
+    loaded: Loaded,
+}
+
+/// Replays a session's log into its history and ledger: from its checkpoint on when it has a
+/// usable one, and leaves a new checkpoint when that replay was long.
+pub(super) fn replay(
+    store: &Store,
+    id: &SessionId,
+    log: &EventLog,
+) -> Result<Loaded, SessionError> {
     let head = log.head()?;
-    let mut loaded = Loaded::empty();
+    let mut loaded = store
+        .checkpoint(id)?
+        .and_then(|bytes| match serde_json::from_slice::<Checkpoint>(&bytes) {
+            Ok(c) if c.version == CHECKPOINT_VERSION && c.loaded.head <= head => Some(c.loaded),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(session = %id, "ignoring an unreadable checkpoint: {e}");
+                None
+            }
+        })
+        .unwrap_or_else(Loaded::empty);
+    let from = loaded.head;
     loaded.head = head;
-    for record in log.iter_between(0, head) {
+    for record in log.iter_between(from, head) {
         let (seq, bytes) = record?;
         let Ok(event) = serde_json::from_slice::<Event>(&bytes) else {
             tracing::warn!(seq, "skipping an undecodable event while loading a session");
@@ -80,6 +116,22 @@ pub(super) fn replay(log: &EventLog) -> Result<Loaded, SessionError> {
         track(&mut loaded, &event);
         loaded.history.apply(&event.kind);
         loaded.ledger.apply(&event.kind, event.turn_id.as_ref());
+    }
+    // A damaged log keeps being replayed whole, so its notice is never lost.
+    if head - from > CHECKPOINT_AFTER && loaded.damaged.is_empty() {
+        let checkpoint = Checkpoint {
+            version: CHECKPOINT_VERSION,
+            loaded,
+        };
+        match serde_json::to_vec(&checkpoint) {
+            Ok(bytes) => {
+                if let Err(e) = store.put_checkpoint(id, &bytes) {
+                    tracing::warn!(session = %id, "cannot write a checkpoint: {e}");
+                }
+            }
+            Err(e) => tracing::warn!(session = %id, "cannot encode a checkpoint: {e}"),
+        }
+        loaded = checkpoint.loaded;
     }
     Ok(loaded)
 }
@@ -392,5 +444,141 @@ mod tests {
             ),
         );
         assert!(loaded.open_turn.is_none());
+    }
+}
+
+#[cfg(test)]
+mod checkpoint_tests {
+    use super::*;
+    use serde_json::json;
+    use tether_proto::{StopReason, TokenUsage};
+
+    /// Appends one turn (prompt, streamed reply, a tool call and its result, the end) or, with
+    /// `open`, a turn the daemon's stop cut mid-reply.
+    fn turn(log: &EventLog, seq: &mut u64, n: u32, open: bool) {
+        let turn = Some(TurnId(format!("t{n}")));
+        let mut push = |kind: EventKind| {
+            *seq += 1;
+            let e = Event {
+                session_id: SessionId("s".into()),
+                seq: Some(*seq),
+                epoch: 1,
+                ts: String::new(),
+                turn_id: turn.clone(),
+                kind,
+            };
+            log.append(*seq, &serde_json::to_vec(&e).expect("encode"))
+                .expect("append");
+        };
+        push(EventKind::TurnStarted {
+            input: vec![],
+            content: vec![json!({"type": "text", "text": format!("prompt {n}")})],
+            by: None,
+            client_turn_id: Some(format!("c{n}")),
+        });
+        for word in ["looking ", "at ", "it"] {
+            push(EventKind::TextDelta {
+                index: 0,
+                text: word.into(),
+            });
+        }
+        if open {
+            push(EventKind::ToolCall {
+                tool_call_id: format!("call{n}"),
+                name: "Bash".into(),
+                input: json!({"command": "true"}),
+            });
+            return;
+        }
+        push(EventKind::AssistantBlockCompleted {
+            index: 0,
+            block: json!({"type": "text", "text": "looking at it"}),
+        });
+        push(EventKind::AssistantMessageCompleted {
+            model: "m".into(),
+            usage: TokenUsage {
+                input_tokens: u64::from(n),
+                ..Default::default()
+            },
+            stop_reason: Some(StopReason::EndTurn),
+        });
+        push(EventKind::TurnEnded {
+            stop_reason: if n % 7 == 0 {
+                StopReason::Cancelled
+            } else {
+                StopReason::EndTurn
+            },
+            usage: TokenUsage::default(),
+            cost_usd: Some(0.25),
+            error: None,
+            api_ms: None,
+        });
+    }
+
+    fn state(loaded: &Loaded) -> serde_json::Value {
+        serde_json::to_value(loaded).expect("encode")
+    }
+
+    #[test]
+    fn loading_from_a_checkpoint_equals_replaying_the_whole_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let id = SessionId("s".into());
+        let log = store.log(&id).expect("log");
+        let mut seq = 0;
+        for n in 0..30 {
+            turn(&log, &mut seq, n, false);
+        }
+        // Short: no checkpoint yet.
+        let whole = replay(&store, &id, &log).expect("replay");
+        assert!(store.checkpoint(&id).expect("read").is_none());
+        assert_eq!(whole.head, seq);
+        for n in 30..100 {
+            turn(&log, &mut seq, n, false);
+        }
+        // Long enough: this load leaves a checkpoint at its head.
+        let first = replay(&store, &id, &log).expect("replay");
+        let written = store.checkpoint(&id).expect("read").expect("a checkpoint");
+        assert!(written.len() > 100);
+        // More turns, the last one cut open; loading from the checkpoint gives what a replay of
+        // the whole log gives (the checkpoint removed).
+        for n in 100..103 {
+            turn(&log, &mut seq, n, false);
+        }
+        turn(&log, &mut seq, 103, true);
+        let resumed = replay(&store, &id, &log).expect("replay");
+        assert_eq!(resumed.head, seq);
+        assert!(
+            store.checkpoint(&id).expect("read").as_deref() == Some(&written[..]),
+            "a short replay leaves the checkpoint as it was"
+        );
+        let other = tempfile::tempdir().expect("tempdir");
+        let fresh = Store::open(other.path()).expect("store");
+        let copy = fresh.log(&id).expect("log");
+        for record in log.iter_between(0, seq) {
+            let (s, bytes) = record.expect("read");
+            copy.append(s, &bytes).expect("append");
+        }
+        let full = replay(&fresh, &id, &copy).expect("replay");
+        assert_eq!(state(&resumed), state(&full));
+        assert!(resumed.open_turn.is_some() && first.open_turn.is_none());
+        assert_eq!(
+            resumed.history.messages().len(),
+            full.history.messages().len()
+        );
+
+        // A checkpoint from another version, or past the log's head, is ignored.
+        store
+            .put_checkpoint(&id, br#"{"version": 999, "loaded": {}}"#)
+            .expect("write");
+        assert_eq!(
+            state(&replay(&store, &id, &log).expect("replay")),
+            state(&full)
+        );
+        store.put_checkpoint(&id, b"not json").expect("write");
+        assert_eq!(
+            state(&replay(&store, &id, &log).expect("replay")),
+            state(&full)
+        );
     }
 }

@@ -147,7 +147,7 @@ impl Sessions {
         {
             self.store.put_session(&record)?;
         }
-        let loaded = replay(&log)?;
+        let loaded = replay(&self.store, id, &log)?;
         if loaded.open_turn.is_none() && record.status != SessionStatus::Idle {
             // Stopped between a turn's end and the status change that follows it.
             record.status = SessionStatus::Idle;

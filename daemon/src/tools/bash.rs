@@ -4,7 +4,7 @@
 //! included; a `cd` persists for later calls as long as it stays inside the working directories.
 
 use crate::tools::capture::{self, Capture, Progress, cut_middle};
-use crate::tools::{JobEnd, Tool, jobs, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{JobEnd, Tool, ToolContext, ToolFuture, ToolOutput, jobs};
 use grep_matcher::Matcher as _;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -368,7 +368,10 @@ impl Tool for BashOutput {
                 Some(end) => end.describe(),
             };
             if dropped > 0 {
-                text = format!("… [{dropped} earlier bytes dropped unread: a job keeps at most {} KiB of output between reads] …\n{text}", jobs::MAX_UNREAD / 1024);
+                text = format!(
+                    "… [{dropped} earlier bytes dropped unread: a job keeps at most {} KiB of output between reads] …\n{text}",
+                    jobs::MAX_UNREAD / 1024
+                );
             }
             if text.is_empty() {
                 text = "(no new output)\n".into();

@@ -7,9 +7,9 @@ use super::walk::walker;
 use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Searches file contents.
 pub struct Grep;

@@ -114,10 +114,18 @@ impl Tool for Read {
                 tokio::task::spawn_blocking(move || read_lines(&file, len, offset, limit)).await;
             let excerpt = match excerpt {
                 Ok(Ok(e)) => e,
-                Ok(Err(e)) => return ToolOutput::error(format!("cannot read {}: {e}", path.display())),
+                Ok(Err(e)) => {
+                    return ToolOutput::error(format!("cannot read {}: {e}", path.display()));
+                }
                 Err(e) => return ToolOutput::error(format!("cannot read {}: {e}", path.display())),
             };
-            let Excerpt::Text { mut text, crc, next, total } = excerpt else {
+            let Excerpt::Text {
+                mut text,
+                crc,
+                next,
+                total,
+            } = excerpt
+            else {
                 ctx.workspace
                     .remember(&path, FileStamp::streamed(len, modified, None));
                 return ToolOutput::error(format!(
@@ -247,7 +255,11 @@ fn read_lines(
     }
     // A last line without a newline.
     if !ended_with_newline {
-        if n >= offset && n <= last_wanted && next.is_none() && !finish_line(&mut text, &mut line, n, cut) {
+        if n >= offset
+            && n <= last_wanted
+            && next.is_none()
+            && !finish_line(&mut text, &mut line, n, cut)
+        {
             next = Some(n);
         }
         n += 1;

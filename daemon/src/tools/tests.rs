@@ -134,7 +134,10 @@ async fn read_streams_long_files_and_bounds_its_output() {
     let out = Read.run(json!({"file_path": path}), &ctx).await;
     let shown = text(&out);
     assert!(shown.starts_with("     1\tfirst\n     2\txxx"), "{shown}");
-    assert!(shown.contains("… [line cut]\n     3\tthird\n     4\tlast\n"), "{shown}");
+    assert!(
+        shown.contains("… [line cut]\n     3\tthird\n     4\tlast\n"),
+        "{shown}"
+    );
     assert!(!shown.contains("more lines"), "{shown}");
     let out = Read
         .run(json!({"file_path": path, "offset": 4}), &ctx)
@@ -146,7 +149,9 @@ async fn read_streams_long_files_and_bounds_its_output() {
     assert!(out.is_error && text(&out).contains("has 4 lines; offset 9"));
 
     // Wide lines: the output stops at its byte bound and says where to go on.
-    let wide: String = (1..=400).map(|n| format!("{n} {}\n", "y".repeat(1500))).collect();
+    let wide: String = (1..=400)
+        .map(|n| format!("{n} {}\n", "y".repeat(1500)))
+        .collect();
     let path = dir.path().join("wide.txt");
     std::fs::write(&path, wide).expect("write");
     let out = Read.run(json!({"file_path": path}), &ctx).await;
@@ -154,7 +159,9 @@ async fn read_streams_long_files_and_bounds_its_output() {
     assert!(shown.len() <= 256 * 1024 + 200, "{}", shown.len());
     let next = shown.lines().count(); // the lines shown, then the note
     assert!(
-        shown.ends_with(&format!("more lines (read with offset {next} to continue)\n")),
+        shown.ends_with(&format!(
+            "more lines (read with offset {next} to continue)\n"
+        )),
         "{}",
         &shown[shown.len() - 100..]
     );
@@ -196,7 +203,11 @@ async fn read_of_a_huge_sparse_file_reads_only_what_it_shows() {
         .and_then(|f| f.set_len(2 * 1024 * 1024 * 1024))
         .expect("sparse");
     let out = Read.run(json!({"file_path": zeros}), &ctx).await;
-    assert!(out.is_error && text(&out).contains("binary"), "{}", text(&out));
+    assert!(
+        out.is_error && text(&out).contains("binary"),
+        "{}",
+        text(&out)
+    );
     let out = Read.run(json!({"file_path": "/dev/zero"}), &ctx).await;
     assert!(out.is_error && text(&out).contains("not a regular file"));
 }
@@ -271,8 +282,11 @@ mod search {
         for i in 0..40 {
             std::fs::write(root.join(format!("f{i:02}.txt")), &body).expect("write");
         }
-        std::fs::write(root.join("min.js"), format!("var match = {};", "1,".repeat(50_000)))
-            .expect("write");
+        std::fs::write(
+            root.join("min.js"),
+            format!("var match = {};", "1,".repeat(50_000)),
+        )
+        .expect("write");
         let out = Grep
             .run(
                 json!({"pattern": "match", "path": root, "output_mode": "content"}),
@@ -282,7 +296,11 @@ mod search {
         let shown = text(&out);
         assert!(!out.is_error);
         assert!(shown.len() < 140 * 1024, "{}", shown.len());
-        assert!(shown.contains("; use offset "), "{}", &shown[shown.len() - 300..]);
+        assert!(
+            shown.contains("; use offset "),
+            "{}",
+            &shown[shown.len() - 300..]
+        );
         assert!(
             shown.contains("the search stopped after collecting 16 MB"),
             "{}",
@@ -295,7 +313,11 @@ mod search {
             )
             .await;
         let shown = text(&out);
-        assert!(shown.contains("… [line cut]") && shown.len() < 3000, "{}", shown.len());
+        assert!(
+            shown.contains("… [line cut]") && shown.len() < 3000,
+            "{}",
+            shown.len()
+        );
     }
 
     #[tokio::test]
