@@ -297,6 +297,12 @@ impl Daemon {
         rss_kib(pid)
     }
 
+    /// The daemon's peak resident memory in KiB (`VmHWM`: the most it ever held).
+    pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        let pid = self.child.as_ref().context("daemon is not running")?.id();
+        status_kib(pid, "VmHWM")
+    }
+
     /// A new raw NDJSON connection.
     pub fn ndjson(&self) -> anyhow::Result<Ndjson> {
         Ndjson::connect(&self.socket())
@@ -323,12 +329,17 @@ impl Daemon {
 
 /// A process's resident memory in KiB (`VmRSS` of `/proc/<pid>/status`).
 pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmRSS")
+}
+
+/// A size field of `/proc/<pid>/status` in KiB.
+fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS line")
+        .with_context(|| format!("no {field} line"))
 }
 
 fn wait_exit(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {

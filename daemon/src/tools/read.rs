@@ -124,6 +124,7 @@ impl Tool for Read {
                 crc,
                 next,
                 total,
+                binary_at,
             } = excerpt
             else {
                 ctx.workspace
@@ -137,6 +138,15 @@ impl Tool for Read {
                 .remember(&path, FileStamp::streamed(len, modified, crc));
             if total == Some(0) {
                 return ToolOutput::text(format!("{} is empty.", path.display()));
+            }
+            if let Some(n) = binary_at {
+                let note =
+                    format!("… binary data from line {n} on (NUL bytes; not shown as text)\n");
+                if text.is_empty() {
+                    return ToolOutput::error(format!("{}: {note}", path.display()));
+                }
+                text.push_str(&note);
+                return ToolOutput::text(text);
             }
             if text.is_empty() {
                 return ToolOutput::error(format!(
@@ -174,6 +184,8 @@ enum Excerpt {
         next: Option<usize>,
         /// How many lines the file has, when it was read to its end.
         total: Option<usize>,
+        /// The first line shown would have been binary data (NUL bytes): the output stops there.
+        binary_at: Option<usize>,
     },
 }
 
@@ -199,6 +211,7 @@ fn read_lines(
     let mut next = None;
     let mut checked_binary = false;
     let mut ended_with_newline = true;
+    let mut binary_at = None;
     let last_wanted = offset.saturating_add(limit).saturating_sub(1);
     loop {
         let chunk = reader.fill_buf()?;
@@ -216,14 +229,19 @@ fn read_lines(
             let end = memchr::memchr(b'\n', rest);
             let piece = &rest[..end.unwrap_or(rest.len())];
             let wanted = n >= offset && n <= last_wanted && next.is_none();
-            if wanted && !cut {
+            if wanted && memchr::memchr(0, piece).is_some() {
+                // Text that turns into binary (a log followed by a hole): stop at it.
+                next = Some(n);
+                binary_at = Some(n);
+                line.clear();
+            } else if wanted && !cut {
                 let room = MAX_LINE * 4 - line.len().min(MAX_LINE * 4);
                 line.extend_from_slice(&piece[..piece.len().min(room)]);
                 cut = piece.len() > room;
             }
             match end {
                 Some(i) => {
-                    if wanted && !finish_line(&mut text, &mut line, n, cut) {
+                    if wanted && binary_at.is_none() && !finish_line(&mut text, &mut line, n, cut) {
                         next = Some(n);
                     }
                     cut = false;
@@ -250,6 +268,7 @@ fn read_lines(
                 crc: None,
                 next: Some(next.unwrap_or(n)),
                 total: None,
+                binary_at,
             });
         }
     }
@@ -270,6 +289,7 @@ fn read_lines(
         crc,
         next: next.or((last_wanted < total).then_some(last_wanted + 1)),
         total: Some(total),
+        binary_at,
     })
 }
 

@@ -208,6 +208,14 @@ async fn read_of_a_huge_sparse_file_reads_only_what_it_shows() {
         "{}",
         text(&out)
     );
+    // Text that runs into the hole stops there.
+    let out = Read
+        .run(json!({"file_path": path, "offset": 5000}), &ctx)
+        .await;
+    assert_eq!(
+        text(&out),
+        "  5000\tentry 5000\n… binary data from line 5001 on (NUL bytes; not shown as text)\n"
+    );
     let out = Read.run(json!({"file_path": "/dev/zero"}), &ctx).await;
     assert!(out.is_error && text(&out).contains("not a regular file"));
 }

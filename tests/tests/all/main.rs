@@ -4,6 +4,7 @@ mod access;
 mod acp;
 mod cache;
 mod chaos;
+mod exhaustion;
 mod headless;
 mod limits;
 mod mcp;
