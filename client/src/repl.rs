@@ -134,6 +134,10 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     }
     let _terminal = quiet::start();
     let conn = connection::connect_as(socket, true, ClientKind::Tui, client_name()).await?;
+    // Listening for resizes before the width is first read: a resize in between (a terminal
+    // sized just after it started the client) would otherwise be lost.
+    let mut resized =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
     let style = Style::detect();
     let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
     let id = match start.session {
@@ -233,8 +237,6 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let mut first_prompt = start.prompt;
     let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<(String, Option<Answer>)>();
     let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut resized =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
