@@ -119,6 +119,36 @@ const KEYS: &[Key] = &[
         doc: "keep the streaming deltas of finished turns this long; \"off\" keeps them forever",
     },
     Key {
+        name: "provider",
+        env: &["TETHER_PROVIDER"],
+        default: "\"anthropic\"",
+        doc: "model provider: anthropic or vertex (Google Vertex AI; CLAUDE_CODE_USE_VERTEX=1 chooses it too)",
+    },
+    Key {
+        name: "vertex.project_id",
+        env: &["ANTHROPIC_VERTEX_PROJECT_ID"],
+        default: "\"\"",
+        doc: "Google Cloud project for Vertex AI",
+    },
+    Key {
+        name: "vertex.region",
+        env: &["CLOUD_ML_REGION"],
+        default: "\"us-east5\"",
+        doc: "Vertex AI region (global allowed); VERTEX_REGION_CLAUDE_4_5_SONNET-style variables set one model's",
+    },
+    Key {
+        name: "vertex.base_url",
+        env: &["ANTHROPIC_VERTEX_BASE_URL"],
+        default: "\"\"",
+        doc: "a Vertex AI gateway's base URL, ending in /v1 (default: Google's endpoint of the region)",
+    },
+    Key {
+        name: "vertex.skip_auth",
+        env: &["CLAUDE_CODE_SKIP_VERTEX_AUTH"],
+        default: "false",
+        doc: "send no Google credentials (for a gateway that authenticates itself)",
+    },
+    Key {
         name: "api.base_url",
         env: &["ANTHROPIC_BASE_URL"],
         default: "\"https://api.anthropic.com\"",
@@ -373,6 +403,9 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
                     "{s:?} is not an effort level (low, medium, high, xhigh, max)"
                 ))
             }
+            "provider" if !matches!(s.as_str(), "anthropic" | "vertex" | "bedrock") => {
+                Err(format!("{s:?} is not a provider (anthropic or vertex)"))
+            }
             "cache_ttl" if !matches!(s.as_str(), "auto" | "5m" | "1h") => {
                 Err(format!("{s:?} must be auto, 5m or 1h"))
             }
@@ -475,6 +508,18 @@ impl Config {
                 }
             };
             values.insert("idle_unload", (value, Source::Env("TETHER_IDLE_UNLOAD_MS")));
+        }
+        // Claude Code's provider switches.
+        for (var, provider) in [
+            ("CLAUDE_CODE_USE_VERTEX", "vertex"),
+            ("CLAUDE_CODE_USE_BEDROCK", "bedrock"),
+        ] {
+            if env(var).is_some_and(|v| !matches!(v.trim(), "" | "0" | "false")) {
+                values.insert(
+                    "provider",
+                    (toml::Value::String(provider.into()), Source::Env(var)),
+                );
+            }
         }
         if env("DISABLE_AUTO_COMPACT").is_some_and(|v| !matches!(v.trim(), "" | "0" | "false")) {
             values.insert(

@@ -4,7 +4,8 @@
 use crate::agent::TurnLimits;
 use crate::config::Config;
 use crate::llm::{
-    AnthropicClient, Auth, CacheTtl, LlmConfig, ModelCatalog, RequestPolicy, WebFetcher,
+    AnthropicClient, Auth, CacheTtl, LlmConfig, ModelCatalog, Provider, RequestPolicy, Vertex,
+    WebFetcher,
 };
 use crate::rpc::{self, Connections, Listener, RpcApi};
 use crate::session::{Sessions, TurnEnv};
@@ -137,6 +138,7 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
                 Auth::from_env(std::env::var("TETHER_API_KEY_HELPER").ok()),
             )
         })
+        .and_then(|client| Ok(client.with_provider(provider(config)?)))
         .map(Arc::new)
         .map_err(|e| e.to_string());
     if let Err(e) = &llm {
@@ -210,6 +212,30 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
                 .unwrap_or_default(),
         },
     })
+}
+
+/// The model provider the configuration names.
+fn provider(config: &Config) -> Result<Provider, crate::llm::LlmError> {
+    match config.string("provider").as_deref().unwrap_or("anthropic") {
+        "vertex" => {
+            let project = config.string("vertex.project_id").ok_or_else(|| {
+                crate::llm::LlmError::Config(
+                    "Vertex AI needs a project: set ANTHROPIC_VERTEX_PROJECT_ID (or vertex.project_id in config.toml)"
+                        .into(),
+                )
+            })?;
+            Ok(Provider::Vertex(Vertex::new(
+                project,
+                config.string("vertex.region"),
+                config.string("vertex.base_url"),
+                !config.flag("vertex.skip_auth"),
+            )))
+        }
+        "bedrock" => Err(crate::llm::LlmError::Config(
+            "Amazon Bedrock (CLAUDE_CODE_USE_BEDROCK) is not supported by this tetherd yet; use the Anthropic API or Vertex AI (CLAUDE_CODE_USE_VERTEX=1)".into(),
+        )),
+        _ => Ok(Provider::Anthropic),
+    }
 }
 
 /// The API client's settings.

@@ -133,7 +133,18 @@ pub async fn checks(
         Err(why) => check("credentials", CheckStatus::Fail, why.to_owned()),
     });
     out.push(git_check());
-    let base = config.string("api.base_url").unwrap_or_default();
+    let base = match llm.map(|c| c.provider()) {
+        Ok(crate::llm::Provider::Vertex(v)) => format!(
+            "Vertex AI (project {}, region {}{})",
+            v.project,
+            v.region,
+            v.base_url
+                .as_deref()
+                .map(|b| format!(", via {b}"))
+                .unwrap_or_default()
+        ),
+        _ => config.string("api.base_url").unwrap_or_default(),
+    };
     out.push(match (online, llm) {
         (false, _) => check(
             "api",

@@ -1,6 +1,8 @@
 //! The Anthropic Messages API client: request building, streaming decode, message assembly,
 //! error classes, retries, models and prices.
 //!
+//! Providers: the Anthropic API, or Google Vertex AI (`provider.rs`).
+//!
 //! Invariant: the only module that imports reqwest. Everything the model sends reaches the caller
 //! piece by piece as it arrives ([`StreamUpdate`]); nothing buffers a whole response. Secrets
 //! never appear in errors, logs or updates.
@@ -11,6 +13,7 @@ mod client;
 mod error;
 pub mod listing;
 mod models;
+mod provider;
 mod request;
 mod retry;
 mod web;
@@ -25,6 +28,7 @@ pub use models::{
     Effort, ListedModel, ModelCatalog, ModelError, ModelInfo, Price, RequestPolicy, ThinkingKind,
     Usage,
 };
+pub use provider::{Provider, Vertex};
 pub use request::{
     CacheControl, CacheTtl, Message, MessagesRequest, Role, SystemBlock, Thinking, ThinkingDisplay,
     ToolDefinition,

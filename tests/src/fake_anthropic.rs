@@ -10,6 +10,7 @@
 pub mod cache;
 mod script;
 mod validate;
+pub mod vertex;
 
 pub use script::{Rule, Script, Step};
 pub use validate::validate;
@@ -90,6 +91,11 @@ impl FakeAnthropic {
             .route("/v1/messages", post(messages))
             .route("/v1/messages/count_tokens", post(count_tokens))
             .route("/v1/models", axum::routing::get(models))
+            .route(
+                "/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model}",
+                post(vertex::stream_raw_predict),
+            )
+            .route("/token", post(vertex::token))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
@@ -223,11 +229,25 @@ async fn models(headers: HeaderMap) -> Response {
 async fn messages(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let hmap = header_map(&headers);
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
+    let as_sent = parsed.as_ref().cloned().unwrap_or(Value::Null);
+    let parsed = parsed.map_err(|e| format!("request body is not valid JSON: {e}"));
+    answer(&state, "/v1/messages", hmap, parsed, as_sent)
+}
+
+/// Validates a Messages request (`parsed`, as the Messages API takes it), records it as it was
+/// sent at `path`, and streams the scripted reply.
+fn answer(
+    state: &Shared,
+    path: &str,
+    hmap: BTreeMap<String, String>,
+    parsed: Result<Value, String>,
+    as_sent: Value,
+) -> Response {
     let (step, rejection) = {
-        let mut inner = lock(&state);
+        let mut inner = lock(state);
         let verdict = match &parsed {
             Ok(v) => validate(&hmap, v, &inner.signatures),
-            Err(e) => Err((400, format!("request body is not valid JSON: {e}"))),
+            Err(e) => Err((400, e.clone())),
         };
         let body_value = parsed.as_ref().cloned().unwrap_or(Value::Null);
         let step = match &verdict {
@@ -235,9 +255,9 @@ async fn messages(State(state): State<Shared>, headers: HeaderMap, body: Bytes) 
             Err(_) => None,
         };
         inner.recorded.push(Recorded {
-            path: "/v1/messages".into(),
+            path: path.into(),
             headers: hmap,
-            body: body_value,
+            body: as_sent,
             rejected: verdict.as_ref().err().map(|(_, m)| m.clone()),
         });
         (step, verdict.err())
@@ -261,7 +281,7 @@ async fn messages(State(state): State<Shared>, headers: HeaderMap, body: Bytes) 
             &BTreeMap::new(),
         );
     };
-    serve_step(&state, step, &request)
+    serve_step(state, step, &request)
 }
 
 /// The first matching rule, else the next scripted response.

@@ -4,6 +4,7 @@
 use super::accumulate::{Accumulator, AssembledMessage, StreamUpdate, decode_stream};
 use super::auth::{Auth, Credential};
 use super::error::LlmError;
+use super::provider::{Provider, Vertex};
 use super::request::MessagesRequest;
 use super::retry::RetryPolicy;
 use futures::{StreamExt, TryStreamExt};
@@ -51,6 +52,7 @@ pub struct AnthropicClient {
     endpoint: String,
     headers: HeaderMap,
     auth: Auth,
+    provider: Provider,
 }
 
 /// A streamed reply: the assembled message, or why there is none.
@@ -108,7 +110,42 @@ impl AnthropicClient {
             endpoint,
             headers,
             auth,
+            provider: Provider::Anthropic,
         })
+    }
+
+    /// The same client sending its requests to `provider` instead.
+    pub fn with_provider(mut self, provider: Provider) -> Self {
+        if matches!(provider, Provider::Vertex(_)) {
+            // Vertex takes its version in the body.
+            self.headers.remove("anthropic-version");
+        }
+        self.provider = provider;
+        self
+    }
+
+    /// The provider requests go to.
+    pub fn provider(&self) -> &Provider {
+        &self.provider
+    }
+
+    /// Where a request for `model` goes, and its body.
+    fn target(&self, request: &MessagesRequest) -> Result<(String, Vec<u8>), LlmError> {
+        let encode =
+            |e: serde_json::Error| LlmError::Config(format!("cannot encode the request: {e}"));
+        match &self.provider {
+            Provider::Anthropic => Ok((
+                self.endpoint.clone(),
+                serde_json::to_vec(request).map_err(encode)?,
+            )),
+            Provider::Vertex(v) => {
+                let value = serde_json::to_value(request).map_err(encode)?;
+                Ok((
+                    v.endpoint(&request.model),
+                    serde_json::to_vec(&Vertex::body(&value)).map_err(encode)?,
+                ))
+            }
+        }
     }
 
     /// Streams `request`, retrying what is retryable, handing each piece to `on_update` (retries
@@ -119,8 +156,7 @@ impl AnthropicClient {
         on_update: &mut (dyn FnMut(StreamUpdate) + Send),
         cancel: &CancellationToken,
     ) -> Result<AssembledMessage, LlmError> {
-        let body = serde_json::to_vec(request)
-            .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?;
+        let (url, body) = self.target(request)?;
         let betas = request.beta_header();
         let mut retry = 0u32;
         let mut reauthenticated = false;
@@ -138,7 +174,7 @@ impl AnthropicClient {
                 error.code = tracing::field::Empty,
             );
             let attempt = tracing::Instrument::instrument(
-                self.attempt(&body, &betas, on_update, &mut streamed),
+                self.attempt(&url, &body, &betas, on_update, &mut streamed),
                 span.clone(),
             );
             let result = tokio::select! {
@@ -197,13 +233,22 @@ impl AnthropicClient {
     }
 
     /// Which credential the client sends (never its value).
-    pub fn credential_kind(&self) -> Option<&'static str> {
-        self.auth.describe()
+    pub fn credential_kind(&self) -> Option<String> {
+        match &self.provider {
+            Provider::Anthropic => self.auth.describe().map(str::to_owned),
+            Provider::Vertex(v) => Some(v.credential_source()),
+        }
     }
 
-    /// Checks that the API answers with these credentials: `GET /v1/models` (free, no tokens).
-    /// Returns the HTTP status line.
+    /// Checks that the API answers with these credentials: `GET /v1/models` (free, no tokens);
+    /// on Vertex AI, that Google issues an access token. Returns what answered.
     pub async fn ping(&self) -> Result<String, LlmError> {
+        if let Provider::Vertex(v) = &self.provider {
+            return Ok(match v.token().await? {
+                Some(_) => "Google issued an access token".into(),
+                None => "no authentication (the gateway authenticates)".into(),
+            });
+        }
         let url = self.endpoint.replace("/v1/messages", "/v1/models?limit=1");
         let req = self
             .authorized(self.http.get(url).headers(self.headers.clone()))
@@ -226,14 +271,24 @@ impl AnthropicClient {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<reqwest::RequestBuilder, LlmError> {
+        if let Provider::Vertex(v) = &self.provider {
+            return Ok(match v.token().await? {
+                Some(token) => req.header("authorization", format!("Bearer {token}")),
+                None => req,
+            });
+        }
         Ok(match self.auth.credential().await? {
             Credential::ApiKey(k) => req.header("x-api-key", k.expose()),
             Credential::Bearer(t) => req.header("authorization", format!("Bearer {}", t.expose())),
         })
     }
 
-    /// The models the API offers (`GET /v1/models`, every page).
+    /// The models the API offers (`GET /v1/models`, every page; Vertex AI has no such list, and
+    /// the built-in catalog stands).
     pub async fn list_models(&self) -> Result<Vec<super::ListedModel>, LlmError> {
+        if matches!(self.provider, Provider::Vertex(_)) {
+            return Ok(Vec::new());
+        }
         let base = self
             .endpoint
             .replace("/v1/messages", "/v1/models?limit=1000");
@@ -279,6 +334,7 @@ impl AnthropicClient {
 
     async fn attempt(
         &self,
+        url: &str,
         body: &[u8],
         betas: &str,
         on_update: &mut (dyn FnMut(StreamUpdate) + Send),
@@ -286,7 +342,7 @@ impl AnthropicClient {
     ) -> Result<AssembledMessage, LlmError> {
         let mut req = self
             .http
-            .post(&self.endpoint)
+            .post(url)
             .headers(self.headers.clone())
             .body(body.to_vec());
         if !betas.is_empty() {

@@ -11,6 +11,7 @@ mod mcp;
 mod models;
 mod operations;
 mod permissions;
+mod providers;
 mod remote;
 mod sessions;
 mod spine;

@@ -1,0 +1,146 @@
+//! Cloud providers end to end: a daemon configured as a Claude Code user configures Vertex AI
+//! (`CLAUDE_CODE_USE_VERTEX`, the project, the region and a per-model region, a service-account
+//! key) runs a tool-using turn against the fake's Vertex endpoint, with tokens from the fake's
+//! OAuth endpoint; `tether doctor` says which provider and credentials are in use.
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tether_tests::fake_anthropic::vertex::{TOKEN_PREFIX, service_account};
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake};
+
+#[test]
+fn a_vertex_ai_session_streams_through_google_credentials() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::default().tool_use("Bash", json!({"command": "echo on vertex"})),
+            Step::text("The command ran on Vertex AI."),
+        ])
+        .titling("On Vertex"),
+    )?;
+    let key_dir = tempfile::tempdir()?;
+    let key = key_dir.path().join("service-account.json");
+    std::fs::write(&key, service_account(&fake.server.url()).to_string())?;
+    let env: Vec<(String, String)> = [
+        ("CLAUDE_CODE_USE_VERTEX", "1".to_owned()),
+        ("ANTHROPIC_VERTEX_PROJECT_ID", "tether-test".into()),
+        ("CLOUD_ML_REGION", "global".into()),
+        ("VERTEX_REGION_CLAUDE_5_5_HAIKU", "europe-west1".into()),
+        (
+            "ANTHROPIC_VERTEX_BASE_URL",
+            format!("{}/v1", fake.server.url()),
+        ),
+        ("GOOGLE_APPLICATION_CREDENTIALS", key.display().to_string()),
+        // Nothing of the Anthropic API's is used.
+        ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let daemon = Daemon::start_with(env)?;
+    let mut c = daemon.ndjson()?;
+    let session = c.call(
+        "session/new",
+        json!({"cwd": daemon.workdir(), "model": "claude-sonnet-4-5"}),
+    )?["sessionId"]
+        .as_str()
+        .context("session id")?
+        .to_owned();
+    c.watch(&session)?;
+    c.start_turn(&session, "run a command")?;
+    let events = c.events_until("turn_ended")?;
+    let last = events.last().context("events")?;
+    assert_eq!(last["data"]["stopReason"], "end_turn", "{last}");
+    assert!(
+        events.iter().any(|e| e["type"] == "tool_result"
+            && e["data"]["content"]
+                .as_str()
+                .is_some_and(|t| t.contains("on vertex"))),
+        "{events:?}"
+    );
+
+    let requests = fake.server.requests();
+    for r in &requests {
+        assert_eq!(r.rejected, None, "{} {}", r.path, r.body);
+    }
+    let tokens: Vec<_> = requests.iter().filter(|r| r.path == "/token").collect();
+    assert_eq!(tokens.len(), 1, "the token is cached: {tokens:?}");
+    let vertex: Vec<_> = requests
+        .iter()
+        .filter(|r| r.path.ends_with(":streamRawPredict"))
+        .collect();
+    assert!(vertex.len() >= 2, "{requests:?}");
+    for r in &vertex {
+        assert!(r.body.get("model").is_none(), "{}", r.body);
+        assert_eq!(r.body["anthropic_version"], "vertex-2023-10-16");
+        assert_eq!(
+            r.headers.get("authorization").map(String::as_str),
+            Some(format!("Bearer {TOKEN_PREFIX}1").as_str())
+        );
+        // The fast model (titles) goes to its own region; the session's model to the default.
+        let want = if r.path.contains("haiku") {
+            "/v1/projects/tether-test/locations/europe-west1/publishers/anthropic/models/claude-haiku-5-5:streamRawPredict"
+        } else {
+            "/v1/projects/tether-test/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict"
+        };
+        assert_eq!(r.path, want);
+    }
+    assert!(
+        vertex.iter().any(|r| r.path.contains("europe-west1")),
+        "the title was asked of the fast model in its region: {vertex:?}"
+    );
+
+    // doctor: the provider, its region and the credential source; the key never shows.
+    let out = daemon
+        .tether()
+        .args(["doctor", "--online", "--json"])
+        .output()?;
+    let checks: Vec<Value> = serde_json::from_slice(&out.stdout)
+        .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
+    let detail = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| {
+                (
+                    c["status"].clone(),
+                    c["detail"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    let (status, credentials) = detail("credentials");
+    assert_eq!(status, "ok", "{checks:?}");
+    assert!(
+        credentials.contains("GOOGLE_APPLICATION_CREDENTIALS"),
+        "{credentials}"
+    );
+    let (status, api) = detail("api");
+    assert_eq!(status, "ok", "{checks:?}");
+    assert!(
+        api.contains("Vertex AI (project tether-test, region global")
+            && api.contains("access token"),
+        "{api}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("PRIVATE KEY"));
+    Ok(())
+}
+
+#[test]
+fn a_vertex_ai_setup_without_a_project_or_a_bedrock_one_says_what_is_missing() -> anyhow::Result<()>
+{
+    for (var, want) in [
+        ("CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_VERTEX_PROJECT_ID"),
+        ("CLAUDE_CODE_USE_BEDROCK", "Amazon Bedrock"),
+    ] {
+        let daemon = Daemon::start_with(vec![(var.into(), "1".into())])?;
+        let mut c = daemon.ndjson()?;
+        let session = c.new_session_in(&daemon.workdir())?;
+        c.watch(&session)?;
+        c.start_turn(&session, "hello")?;
+        let events = c.events_until("turn_ended")?;
+        let text = serde_json::to_string(&events)?;
+        assert!(text.contains(want), "{var}: {text}");
+    }
+    Ok(())
+}
