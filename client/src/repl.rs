@@ -57,6 +57,8 @@ pub enum Input {
     ToggleThinking,
     /// Ctrl+C at the prompt.
     Interrupt,
+    /// Esc while a turn runs: interrupt it.
+    Cancel,
     /// Ctrl+D, or the editor is gone.
     Detach,
     /// The terminal could not be read.
@@ -302,6 +304,13 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                         repl.say(&repl.style.dim("(Ctrl+C again or Ctrl+D to detach)"));
                         repl.edit();
                     }
+                    Input::Cancel => {
+                        if repl.waiting_turn.is_some() {
+                            let _ = repl.conn.client.turn_cancel(repl.session.id.clone()).await;
+                            repl.say(&repl.style.warn("cancelling…"));
+                            repl.watch_keys();
+                        }
+                    }
                     Input::Failed(why) => {
                         repl.say(&repl.style.error(&format!("the terminal cannot be read ({why}); detaching")));
                         return Ok(ExitCode::FAILURE);
@@ -327,7 +336,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                 match answer {
                     Some(a) => repl.respond(&request_id, a.decision, a.message).await,
                     None if repl.waiting_turn.is_none() => repl.edit(),
-                    None => {}
+                    None => repl.watch_keys(),
                 }
             }
         }
@@ -556,7 +565,11 @@ impl Repl {
             self.style,
         );
         let answers = answers.clone();
+        // The key watcher lets go of the terminal before the prompt reads it.
+        let (paused, stopped) = std::sync::mpsc::channel();
+        let _ = self.to_editor.send(editor::Command::Pause(paused));
         tokio::task::spawn_blocking(move || {
+            let _ = stopped.recv_timeout(std::time::Duration::from_secs(1));
             let answer = prompt::permission(&tool, &preview, &rule, style, &cancel);
             let _ = answers.send((id, answer));
         });
@@ -596,10 +609,18 @@ impl Repl {
         }
         if self.waiting_turn.is_none() {
             self.edit();
+        } else {
+            self.watch_keys();
         }
     }
 
-    /// Sends a turn.
+    /// While our turn runs and nothing else reads the terminal: Esc interrupts, Ctrl+D
+    /// detaches, typing is kept for the next prompt.
+    fn watch_keys(&self) {
+        if self.waiting_turn.is_some() && !self.editing && self.asking.is_none() {
+            let _ = self.to_editor.send(editor::Command::Watch);
+        }
+    }
     async fn submit(&mut self, input: Vec<InputItem>) {
         if self.role == Role::Observer {
             self.say(
@@ -624,6 +645,7 @@ impl Repl {
         {
             Ok(started) => {
                 self.waiting_turn = Some(started.turn_id.0);
+                self.watch_keys();
                 if started.queued {
                     self.say(&self.style.dim("queued behind the running turn"));
                 }

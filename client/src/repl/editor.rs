@@ -18,9 +18,17 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// What the editor thread is asked to do.
 pub enum Command {
-    /// Read one line and send it back.
+    /// Read one line and send it back (what was typed during the turn already in it).
     ReadLine,
+    /// A turn runs: read keys without showing them — Esc interrupts the turn, Ctrl+D detaches,
+    /// anything else is kept for the next prompt.
+    Watch,
+    /// Stop reading keys (a permission prompt takes the terminal); answers once stopped.
+    Pause(std::sync::mpsc::Sender<()>),
 }
+
+/// How often the key watcher looks for a command while it waits for keys.
+const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(30);
 
 /// What the editor needs.
 pub struct Setup {
@@ -224,6 +232,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
             ReedlineEvent::Edit(vec![reedline::EditCommand::Clear]),
         ]),
     );
+    let pasted = setup.pasted.clone();
     let menu = ColumnarMenu::default().with_name("completion");
     let mut editor = Reedline::create()
         .with_history(Box::new(history))
@@ -250,7 +259,56 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
     std::thread::Builder::new()
         .name("line-editor".into())
         .spawn(move || {
-            while let Ok(Command::ReadLine) = rx.recv() {
+            let mut ahead = Ahead::default();
+            let mut watching = false;
+            loop {
+                let command = if watching {
+                    match rx.try_recv() {
+                        Ok(c) => c,
+                        Err(std::sync::mpsc::TryRecvError::Empty) => {
+                            match watch_key(&pasted, &mut ahead) {
+                                Some(got) => {
+                                    watching = false;
+                                    if input.send(got).is_err() {
+                                        break;
+                                    }
+                                }
+                                None => continue,
+                            }
+                            continue;
+                        }
+                        Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                    }
+                } else {
+                    match rx.recv() {
+                        Ok(c) => c,
+                        Err(_) => break,
+                    }
+                };
+                match command {
+                    Command::Watch => {
+                        watching = true;
+                        continue;
+                    }
+                    Command::Pause(done) => {
+                        watching = false;
+                        let _ = done.send(());
+                        continue;
+                    }
+                    Command::ReadLine => watching = false,
+                }
+                // A line finished during the turn is sent as if typed now.
+                if let Some(line) = ahead.lines.pop_front() {
+                    if input.send(Input::Line(line)).is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                if !ahead.partial.is_empty() {
+                    editor.run_edit_commands(&[reedline::EditCommand::InsertString(
+                        std::mem::take(&mut ahead.partial),
+                    )]);
+                }
                 let read = editor.read_line(&prompt);
                 // The editor has let go of the terminal: quiet until the next prompt.
                 super::quiet::enter();
@@ -271,4 +329,53 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
             }
         })?;
     Ok(tx)
+}
+
+/// What was typed while a turn ran.
+#[derive(Default)]
+struct Ahead {
+    /// Lines ended with Enter: sent one by one at the next prompts.
+    lines: std::collections::VecDeque<String>,
+    /// The line being typed: the next prompt starts with it.
+    partial: String,
+}
+
+/// Waits briefly for one key while a turn runs: Esc → interrupt the turn, Ctrl+D → detach
+/// (both returned); text, Enter, Backspace and pastes (folded as the editor folds them) are
+/// kept for the next prompt.
+fn watch_key(pasted: &Arc<Mutex<Pasted>>, ahead: &mut Ahead) -> Option<Input> {
+    use crossterm::event::{Event, KeyEventKind, KeyModifiers as Mods};
+    if !crossterm::event::poll(WATCH_POLL).unwrap_or(false) {
+        return None;
+    }
+    match crossterm::event::read().ok()? {
+        Event::Key(key) if key.kind != KeyEventKind::Release => match key.code {
+            crossterm::event::KeyCode::Esc => Some(Input::Cancel),
+            crossterm::event::KeyCode::Char('d') if key.modifiers.contains(Mods::CONTROL) => {
+                Some(Input::Detach)
+            }
+            crossterm::event::KeyCode::Char(c)
+                if !key.modifiers.intersects(Mods::CONTROL | Mods::ALT) =>
+            {
+                ahead.partial.push(c);
+                None
+            }
+            crossterm::event::KeyCode::Enter if !ahead.partial.trim().is_empty() => {
+                let line = std::mem::take(&mut ahead.partial);
+                ahead.lines.push_back(line);
+                None
+            }
+            crossterm::event::KeyCode::Backspace => {
+                ahead.partial.pop();
+                None
+            }
+            _ => None,
+        },
+        Event::Paste(text) => {
+            let folded = pasted.lock().unwrap_or_else(|p| p.into_inner()).fold(&text);
+            ahead.partial.push_str(&folded);
+            None
+        }
+        _ => None,
+    }
 }

@@ -503,7 +503,7 @@ mod checkpoint_tests {
             stop_reason: Some(StopReason::EndTurn),
         });
         push(EventKind::TurnEnded {
-            stop_reason: if n % 7 == 0 {
+            stop_reason: if n.is_multiple_of(7) {
                 StopReason::Cancelled
             } else {
                 StopReason::EndTurn

@@ -677,6 +677,47 @@ fn a_paste_during_a_turn_waits_unechoed_for_the_prompt_and_stays_one_prompt() ->
 }
 
 #[test]
+fn esc_interrupts_a_turn_typing_waits_for_the_prompt_and_ctrl_d_detaches_at_once()
+-> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Working on it.\nStill working, and then the stream stalls forever.")
+                .stall_after(4),
+            Step::text("Second answer.\nThen this one stalls too.").stall_after(3),
+        ])
+        .titling("Esc and Ctrl+D"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "start something slow"])?;
+    a.want("Working on it.")?;
+    // Typed during the turn: not echoed, kept for the next prompt.
+    a.send("typed ahead")?;
+    std::thread::sleep(Duration::from_millis(200));
+    a.send("\x1b")?;
+    a.want("interrupted")?;
+    a.want("typed ahead")?;
+    a.send(" too\r")?;
+    a.want("Second answer.")?;
+    // Ctrl+D while the turn runs detaches now, not when the turn ends.
+    a.send([4u8])?;
+    a.want("detached")?;
+    let turns: Vec<String> = fake
+        .server
+        .message_requests()
+        .iter()
+        .filter(|r| r.body["tools"].is_array())
+        .map(|r| r.body["messages"].to_string())
+        .collect();
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    assert!(turns[1].contains("typed ahead too"), "{}", turns[1]);
+    // The session goes on in the daemon: the second turn still runs.
+    let mut c = daemon.ndjson()?;
+    let list = c.call("session/list", json!({}))?;
+    assert_eq!(list["sessions"][0]["status"], "running", "{list}");
+    Ok(())
+}
+
+#[test]
 fn no_with_a_message_tells_the_model_what_to_do_instead() -> anyhow::Result<()> {
     let fake = Fake::start(echo_script("Fine, I will not."))?;
     let daemon = Daemon::start_with(fake.env())?;
