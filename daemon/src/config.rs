@@ -122,7 +122,7 @@ const KEYS: &[Key] = &[
         name: "provider",
         env: &["TETHER_PROVIDER"],
         default: "\"anthropic\"",
-        doc: "model provider: anthropic or vertex (Google Vertex AI; CLAUDE_CODE_USE_VERTEX=1 chooses it too)",
+        doc: "model provider: anthropic, vertex (Google Vertex AI) or bedrock (Amazon Bedrock); CLAUDE_CODE_USE_VERTEX=1 / CLAUDE_CODE_USE_BEDROCK=1 choose them too",
     },
     Key {
         name: "vertex.project_id",
@@ -147,6 +147,24 @@ const KEYS: &[Key] = &[
         env: &["CLAUDE_CODE_SKIP_VERTEX_AUTH"],
         default: "false",
         doc: "send no Google credentials (for a gateway that authenticates itself)",
+    },
+    Key {
+        name: "bedrock.region",
+        env: &["AWS_REGION", "AWS_DEFAULT_REGION"],
+        default: "\"\"",
+        doc: "AWS region for Amazon Bedrock (us- eu- and ap- regions use their cross-region inference profiles)",
+    },
+    Key {
+        name: "bedrock.base_url",
+        env: &["ANTHROPIC_BEDROCK_BASE_URL"],
+        default: "\"\"",
+        doc: "a Bedrock gateway's base URL (default: https://bedrock-runtime.<region>.amazonaws.com)",
+    },
+    Key {
+        name: "bedrock.skip_auth",
+        env: &["CLAUDE_CODE_SKIP_BEDROCK_AUTH"],
+        default: "false",
+        doc: "send no AWS signature (for a gateway that authenticates itself)",
     },
     Key {
         name: "api.base_url",
@@ -404,7 +422,7 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
                 ))
             }
             "provider" if !matches!(s.as_str(), "anthropic" | "vertex" | "bedrock") => {
-                Err(format!("{s:?} is not a provider (anthropic or vertex)"))
+                Err(format!("{s:?} is not a provider (anthropic, vertex or bedrock)"))
             }
             "cache_ttl" if !matches!(s.as_str(), "auto" | "5m" | "1h") => {
                 Err(format!("{s:?} must be auto, 5m or 1h"))

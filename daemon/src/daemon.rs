@@ -4,8 +4,8 @@
 use crate::agent::TurnLimits;
 use crate::config::Config;
 use crate::llm::{
-    AnthropicClient, Auth, CacheTtl, LlmConfig, ModelCatalog, Provider, RequestPolicy, Vertex,
-    WebFetcher,
+    AnthropicClient, Auth, Bedrock, CacheTtl, LlmConfig, ModelCatalog, Provider, RequestPolicy,
+    Vertex, WebFetcher,
 };
 use crate::rpc::{self, Connections, Listener, RpcApi};
 use crate::session::{Sessions, TurnEnv};
@@ -231,9 +231,19 @@ fn provider(config: &Config) -> Result<Provider, crate::llm::LlmError> {
                 !config.flag("vertex.skip_auth"),
             )))
         }
-        "bedrock" => Err(crate::llm::LlmError::Config(
-            "Amazon Bedrock (CLAUDE_CODE_USE_BEDROCK) is not supported by this tetherd yet; use the Anthropic API or Vertex AI (CLAUDE_CODE_USE_VERTEX=1)".into(),
-        )),
+        "bedrock" => {
+            let region = config.string("bedrock.region").ok_or_else(|| {
+                crate::llm::LlmError::Config(
+                    "Amazon Bedrock needs a region: set AWS_REGION (or bedrock.region in config.toml)"
+                        .into(),
+                )
+            })?;
+            Ok(Provider::Bedrock(Bedrock::new(
+                region,
+                config.string("bedrock.base_url"),
+                !config.flag("bedrock.skip_auth"),
+            )))
+        }
         _ => Ok(Provider::Anthropic),
     }
 }

@@ -143,6 +143,14 @@ pub async fn checks(
                 .map(|b| format!(", via {b}"))
                 .unwrap_or_default()
         ),
+        Ok(crate::llm::Provider::Bedrock(b)) => format!(
+            "Amazon Bedrock (region {}{})",
+            b.region,
+            b.base_url
+                .as_deref()
+                .map(|u| format!(", via {u}"))
+                .unwrap_or_default()
+        ),
         _ => config.string("api.base_url").unwrap_or_default(),
     };
     out.push(match (online, llm) {

@@ -1,7 +1,7 @@
 //! The Anthropic Messages API client: request building, streaming decode, message assembly,
 //! error classes, retries, models and prices.
 //!
-//! Providers: the Anthropic API, or Google Vertex AI (`provider.rs`).
+//! Providers: the Anthropic API, Google Vertex AI (`provider.rs`) or Amazon Bedrock (`bedrock.rs`).
 //!
 //! Invariant: the only module that imports reqwest. Everything the model sends reaches the caller
 //! piece by piece as it arrives ([`StreamUpdate`]); nothing buffers a whole response. Secrets
@@ -9,6 +9,7 @@
 
 mod accumulate;
 mod auth;
+mod bedrock;
 mod client;
 mod error;
 pub mod listing;
@@ -22,6 +23,7 @@ pub use accumulate::{
     Accumulator, AssembledMessage, StreamUpdate, TruncatedToolInput, assemble, decode_stream,
 };
 pub use auth::{Auth, Credential, custom_headers};
+pub use bedrock::Bedrock;
 pub use client::{AnthropicClient, LlmConfig, Model, Streaming};
 pub use error::{ApiError, ApiErrorKind, LlmError};
 pub use models::{

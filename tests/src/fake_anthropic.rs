@@ -7,6 +7,7 @@
 //! faults: a mid-stream `error` event, a cut connection, a stall, slow chunks. One chunk is one
 //! SSE event.
 
+pub mod bedrock;
 pub mod cache;
 mod script;
 mod validate;
@@ -96,6 +97,10 @@ impl FakeAnthropic {
                 post(vertex::stream_raw_predict),
             )
             .route("/token", post(vertex::token))
+            .route(
+                "/model/{model}/invoke-with-response-stream",
+                post(bedrock::invoke_with_response_stream),
+            )
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
@@ -231,7 +236,16 @@ async fn messages(State(state): State<Shared>, headers: HeaderMap, body: Bytes) 
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
     let as_sent = parsed.as_ref().cloned().unwrap_or(Value::Null);
     let parsed = parsed.map_err(|e| format!("request body is not valid JSON: {e}"));
-    answer(&state, "/v1/messages", hmap, parsed, as_sent)
+    answer(&state, "/v1/messages", hmap, parsed, as_sent, Framing::Sse)
+}
+
+/// How a streamed reply is framed on the wire.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Server-sent events (the Anthropic API, Vertex AI).
+    Sse,
+    /// AWS event-stream messages whose `chunk` events carry the same events (Bedrock).
+    EventStream,
 }
 
 /// Validates a Messages request (`parsed`, as the Messages API takes it), records it as it was
@@ -242,6 +256,7 @@ fn answer(
     hmap: BTreeMap<String, String>,
     parsed: Result<Value, String>,
     as_sent: Value,
+    framing: Framing,
 ) -> Response {
     let (step, rejection) = {
         let mut inner = lock(state);
@@ -281,7 +296,7 @@ fn answer(
             &BTreeMap::new(),
         );
     };
-    serve_step(state, step, &request)
+    serve_step(state, step, &request, framing)
 }
 
 /// The first matching rule, else the next scripted response.
@@ -306,7 +321,7 @@ fn pick(inner: &mut Inner, request: &Value) -> Option<Step> {
     inner.responses.pop_front()
 }
 
-fn serve_step(state: &Shared, step: Step, request: &Value) -> Response {
+fn serve_step(state: &Shared, step: Step, request: &Value, framing: Framing) -> Response {
     if let Some(status) = step.status {
         let body = step.body.clone().unwrap_or_else(|| {
             error_body(
@@ -374,6 +389,9 @@ fn serve_step(state: &Shared, step: Step, request: &Value) -> Response {
         let err = json!({"type": "error", "error": {"type": error_type, "message": "fake-anthropic: scripted mid-stream error"}});
         chunks.push(Bytes::from(format!("event: error\ndata: {err}\n\n")));
     }
+    if framing == Framing::EventStream {
+        chunks = chunks.iter().map(bedrock::frame).collect();
+    }
     let cut = step.cut_after_chunk;
     let stall = step.stall_after_chunk;
     let delay = step.chunk_delay_ms.map(Duration::from_millis);
@@ -401,7 +419,13 @@ fn serve_step(state: &Shared, step: Step, request: &Value) -> Response {
     });
     let mut builder = Response::builder()
         .status(StatusCode::OK)
-        .header("content-type", "text/event-stream")
+        .header(
+            "content-type",
+            match framing {
+                Framing::Sse => "text/event-stream",
+                Framing::EventStream => "application/vnd.amazon.eventstream",
+            },
+        )
         .header("request-id", "req_fake");
     for (k, v) in &step.headers {
         builder = builder.header(k.as_str(), v.as_str());

@@ -19,6 +19,11 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Secret(String);
 
 impl Secret {
+    /// A secret from the environment or a helper.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
     /// The secret itself, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0

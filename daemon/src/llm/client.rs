@@ -3,6 +3,7 @@
 
 use super::accumulate::{Accumulator, AssembledMessage, StreamUpdate, decode_stream};
 use super::auth::{Auth, Credential};
+use super::bedrock::{Bedrock, decode_event_stream};
 use super::error::LlmError;
 use super::provider::{Provider, Vertex};
 use super::request::MessagesRequest;
@@ -116,9 +117,15 @@ impl AnthropicClient {
 
     /// The same client sending its requests to `provider` instead.
     pub fn with_provider(mut self, provider: Provider) -> Self {
-        if matches!(provider, Provider::Vertex(_)) {
-            // Vertex takes its version in the body.
+        if !matches!(provider, Provider::Anthropic) {
+            // Vertex and Bedrock take the version in the body.
             self.headers.remove("anthropic-version");
+        }
+        if matches!(provider, Provider::Bedrock(_)) {
+            self.headers.insert(
+                "accept",
+                HeaderValue::from_static("application/vnd.amazon.eventstream"),
+            );
         }
         self.provider = provider;
         self
@@ -143,6 +150,13 @@ impl AnthropicClient {
                 Ok((
                     v.endpoint(&request.model),
                     serde_json::to_vec(&Vertex::body(&value)).map_err(encode)?,
+                ))
+            }
+            Provider::Bedrock(b) => {
+                let value = serde_json::to_value(request).map_err(encode)?;
+                Ok((
+                    b.endpoint(&request.model),
+                    serde_json::to_vec(&Bedrock::body(&value, &request.betas)).map_err(encode)?,
                 ))
             }
         }
@@ -237,17 +251,31 @@ impl AnthropicClient {
         match &self.provider {
             Provider::Anthropic => self.auth.describe().map(str::to_owned),
             Provider::Vertex(v) => Some(v.credential_source()),
+            Provider::Bedrock(b) => Some(b.credential_source()),
         }
     }
 
     /// Checks that the API answers with these credentials: `GET /v1/models` (free, no tokens);
     /// on Vertex AI, that Google issues an access token. Returns what answered.
     pub async fn ping(&self) -> Result<String, LlmError> {
-        if let Provider::Vertex(v) = &self.provider {
-            return Ok(match v.token().await? {
-                Some(_) => "Google issued an access token".into(),
-                None => "no authentication (the gateway authenticates)".into(),
-            });
+        match &self.provider {
+            Provider::Vertex(v) => {
+                return Ok(match v.token().await? {
+                    Some(_) => "Google issued an access token".into(),
+                    None => "no authentication (the gateway authenticates)".into(),
+                });
+            }
+            Provider::Bedrock(b) => {
+                let headers = b
+                    .auth_headers(&b.endpoint("ping"), "application/json", b"")
+                    .await?;
+                return Ok(if headers.is_empty() {
+                    "no authentication (the gateway authenticates)".into()
+                } else {
+                    "AWS credentials loaded and a request signed".into()
+                });
+            }
+            Provider::Anthropic => {}
         }
         let url = self.endpoint.replace("/v1/messages", "/v1/models?limit=1");
         let req = self
@@ -286,7 +314,7 @@ impl AnthropicClient {
     /// The models the API offers (`GET /v1/models`, every page; Vertex AI has no such list, and
     /// the built-in catalog stands).
     pub async fn list_models(&self) -> Result<Vec<super::ListedModel>, LlmError> {
-        if matches!(self.provider, Provider::Vertex(_)) {
+        if !matches!(self.provider, Provider::Anthropic) {
             return Ok(Vec::new());
         }
         let base = self
@@ -345,22 +373,30 @@ impl AnthropicClient {
             .post(url)
             .headers(self.headers.clone())
             .body(body.to_vec());
-        if !betas.is_empty() {
-            req = req.header("anthropic-beta", betas);
+        if let Provider::Bedrock(b) = &self.provider {
+            // Betas travel in the body; the request is signed as sent.
+            for (name, value) in b.auth_headers(url, "application/json", body).await? {
+                req = req.header(name, value);
+            }
+        } else {
+            if !betas.is_empty() {
+                req = req.header("anthropic-beta", betas);
+            }
+            req = self.authorized(req).await?;
         }
-        let response = self
-            .authorized(req)
-            .await?
-            .send()
-            .await
-            .map_err(transport_error)?;
+        let response = req.send().await.map_err(transport_error)?;
         let status = response.status();
         if !status.is_success() {
             let headers = response.headers().clone();
             let body = response.bytes().await.map_err(transport_error)?;
             return Err(LlmError::from_response(status.as_u16(), &headers, &body));
         }
-        let events = decode_stream(response.bytes_stream().map_err(transport_error));
+        let bytes = response.bytes_stream().map_err(transport_error);
+        let events: Pin<Box<dyn futures::Stream<Item = Result<String, LlmError>> + Send>> =
+            match self.provider {
+                Provider::Bedrock(_) => Box::pin(decode_event_stream(Box::pin(bytes))),
+                _ => Box::pin(decode_stream(bytes)),
+            };
         futures::pin_mut!(events);
         let mut acc = Accumulator::new();
         while let Some(data) = events.next().await {

@@ -25,6 +25,8 @@ pub enum Provider {
     Anthropic,
     /// Google Vertex AI.
     Vertex(Vertex),
+    /// Amazon Bedrock.
+    Bedrock(super::bedrock::Bedrock),
 }
 
 /// How to reach Claude on Vertex AI.

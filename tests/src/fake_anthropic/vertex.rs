@@ -155,5 +155,6 @@ pub(super) async fn stream_raw_predict(
         hmap,
         parsed.map_err(|e| e.to_string()),
         as_sent,
+        super::Framing::Sse,
     )
 }

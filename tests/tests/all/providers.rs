@@ -1,10 +1,13 @@
 //! Cloud providers end to end: a daemon configured as a Claude Code user configures Vertex AI
 //! (`CLAUDE_CODE_USE_VERTEX`, the project, the region and a per-model region, a service-account
 //! key) runs a tool-using turn against the fake's Vertex endpoint, with tokens from the fake's
-//! OAuth endpoint; `tether doctor` says which provider and credentials are in use.
+//! OAuth endpoint; one configured for Amazon Bedrock (`CLAUDE_CODE_USE_BEDROCK`, `AWS_REGION`,
+//! access keys or a Bedrock API key) signs its requests and reads the event-stream replies;
+//! `tether doctor` says which provider and credentials are in use.
 
 use anyhow::Context;
 use serde_json::{Value, json};
+use tether_tests::fake_anthropic::bedrock::ACCESS_KEY_ID;
 use tether_tests::fake_anthropic::vertex::{TOKEN_PREFIX, service_account};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
@@ -127,11 +130,124 @@ fn a_vertex_ai_session_streams_through_google_credentials() -> anyhow::Result<()
 }
 
 #[test]
-fn a_vertex_ai_setup_without_a_project_or_a_bedrock_one_says_what_is_missing() -> anyhow::Result<()>
-{
+fn a_bedrock_session_signs_its_requests_and_reads_the_event_stream() -> anyhow::Result<()> {
+    let script = || {
+        Script::of([
+            Step::default().tool_use("Bash", json!({"command": "echo on bedrock"})),
+            Step::text("The command ran on Bedrock."),
+        ])
+        .titling("On Bedrock")
+    };
+    // Access keys (SigV4), then a Bedrock API key.
+    for (credentials, wanted_auth, source) in [
+        (
+            vec![
+                ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID.to_owned()),
+                ("AWS_SECRET_ACCESS_KEY", "tether-test-secret".into()),
+                ("AWS_SESSION_TOKEN", "tether-session".into()),
+            ],
+            "AWS4-HMAC-SHA256 Credential=AKIATETHERTEST/",
+            "AWS_ACCESS_KEY_ID",
+        ),
+        (
+            vec![(
+                "AWS_BEARER_TOKEN_BEDROCK",
+                "bedrock-api-key-test".to_owned(),
+            )],
+            "Bearer bedrock-api-key-test",
+            "AWS_BEARER_TOKEN_BEDROCK",
+        ),
+    ] {
+        let fake = Fake::start(script())?;
+        let mut env: Vec<(String, String)> = [
+            ("CLAUDE_CODE_USE_BEDROCK", "1".to_owned()),
+            ("AWS_REGION", "eu-west-1".into()),
+            ("ANTHROPIC_BEDROCK_BASE_URL", fake.server.url()),
+            // Never the Anthropic API, and no shared AWS files of the machine.
+            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9".into()),
+            ("AWS_CONFIG_FILE", "/nonexistent/aws-config".into()),
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "/nonexistent/aws-credentials".into(),
+            ),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        env.extend(credentials.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        let daemon = Daemon::start_with(env)?;
+        let mut c = daemon.ndjson()?;
+        let session = c.call(
+            "session/new",
+            json!({"cwd": daemon.workdir(), "model": "claude-sonnet-4-5"}),
+        )?["sessionId"]
+            .as_str()
+            .context("session id")?
+            .to_owned();
+        c.watch(&session)?;
+        c.start_turn(&session, "run a command")?;
+        let events = c.events_until("turn_ended")?;
+        let last = events.last().context("events")?;
+        assert_eq!(last["data"]["stopReason"], "end_turn", "{source}: {last}");
+        assert!(
+            events
+                .iter()
+                .any(|e| e["type"] == "assistant_block_completed"
+                    && e["data"]["block"]["text"] == "The command ran on Bedrock."),
+            "{events:?}"
+        );
+        let requests = fake.server.requests();
+        for r in &requests {
+            assert_eq!(r.rejected, None, "{} {}", r.path, r.body);
+        }
+        let bedrock: Vec<_> = requests
+            .iter()
+            .filter(|r| r.path.ends_with("/invoke-with-response-stream"))
+            .collect();
+        assert!(bedrock.len() >= 2, "{requests:?}");
+        assert!(
+            bedrock.iter().any(|r| r.path
+                == "/model/eu.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"),
+            "{:?}",
+            bedrock.iter().map(|r| &r.path).collect::<Vec<_>>()
+        );
+        for r in &bedrock {
+            assert!(r.body.get("model").is_none() && r.body.get("stream").is_none());
+            assert_eq!(r.body["anthropic_version"], "bedrock-2023-05-31");
+            let auth = r
+                .headers
+                .get("authorization")
+                .map(String::as_str)
+                .unwrap_or("");
+            assert!(auth.starts_with(wanted_auth), "{auth}");
+            if source == "AWS_ACCESS_KEY_ID" {
+                assert!(auth.contains("/eu-west-1/bedrock/aws4_request"), "{auth}");
+                assert_eq!(
+                    r.headers.get("x-amz-security-token").map(String::as_str),
+                    Some("tether-session")
+                );
+            }
+        }
+        let out = daemon
+            .tether()
+            .args(["doctor", "--online", "--json"])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(source) && text.contains("Amazon Bedrock (region eu-west-1"),
+            "{text}"
+        );
+        assert!(!text.contains("tether-test-secret") && !text.contains("bedrock-api-key-test"));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_provider_setup_that_lacks_something_says_what() -> anyhow::Result<()> {
     for (var, want) in [
         ("CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_VERTEX_PROJECT_ID"),
-        ("CLAUDE_CODE_USE_BEDROCK", "Amazon Bedrock"),
+        ("CLAUDE_CODE_USE_BEDROCK", "AWS_REGION"),
     ] {
         let daemon = Daemon::start_with(vec![(var.into(), "1".into())])?;
         let mut c = daemon.ndjson()?;

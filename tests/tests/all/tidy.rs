@@ -89,6 +89,9 @@ fn each_heavy_dependency_is_named_only_by_its_owner() {
         ),
         ("git2", &["daemon/src/context/git.rs"]),
         ("gcp_auth", &["daemon/src/llm/provider.rs"]),
+        ("aws_config", &["daemon/src/llm/bedrock.rs"]),
+        ("aws_sigv4", &["daemon/src/llm/bedrock.rs"]),
+        ("aws_smithy_eventstream", &["daemon/src/llm/bedrock.rs"]),
         (
             "jsonrpsee",
             &[
@@ -141,6 +144,8 @@ fn each_heavy_dependency_is_named_only_by_its_owner() {
         "reedline",
         "rmcp",
         "gcp_auth",
+        "aws_config",
+        "aws_sigv4",
     ] {
         assert!(
             seen.contains(krate),
