@@ -180,6 +180,11 @@ impl Bedrock {
         Ok(fresh)
     }
 
+    /// Forgets the cached credentials (the next request loads them again).
+    pub async fn invalidate(&self) {
+        *self.cached.lock().await = None;
+    }
+
     /// Where the credentials come from, in words (never a secret).
     pub fn credential_source(&self) -> String {
         if !self.authenticate {

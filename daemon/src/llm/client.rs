@@ -222,6 +222,15 @@ impl AnthropicClient {
                 self.auth.invalidate().await;
                 continue;
             }
+            if let Provider::Bedrock(b) = &self.provider
+                && error.api().is_some_and(|e| e.status == 403)
+                && !reauthenticated
+            {
+                // Temporary credentials may have expired early: load them again, once.
+                reauthenticated = true;
+                b.invalidate().await;
+                continue;
+            }
             if !error.is_retryable() || retry >= self.config.retry.max_retries {
                 return Err(error);
             }
