@@ -13,7 +13,7 @@ mod script;
 mod validate;
 pub mod vertex;
 
-pub use script::{Rule, Script, Step};
+pub use script::{MidStreamError, Rule, Script, Step};
 pub use validate::validate;
 
 use axum::Router;

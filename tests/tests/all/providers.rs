@@ -7,7 +7,7 @@
 
 use anyhow::Context;
 use serde_json::{Value, json};
-use tether_tests::fake_anthropic::bedrock::ACCESS_KEY_ID;
+use tether_tests::fake_anthropic::bedrock::{ACCESS_KEY_ID, SECRET_ACCESS_KEY};
 use tether_tests::fake_anthropic::vertex::{TOKEN_PREFIX, service_account};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
@@ -143,7 +143,7 @@ fn a_bedrock_session_signs_its_requests_and_reads_the_event_stream() -> anyhow::
         (
             vec![
                 ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID.to_owned()),
-                ("AWS_SECRET_ACCESS_KEY", "tether-test-secret".into()),
+                ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY.into()),
                 ("AWS_SESSION_TOKEN", "tether-session".into()),
             ],
             "AWS4-HMAC-SHA256 Credential=AKIATETHERTEST/",
@@ -238,8 +238,103 @@ fn a_bedrock_session_signs_its_requests_and_reads_the_event_stream() -> anyhow::
             text.contains(source) && text.contains("Amazon Bedrock (region eu-west-1"),
             "{text}"
         );
-        assert!(!text.contains("tether-test-secret") && !text.contains("bedrock-api-key-test"));
+        assert!(!text.contains(SECRET_ACCESS_KEY) && !text.contains("bedrock-api-key-test"));
     }
+    Ok(())
+}
+
+/// The environment of a daemon on the fake's Bedrock with the test's access keys.
+fn bedrock_env(fake: &Fake, secret: &str) -> Vec<(String, String)> {
+    [
+        ("CLAUDE_CODE_USE_BEDROCK", "1".to_owned()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("ANTHROPIC_BEDROCK_BASE_URL", fake.server.url()),
+        ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9".into()),
+        ("AWS_CONFIG_FILE", "/nonexistent/aws-config".into()),
+        (
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/aws-credentials".into(),
+        ),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID.into()),
+        ("AWS_SECRET_ACCESS_KEY", secret.into()),
+        ("TETHER_API_MAX_RETRIES", "3".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+#[test]
+fn bedrock_throttling_and_expired_credentials_are_retried_and_a_bad_signature_is_not()
+-> anyhow::Result<()> {
+    use tether_tests::fake_anthropic::MidStreamError;
+    let mut throttled = Step::text("This reply is throttled halfway.");
+    throttled.mid_stream_error = Some(MidStreamError {
+        after_chunk: 3,
+        error_type: "rate_limit_error".into(),
+    });
+    let expired = Step {
+        status: Some(403),
+        body: Some(json!({"message": "The security token included in the request is expired"})),
+        ..Step::default()
+    };
+    let fake = Fake::start(
+        Script::of([
+            throttled,
+            Step::text("Answered after the throttling."),
+            expired,
+            Step::text("Answered with fresh credentials."),
+        ])
+        .titling("Retries"),
+    )?;
+    let daemon = Daemon::start_with(bedrock_env(&fake, SECRET_ACCESS_KEY))?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    for want in [
+        "Answered after the throttling.",
+        "Answered with fresh credentials.",
+    ] {
+        c.start_turn(&session, "go")?;
+        let events = c.events_until("turn_ended")?;
+        let last = events.last().context("events")?;
+        assert_eq!(last["data"]["stopReason"], "end_turn", "{last}");
+        assert!(
+            events
+                .iter()
+                .any(|e| e["type"] == "assistant_block_completed"
+                    && e["data"]["block"]["text"] == want),
+            "{events:?}"
+        );
+    }
+    let rejected: Vec<_> = fake
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.rejected.is_some())
+        .collect();
+    assert!(rejected.is_empty(), "{rejected:?}");
+
+    // A wrong secret: the signature does not match; the turn fails saying so, once re-tried
+    // with reloaded credentials and never again.
+    let fake = Fake::start(Script::of([Step::text("never")]).titling("Wrong key"))?;
+    let daemon = Daemon::start_with(bedrock_env(&fake, "not-the-secret"))?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    c.start_turn(&session, "go")?;
+    let events = c.events_until("turn_ended")?;
+    let last = events.last().context("events")?;
+    assert_eq!(last["data"]["stopReason"], "error", "{last}");
+    assert!(last.to_string().contains("SignatureDoesNotMatch"), "{last}");
+    let tries = fake
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/invoke-with-response-stream") && r.body["max_tokens"] != 64)
+        .count();
+    assert_eq!(tries, 2, "one retry with reloaded credentials, no more");
     Ok(())
 }
 
