@@ -227,11 +227,15 @@ pub fn tool_finished(tool: &str, duration: Duration, outcome: &'static str) {
     );
 }
 
-/// A model request is retried.
-pub fn api_retry(model: &str) {
-    instruments()
-        .retries
-        .add(1, &[KeyValue::new("model", model.to_owned())]);
+/// A model request to `provider` is retried.
+pub fn api_retry(model: &str, provider: &'static str) {
+    instruments().retries.add(
+        1,
+        &[
+            KeyValue::new("model", model.to_owned()),
+            KeyValue::new("provider", provider),
+        ],
+    );
 }
 
 /// A permission decision (`source`: user, rule, hook, mode or policy).

@@ -450,6 +450,18 @@ mod tests {
         let error: serde_json::Value =
             serde_json::from_str(events[2].as_ref().expect("ok")).expect("json");
         assert_eq!(error["error"]["type"], "rate_limit_error");
+        // A frame whose CRC does not match is a malformed stream, never a silent skip.
+        let mut corrupt = frame(&chunk(&start));
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xFF;
+        let events: Vec<_> =
+            decode_event_stream(futures::stream::iter(vec![Ok::<_, LlmError>(corrupt)]))
+                .collect()
+                .await;
+        assert!(
+            matches!(events.as_slice(), [Err(LlmError::Malformed(m))] if m.contains("event stream")),
+            "{events:?}"
+        );
         // A stream cut inside a frame is truncated, not complete.
         let cut: Vec<Result<Vec<u8>, LlmError>> = vec![Ok(frame(&chunk(&start))[..20].to_vec())];
         let events: Vec<_> = decode_event_stream(futures::stream::iter(cut))

@@ -179,6 +179,7 @@ impl AnthropicClient {
             // Model, attempt, status and tokens; never the prompt or a credential.
             let span = tracing::info_span!(
                 "api.request",
+                provider = self.provider.name(),
                 model = %request.model,
                 attempt = retry + 1,
                 http.status = tracing::field::Empty,
@@ -236,7 +237,7 @@ impl AnthropicClient {
             }
             let delay = self.config.retry.delay(retry, &error);
             retry += 1;
-            crate::telemetry::api_retry(&request.model);
+            crate::telemetry::api_retry(&request.model, self.provider.name());
             tracing::warn!(
                 attempt = retry,
                 delay_ms = delay.as_millis() as u64,

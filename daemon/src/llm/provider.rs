@@ -29,6 +29,17 @@ pub enum Provider {
     Bedrock(super::bedrock::Bedrock),
 }
 
+impl Provider {
+    /// Its name, as config.toml and telemetry say it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Anthropic => "anthropic",
+            Self::Vertex(_) => "vertex",
+            Self::Bedrock(_) => "bedrock",
+        }
+    }
+}
+
 /// How to reach Claude on Vertex AI.
 pub struct Vertex {
     /// The Google Cloud project (`ANTHROPIC_VERTEX_PROJECT_ID`).
