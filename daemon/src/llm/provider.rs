@@ -143,10 +143,14 @@ impl Vertex {
                 })
             })
             .await?;
-        let token = provider
-            .token(&[SCOPE])
-            .await
-            .map_err(|e| LlmError::Connection(format!("cannot get a Google access token: {e}")))?;
+        let token = provider.token(&[SCOPE]).await.map_err(|e| match e {
+            // The token endpoint answered and refused: retrying cannot help.
+            gcp_auth::Error::Str(_) | gcp_auth::Error::Json(..) => LlmError::Config(format!(
+                "Vertex AI: Google refused to issue an access token ({e}); check the credentials \
+                 (GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth application-default login`)"
+            )),
+            _ => LlmError::Connection(format!("Vertex AI: cannot get a Google access token: {e}")),
+        })?;
         Ok(Some(token.as_str().to_owned()))
     }
 

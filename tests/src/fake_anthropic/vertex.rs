@@ -30,8 +30,35 @@ pub fn service_account(base_url: &str) -> Value {
     })
 }
 
-/// `POST /token`: the JWT-bearer grant. Checks the assertion's shape and claims (not its
-/// signature: the fake holds no public key), records it, and issues a token.
+/// Whether `jwt`'s RS256 signature is the test service account's.
+fn signed_by_the_test_key(jwt: &str) -> bool {
+    use aws_lc_rs::signature::{RSA_PKCS1_2048_8192_SHA256, UnparsedPublicKey};
+    let Some((signed, signature)) = jwt.rsplit_once('.') else {
+        return false;
+    };
+    let Ok(signature) =
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(signature.trim_end_matches('='))
+    else {
+        return false;
+    };
+    UnparsedPublicKey::new(
+        &RSA_PKCS1_2048_8192_SHA256,
+        include_bytes!("vertex-test-key.pub.der"),
+    )
+    .verify(signed.as_bytes(), &signature)
+    .is_ok()
+}
+
+/// A key file like [`service_account`]'s, signed with a key the fake does not know: its token
+/// endpoint refuses it.
+pub fn unknown_service_account(base_url: &str) -> Value {
+    let mut key = service_account(base_url);
+    key["private_key"] = include_str!("vertex-other-key.pem").into();
+    key
+}
+
+/// `POST /token`: the JWT-bearer grant. Checks the assertion's RS256 signature against the test
+/// service account's public key and its claims, records it, and issues a token.
 pub(super) async fn token(
     State(state): State<Shared>,
     headers: HeaderMap,
@@ -51,6 +78,12 @@ pub(super) async fn token(
             Some(format!("unsupported grant_type {g}"))
         }
         (None, _) => Some("grant_type missing".to_owned()),
+        _ if !form
+            .get("assertion")
+            .is_some_and(|jwt| signed_by_the_test_key(jwt)) =>
+        {
+            Some("invalid_grant: the JWT's signature does not verify".to_owned())
+        }
         (_, None) => Some("assertion is not a JWT".to_owned()),
         (_, Some(c))
             if !c["scope"]

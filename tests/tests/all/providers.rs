@@ -8,7 +8,9 @@
 use anyhow::Context;
 use serde_json::{Value, json};
 use tether_tests::fake_anthropic::bedrock::{ACCESS_KEY_ID, SECRET_ACCESS_KEY};
-use tether_tests::fake_anthropic::vertex::{TOKEN_PREFIX, service_account};
+use tether_tests::fake_anthropic::vertex::{
+    TOKEN_PREFIX, service_account, unknown_service_account,
+};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
 
@@ -240,6 +242,60 @@ fn a_bedrock_session_signs_its_requests_and_reads_the_event_stream() -> anyhow::
         );
         assert!(!text.contains(SECRET_ACCESS_KEY) && !text.contains("bedrock-api-key-test"));
     }
+    Ok(())
+}
+
+#[test]
+fn a_service_account_the_token_endpoint_refuses_fails_the_turn_clearly() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("never")]).titling("Refused"))?;
+    let key_dir = tempfile::tempdir()?;
+    let key = key_dir.path().join("service-account.json");
+    std::fs::write(
+        &key,
+        unknown_service_account(&fake.server.url()).to_string(),
+    )?;
+    let daemon = Daemon::start_with(vec![
+        ("CLAUDE_CODE_USE_VERTEX".into(), "1".into()),
+        ("ANTHROPIC_VERTEX_PROJECT_ID".into(), "tether-test".into()),
+        (
+            "ANTHROPIC_VERTEX_BASE_URL".into(),
+            format!("{}/v1", fake.server.url()),
+        ),
+        (
+            "GOOGLE_APPLICATION_CREDENTIALS".into(),
+            key.display().to_string(),
+        ),
+    ])?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    c.start_turn(&session, "go")?;
+    let events = c.events_until("turn_ended")?;
+    let last = events.last().context("events")?;
+    assert_eq!(last["data"]["stopReason"], "error", "{last}");
+    let message = last["data"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("Vertex AI: Google refused to issue an access token")
+            && message.contains("GOOGLE_APPLICATION_CREDENTIALS"),
+        "{message}"
+    );
+    let requests = fake.server.requests();
+    assert!(requests.iter().any(|r| {
+        r.path == "/token"
+            && r.rejected
+                .as_deref()
+                .is_some_and(|m| m.contains("signature does not verify"))
+    }));
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.path.ends_with(":streamRawPredict")),
+        "nothing is sent without a token"
+    );
+    // The session is intact: it answers and takes the next turn (which fails the same way).
+    c.call("session/get", json!({"sessionId": session}))?;
     Ok(())
 }
 
