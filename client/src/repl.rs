@@ -105,6 +105,10 @@ struct Repl {
     /// The daemon's slash commands for this session.
     commands: DaemonCommands,
     models: ModelNames,
+    /// This client created the session (rather than attaching to one).
+    created: bool,
+    /// A turn was started in the session (by anyone): it is worth keeping.
+    saw_turn: bool,
 }
 
 fn client_name() -> String {
@@ -142,6 +146,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
     let style = Style::detect();
     let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
+    let created = start.session.is_none() && !start.observe;
     let id = match start.session {
         Some(id) => {
             // A resumed session switches to what the command line asks for.
@@ -226,6 +231,8 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         live_drawn: Default::default(),
         commands: commands.clone(),
         models,
+        created,
+        saw_turn: false,
     };
     if first_start {
         repl.say(&repl.style.dim(
@@ -298,7 +305,8 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                     Input::Interrupt => {
                         repl.interrupts += 1;
                         if repl.interrupts >= 2 {
-                            repl.say(&repl.style.dim("detached; the session stays in tetherd"));
+                            let bye = repl.leave().await;
+                            repl.say(&repl.style.dim(&bye));
                             return Ok(ExitCode::SUCCESS);
                         }
                         repl.say(&repl.style.dim("(Ctrl+C again or Ctrl+D to detach)"));
@@ -316,10 +324,8 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                         return Ok(ExitCode::FAILURE);
                     }
                     Input::Detach => {
-                        repl.say(&repl.style.dim(&format!(
-                            "detached; the session stays in tetherd (tether attach {})",
-                            repl.session.id
-                        )));
+                        let bye = repl.leave().await;
+                        repl.say(&repl.style.dim(&bye));
                         return Ok(ExitCode::SUCCESS);
                     }
                 }
@@ -485,6 +491,9 @@ impl Repl {
             }
             self.session.last_seq = seq;
         }
+        if matches!(event.kind, EventKind::TurnStarted { .. }) {
+            self.saw_turn = true;
+        }
         let text = self.view.feed(event);
         let will_ask = matches!(event.kind, EventKind::PermissionRequested { .. })
             && self.role == Role::Controller
@@ -611,6 +620,40 @@ impl Repl {
             self.edit();
         } else {
             self.watch_keys();
+        }
+    }
+
+    /// What leaving says. A session this client created in which nothing was ever asked, and
+    /// which no other client has open, is not kept: `tether sessions` and `-c` never meet an
+    /// empty one.
+    async fn leave(&mut self) -> String {
+        let kept = format!(
+            "detached; the session stays in tetherd (tether attach {})",
+            self.session.id
+        );
+        if !self.created || self.saw_turn || self.waiting_turn.is_some() {
+            return kept;
+        }
+        let me = self.conn.hello.connection_id.clone();
+        let Ok(snapshot) = self.conn.client.session_get(self.session.id.clone()).await else {
+            return kept;
+        };
+        let others = snapshot
+            .summary
+            .attached_clients
+            .iter()
+            .any(|c| c.client.client_id != me);
+        if others || snapshot.summary.status != tether_proto::SessionStatus::Idle {
+            return kept;
+        }
+        match self
+            .conn
+            .client
+            .session_delete(self.session.id.clone())
+            .await
+        {
+            Ok(_) => "detached; nothing was asked, so the empty session was not kept".into(),
+            Err(_) => kept,
         }
     }
 

@@ -88,7 +88,8 @@ impl Repl {
         let s = self.style;
         match cmd.as_str() {
             "/quit" | "/exit" => {
-                self.say(&s.dim("detached; the session stays in tetherd"));
+                let bye = self.leave().await;
+                self.say(&s.dim(&bye));
                 return Ok(true);
             }
             "/help" => {

@@ -585,7 +585,7 @@ fn the_first_start_shows_a_hint_and_later_ones_do_not() -> anyhow::Result<()> {
     a.send([4u8])?;
     a.want("detached")?;
     drop(a);
-    let mut b = tether(&daemon, &["-c"])?;
+    let mut b = tether(&daemon, &[])?;
     b.want("› ")?;
     {
         let shown = b.shown.lock().unwrap_or_else(|p| p.into_inner());
@@ -673,6 +673,28 @@ fn a_paste_during_a_turn_waits_unechoed_for_the_prompt_and_stays_one_prompt() ->
         turns[1]
     );
     assert!(turns[1].contains("pasted row 6"), "{}", turns[1]);
+    Ok(())
+}
+
+#[test]
+fn a_session_where_nothing_was_asked_is_not_kept() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Kept.")]).titling("Kept"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &[])?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("nothing was asked, so the empty session was not kept")?;
+    let mut c = daemon.ndjson()?;
+    let list = c.call("session/list", json!({}))?;
+    assert_eq!(list["total"], 0, "{list}");
+    // One where something was asked stays.
+    let mut b = tether(&daemon, &["--", "keep this"])?;
+    b.want("Kept.")?;
+    b.want("› ")?;
+    b.send([4u8])?;
+    b.want("the session stays in tetherd")?;
+    let list = c.call("session/list", json!({}))?;
+    assert_eq!(list["total"], 1, "{list}");
     Ok(())
 }
 
