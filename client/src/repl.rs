@@ -634,7 +634,7 @@ impl Repl {
         if !self.created || self.saw_turn || self.waiting_turn.is_some() {
             return kept;
         }
-        let me = self.conn.hello.connection_id.clone();
+        let me = self.conn.hello.connection_id;
         let Ok(snapshot) = self.conn.client.session_get(self.session.id.clone()).await else {
             return kept;
         };
