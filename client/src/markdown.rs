@@ -33,6 +33,16 @@ pub struct Markdown {
     highlighter: Option<HighlightLines<'static>>,
     /// Rows of a table being collected.
     table: Vec<Vec<String>>,
+    /// Its columns' alignment, from the separator row.
+    align: Vec<Align>,
+}
+
+/// How a table column is aligned (`:--`, `:-:`, `--:`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Align {
+    Left,
+    Center,
+    Right,
 }
 
 impl Markdown {
@@ -44,6 +54,7 @@ impl Markdown {
             code: None,
             highlighter: None,
             table: Vec::new(),
+            align: Vec::new(),
         }
     }
 
@@ -75,7 +86,7 @@ impl Markdown {
         }
         let trimmed = self.partial.trim_start();
         let rendered = if self.code.is_some() {
-            format!("    {}", self.partial)
+            self.partial.clone()
         } else if trimmed.starts_with('|')
             || trimmed.starts_with("```")
             || trimmed.starts_with("~~~")
@@ -109,10 +120,15 @@ impl Markdown {
                     .trim()
                     .is_empty();
             if closes {
-                let fence = self.style.dim(fence);
+                // With colour the highlighting marks the block; plain text keeps the fence.
+                let out = if self.style.color {
+                    String::new()
+                } else {
+                    format!("{fence}\n")
+                };
                 self.code = None;
                 self.highlighter = None;
-                return format!("{fence}\n");
+                return out;
             }
             return self.code_line(line);
         }
@@ -130,7 +146,13 @@ impl Markdown {
                     .unwrap_or_else(|| syntaxes.find_syntax_plain_text());
                 self.highlighter = Some(HighlightLines::new(syntax, theme));
             }
-            out.push_str(&format!("{}\n", self.style.dim(&format!("{fence}{lang}"))));
+            if self.style.color {
+                if !lang.is_empty() {
+                    out.push_str(&format!("{}\n", self.style.dim(&lang)));
+                }
+            } else {
+                out.push_str(&format!("{fence}{lang}\n"));
+            }
             self.code = Some((fence, lang));
             return out;
         }
@@ -143,7 +165,16 @@ impl Markdown {
             let separator = cells
                 .iter()
                 .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':' | ' ')));
-            if !separator {
+            if separator {
+                self.align = cells
+                    .iter()
+                    .map(|c| match (c.starts_with(':'), c.ends_with(':')) {
+                        (true, true) => Align::Center,
+                        (false, true) => Align::Right,
+                        _ => Align::Left,
+                    })
+                    .collect();
+            } else {
                 self.table.push(cells);
             }
             return String::new();
@@ -154,17 +185,18 @@ impl Markdown {
     }
 
     fn code_line(&mut self, line: &str) -> String {
+        // No indent: copied code is the code.
         let Some(h) = self.highlighter.as_mut() else {
-            return format!("    {line}\n");
+            return format!("{line}\n");
         };
         let (syntaxes, _) = highlighting();
         let with_newline = format!("{line}\n");
         match h.highlight_line(&with_newline, syntaxes) {
             Ok(ranges) => format!(
-                "    {}\x1b[0m",
+                "{}\x1b[0m",
                 syntect::util::as_24_bit_terminal_escaped(&ranges, false)
             ),
-            Err(_) => format!("    {line}\n"),
+            Err(_) => format!("{line}\n"),
         }
     }
 
@@ -264,34 +296,61 @@ impl Markdown {
         out
     }
 
-    /// Renders a collected table with aligned columns.
+    /// Renders a collected table: columns aligned by their rendered width (inline code and
+    /// emphasis measured as shown) and as the separator row says; a table wider than the
+    /// terminal becomes one `header: value` block per row.
     fn flush_table(&mut self) -> String {
         if self.table.is_empty() {
             return String::new();
         }
         let rows = std::mem::take(&mut self.table);
+        let align = std::mem::take(&mut self.align);
         let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-        let widths: Vec<usize> = (0..cols)
-            .map(|c| {
-                rows.iter()
-                    .filter_map(|r| r.get(c))
-                    .map(|s| unicode_width::UnicodeWidthStr::width(s.as_str()))
-                    .max()
-                    .unwrap_or(0)
+        let rendered: Vec<Vec<String>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                (0..cols)
+                    .map(|c| {
+                        let cell = row.get(c).map(String::as_str).unwrap_or("");
+                        if i == 0 {
+                            self.style.bold(&self.inline(cell))
+                        } else {
+                            self.inline(cell)
+                        }
+                    })
+                    .collect()
             })
             .collect();
+        let shown = |s: &str| textwrap::core::display_width(s);
+        let widths: Vec<usize> = (0..cols)
+            .map(|c| rendered.iter().map(|r| shown(&r[c])).max().unwrap_or(0))
+            .collect();
+        let total = widths.iter().sum::<usize>() + 3 * cols.saturating_sub(1);
         let mut out = String::new();
-        for (i, row) in rows.iter().enumerate() {
-            let cells: Vec<String> = (0..cols)
-                .map(|c| {
-                    let cell = row.get(c).map(String::as_str).unwrap_or("");
-                    let pad = widths[c].saturating_sub(unicode_width::UnicodeWidthStr::width(cell));
-                    let text = if i == 0 {
-                        self.style.bold(cell)
-                    } else {
-                        self.inline(cell)
-                    };
-                    format!("{text}{}", " ".repeat(pad))
+        if total > self.style.width && rendered.len() > 1 {
+            for row in &rendered[1..] {
+                for (c, cell) in row.iter().enumerate() {
+                    let label = &rendered[0][c];
+                    out.push_str(&format!("{label}: {cell}\n"));
+                }
+                out.push('\n');
+            }
+            return out;
+        }
+        for (i, row) in rendered.iter().enumerate() {
+            let cells: Vec<String> = row
+                .iter()
+                .enumerate()
+                .map(|(c, text)| {
+                    let pad = widths[c].saturating_sub(shown(text));
+                    match align.get(c).copied().unwrap_or(Align::Left) {
+                        Align::Left => format!("{text}{}", " ".repeat(pad)),
+                        Align::Right => format!("{}{text}", " ".repeat(pad)),
+                        Align::Center => {
+                            format!("{}{text}{}", " ".repeat(pad / 2), " ".repeat(pad - pad / 2))
+                        }
+                    }
                 })
                 .collect();
             out.push_str(&format!(
@@ -314,4 +373,68 @@ fn heading(line: &str) -> Option<usize> {
         .contains(&level)
         .then_some(level)
         .filter(|l| line[*l..].starts_with(' '))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(style: Style, text: &str) -> String {
+        let mut md = Markdown::new(style);
+        let mut out = md.push(text);
+        out.push_str(&md.finish());
+        out
+    }
+
+    #[test]
+    fn table_columns_align_as_shown_and_as_the_separator_says() {
+        let table = "| name | count | note |\n|:-----|------:|:----:|\n| `a` | 1 | x |\n| **bold** | 1234 | centred |\n";
+        let colour = Style {
+            color: true,
+            width: 80,
+        };
+        let out = render(colour, table);
+        // The column separators line up, measured as the terminal shows the cells.
+        let columns = |row: &str| -> Vec<usize> {
+            row.char_indices()
+                .filter(|(_, c)| *c == '│' || *c == '┼')
+                .map(|(i, _)| textwrap::core::display_width(&row[..i]))
+                .collect()
+        };
+        let rows: Vec<Vec<usize>> = out.lines().map(columns).collect();
+        assert!(rows.iter().all(|r| *r == rows[0]), "{rows:?}\n{out}");
+        let plain = render(Style::plain(80), table);
+        assert_eq!(
+            plain,
+            "name │ count │  note\n─────┼───────┼────────\n`a`  │     1 │    x\nbold │  1234 │ centred\n"
+        );
+    }
+
+    #[test]
+    fn a_table_wider_than_the_terminal_becomes_key_value_blocks() {
+        let table = "| file | what changed |\n|---|---|\n| src/main.rs | the parser now keeps comments |\n| README.md | usage |\n";
+        let out = render(Style::plain(30), table);
+        assert_eq!(
+            out,
+            "file: src/main.rs\nwhat changed: the parser now keeps comments\n\nfile: README.md\nwhat changed: usage\n\n"
+        );
+    }
+
+    #[test]
+    fn code_blocks_carry_no_indent() {
+        let out = render(Style::plain(80), "```rust\nfn main() {}\n```\n");
+        assert_eq!(out, "```rust\nfn main() {}\n```\n");
+        let out = render(
+            Style {
+                color: true,
+                width: 80,
+            },
+            "```\nplain code\n```\n",
+        );
+        assert!(
+            out.lines()
+                .all(|l| !l.starts_with(' ') && !l.contains("```")),
+            "{out:?}"
+        );
+    }
 }
