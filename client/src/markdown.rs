@@ -85,9 +85,8 @@ impl Markdown {
             return Vec::new();
         }
         let trimmed = self.partial.trim_start();
-        let rendered = if self.code.is_some() {
-            self.partial.clone()
-        } else if trimmed.starts_with('|')
+        let rendered = if self.code.is_some()
+            || trimmed.starts_with('|')
             || trimmed.starts_with("```")
             || trimmed.starts_with("~~~")
         {
