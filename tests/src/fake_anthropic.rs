@@ -239,6 +239,29 @@ async fn messages(State(state): State<Shared>, headers: HeaderMap, body: Bytes) 
     answer(&state, "/v1/messages", hmap, parsed, as_sent, Framing::Sse)
 }
 
+/// Records a request a provider's own rules refused, and answers it with `status`.
+fn refuse(
+    state: &Shared,
+    path: String,
+    headers: BTreeMap<String, String>,
+    body: Value,
+    status: u16,
+    message: String,
+) -> Response {
+    lock(state).recorded.push(Recorded {
+        path,
+        headers,
+        body,
+        rejected: Some(message.clone()),
+    });
+    let kind = match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        _ => "invalid_request_error",
+    };
+    json_response(status, &error_body(kind, &message), &BTreeMap::new())
+}
+
 /// How a streamed reply is framed on the wire.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Framing {

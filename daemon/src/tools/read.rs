@@ -79,28 +79,20 @@ impl Tool for Read {
                         meta.len() / 1024
                     ));
                 }
-                let bytes = match tokio::fs::read(&path).await {
+                let bytes = match read_whole(&path, modified, ctx).await {
                     Ok(b) => b,
-                    Err(e) => {
-                        return ToolOutput::error(format!("cannot read {}: {e}", path.display()));
-                    }
+                    Err(out) => return out,
                 };
-                ctx.workspace
-                    .remember(&path, FileStamp::of(&bytes, modified));
                 let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
                 return ToolOutput::blocks(vec![
                     json!({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}),
                 ]);
             }
             if path.extension().is_some_and(|e| e == "ipynb") && meta.len() <= MAX_NOTEBOOK {
-                let bytes = match tokio::fs::read(&path).await {
+                let bytes = match read_whole(&path, modified, ctx).await {
                     Ok(b) => b,
-                    Err(e) => {
-                        return ToolOutput::error(format!("cannot read {}: {e}", path.display()));
-                    }
+                    Err(out) => return out,
                 };
-                ctx.workspace
-                    .remember(&path, FileStamp::of(&bytes, modified));
                 if let Some(cells) = serde_json::from_slice::<Value>(&bytes)
                     .ok()
                     .and_then(|nb| super::notebook::render(&nb))
@@ -169,6 +161,20 @@ impl Tool for Read {
             ToolOutput::text(text)
         })
     }
+}
+
+/// A small file read whole (an image, a notebook), its stamp remembered.
+async fn read_whole(
+    path: &std::path::Path,
+    modified: Option<std::time::SystemTime>,
+    ctx: &ToolContext,
+) -> Result<Vec<u8>, ToolOutput> {
+    let bytes = tokio::fs::read(path)
+        .await
+        .map_err(|e| ToolOutput::error(format!("cannot read {}: {e}", path.display())))?;
+    ctx.workspace
+        .remember(path, FileStamp::of(&bytes, modified));
+    Ok(bytes)
 }
 
 /// What [`read_lines`] found.

@@ -4,7 +4,7 @@
 //! signature) or a Bedrock API key; answered with the same script, each stream event in an AWS
 //! event-stream `chunk` message.
 
-use super::{Framing, Recorded, Shared, answer, error_body, header_map, json_response, lock};
+use super::{Framing, Shared, answer, header_map};
 use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -227,18 +227,7 @@ pub(super) async fn invoke_with_response_stream(
         _ => auth_problem(&hmap, uri.path(), &body).map(|p| (403, p)),
     };
     if let Some((status, message)) = rejection {
-        lock(&state).recorded.push(Recorded {
-            path,
-            headers: hmap,
-            body: as_sent,
-            rejected: Some(message.clone()),
-        });
-        let kind = if status == 403 {
-            "permission_error"
-        } else {
-            "invalid_request_error"
-        };
-        return json_response(status, &error_body(kind, &message), &BTreeMap::new());
+        return super::refuse(&state, path, hmap, as_sent, status, message);
     }
     // Bedrock's body carries the betas the Messages API takes as a header.
     let betas: Vec<String> = as_sent["anthropic_beta"]

@@ -4,7 +4,7 @@
 //! OAuth token endpoint (`/token`) that takes a service account's signed JWT (the JWT-bearer
 //! grant) and issues tokens.
 
-use super::{Recorded, Shared, answer, error_body, header_map, json_response, lock};
+use super::{Recorded, Shared, answer, header_map, json_response, lock};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -160,18 +160,7 @@ pub(super) async fn stream_raw_predict(
         _ => None,
     };
     if let Some((status, message)) = rejection {
-        lock(&state).recorded.push(Recorded {
-            path,
-            headers: hmap,
-            body: as_sent,
-            rejected: Some(message.clone()),
-        });
-        let kind = if status == 401 {
-            "authentication_error"
-        } else {
-            "invalid_request_error"
-        };
-        return json_response(status, &error_body(kind, &message), &BTreeMap::new());
+        return super::refuse(&state, path, hmap, as_sent, status, message);
     }
     let model = model.trim_end_matches(":streamRawPredict").to_owned();
     let parsed = sent.map(|mut b| {

@@ -14,6 +14,27 @@ use tether_tests::fake_anthropic::vertex::{
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
 
+/// Runs one turn in a new `claude-sonnet-4-5` session; checks how it ended; returns its events.
+fn one_turn(daemon: &Daemon, stop_reason: &str) -> anyhow::Result<Vec<Value>> {
+    let mut c = daemon.ndjson()?;
+    let session = c.call(
+        "session/new",
+        json!({"cwd": daemon.workdir(), "model": "claude-sonnet-4-5"}),
+    )?["sessionId"]
+        .as_str()
+        .context("session id")?
+        .to_owned();
+    c.watch(&session)?;
+    c.start_turn(&session, "run a command")?;
+    let events = c.events_until("turn_ended")?;
+    let last = events.last().context("events")?;
+    anyhow::ensure!(
+        last["data"]["stopReason"] == stop_reason,
+        "the turn ended {last}, not {stop_reason}"
+    );
+    Ok(events)
+}
+
 #[test]
 fn a_vertex_ai_session_streams_through_google_credentials() -> anyhow::Result<()> {
     let fake = Fake::start(
@@ -43,19 +64,7 @@ fn a_vertex_ai_session_streams_through_google_credentials() -> anyhow::Result<()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     let daemon = Daemon::start_with(env)?;
-    let mut c = daemon.ndjson()?;
-    let session = c.call(
-        "session/new",
-        json!({"cwd": daemon.workdir(), "model": "claude-sonnet-4-5"}),
-    )?["sessionId"]
-        .as_str()
-        .context("session id")?
-        .to_owned();
-    c.watch(&session)?;
-    c.start_turn(&session, "run a command")?;
-    let events = c.events_until("turn_ended")?;
-    let last = events.last().context("events")?;
-    assert_eq!(last["data"]["stopReason"], "end_turn", "{last}");
+    let events = one_turn(&daemon, "end_turn")?;
     assert!(
         events.iter().any(|e| e["type"] == "tool_result"
             && e["data"]["content"]
@@ -179,19 +188,7 @@ fn a_bedrock_session_signs_its_requests_and_reads_the_event_stream() -> anyhow::
         .collect();
         env.extend(credentials.into_iter().map(|(k, v)| (k.to_owned(), v)));
         let daemon = Daemon::start_with(env)?;
-        let mut c = daemon.ndjson()?;
-        let session = c.call(
-            "session/new",
-            json!({"cwd": daemon.workdir(), "model": "claude-sonnet-4-5"}),
-        )?["sessionId"]
-            .as_str()
-            .context("session id")?
-            .to_owned();
-        c.watch(&session)?;
-        c.start_turn(&session, "run a command")?;
-        let events = c.events_until("turn_ended")?;
-        let last = events.last().context("events")?;
-        assert_eq!(last["data"]["stopReason"], "end_turn", "{source}: {last}");
+        let events = one_turn(&daemon, "end_turn").context(source)?;
         assert!(
             events
                 .iter()

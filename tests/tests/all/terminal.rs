@@ -203,6 +203,17 @@ fn echo_script(reply: &str) -> Script {
     .titling("Echo in a terminal")
 }
 
+/// The messages of each turn request the fake received (title requests, which carry no tools,
+/// left out), as JSON text.
+fn turn_messages(fake: &Fake) -> Vec<String> {
+    fake.server
+        .message_requests()
+        .iter()
+        .filter(|r| r.body["tools"].is_array())
+        .map(|r| r.body["messages"].to_string())
+        .collect()
+}
+
 #[test]
 fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow::Result<()> {
     let fake = Fake::start(echo_script("All **done** here."))?;
@@ -659,13 +670,7 @@ fn a_paste_during_a_turn_waits_unechoed_for_the_prompt_and_stays_one_prompt() ->
     a.want("detached")?;
     // The terminal is handed back as it was: bracketed paste off again.
     a.want("\x1b[?2004l")?;
-    let turns: Vec<String> = fake
-        .server
-        .message_requests()
-        .iter()
-        .filter(|r| r.body["tools"].is_array())
-        .map(|r| r.body["messages"].to_string())
-        .collect();
+    let turns = turn_messages(&fake);
     assert_eq!(turns.len(), 2, "one turn for the whole paste: {turns:?}");
     assert!(
         turns[1].contains("pasted row 1\\npasted row 2"),
@@ -723,13 +728,7 @@ fn esc_interrupts_a_turn_typing_waits_for_the_prompt_and_ctrl_d_detaches_at_once
     // Ctrl+D while the turn runs detaches now, not when the turn ends.
     a.send([4u8])?;
     a.want("detached")?;
-    let turns: Vec<String> = fake
-        .server
-        .message_requests()
-        .iter()
-        .filter(|r| r.body["tools"].is_array())
-        .map(|r| r.body["messages"].to_string())
-        .collect();
+    let turns = turn_messages(&fake);
     assert_eq!(turns.len(), 2, "{turns:?}");
     assert!(turns[1].contains("typed ahead too"), "{}", turns[1]);
     // The session goes on in the daemon: the second turn still runs.
@@ -755,13 +754,8 @@ fn no_with_a_message_tells_the_model_what_to_do_instead() -> anyhow::Result<()> 
     a.want("› ")?;
     a.send([4u8])?;
     a.want("detached")?;
-    let told = fake
-        .server
-        .message_requests()
-        .iter()
-        .filter(|r| r.body["tools"].is_array())
-        .map(|r| r.body["messages"].to_string())
-        .next_back()
+    let told = turn_messages(&fake)
+        .pop()
         .context("the request after the answer")?;
     assert!(told.contains("use printf instead"), "{told}");
     Ok(())
