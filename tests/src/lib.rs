@@ -9,6 +9,7 @@ pub mod otlp;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -301,6 +302,30 @@ impl Daemon {
     pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
         let pid = self.child.as_ref().context("daemon is not running")?.id();
         status_kib(pid, "VmHWM")
+    }
+
+    /// `tether doctor --online --json`: each check's name → (status, detail), and the raw
+    /// output (to check that no secret shows).
+    pub fn doctor(&self) -> anyhow::Result<(BTreeMap<String, (String, String)>, String)> {
+        let out = self
+            .tether()
+            .args(["doctor", "--online", "--json"])
+            .output()?;
+        let checks: Vec<Value> = serde_json::from_slice(&out.stdout)
+            .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
+        let by_name = checks
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or("").to_owned(),
+                    (
+                        c["status"].as_str().unwrap_or("").to_owned(),
+                        c["detail"].as_str().unwrap_or("").to_owned(),
+                    ),
+                )
+            })
+            .collect();
+        Ok((by_name, String::from_utf8_lossy(&out.stdout).into_owned()))
     }
 
     /// A new raw NDJSON connection.

@@ -105,24 +105,8 @@ fn a_vertex_ai_session_streams_through_google_credentials() -> anyhow::Result<()
     );
 
     // doctor: the provider, its region and the credential source; the key never shows.
-    let out = daemon
-        .tether()
-        .args(["doctor", "--online", "--json"])
-        .output()?;
-    let checks: Vec<Value> = serde_json::from_slice(&out.stdout)
-        .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
-    let detail = |name: &str| {
-        checks
-            .iter()
-            .find(|c| c["name"] == name)
-            .map(|c| {
-                (
-                    c["status"].clone(),
-                    c["detail"].as_str().unwrap_or("").to_owned(),
-                )
-            })
-            .unwrap_or_default()
-    };
+    let (checks, raw) = daemon.doctor()?;
+    let detail = |name: &str| checks.get(name).cloned().unwrap_or_default();
     let (status, credentials) = detail("credentials");
     assert_eq!(status, "ok", "{checks:?}");
     assert!(
@@ -136,7 +120,7 @@ fn a_vertex_ai_session_streams_through_google_credentials() -> anyhow::Result<()
             && api.contains("access token"),
         "{api}"
     );
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("PRIVATE KEY"));
+    assert!(!raw.contains("PRIVATE KEY"));
     Ok(())
 }
 
@@ -170,22 +154,7 @@ fn a_bedrock_session_signs_its_requests_and_reads_the_event_stream() -> anyhow::
         ),
     ] {
         let fake = Fake::start(script())?;
-        let mut env: Vec<(String, String)> = [
-            ("CLAUDE_CODE_USE_BEDROCK", "1".to_owned()),
-            ("AWS_REGION", "eu-west-1".into()),
-            ("ANTHROPIC_BEDROCK_BASE_URL", fake.server.url()),
-            // Never the Anthropic API, and no shared AWS files of the machine.
-            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9".into()),
-            ("AWS_CONFIG_FILE", "/nonexistent/aws-config".into()),
-            (
-                "AWS_SHARED_CREDENTIALS_FILE",
-                "/nonexistent/aws-credentials".into(),
-            ),
-            ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        let mut env = bedrock_base_env(&fake, "eu-west-1");
         env.extend(credentials.into_iter().map(|(k, v)| (k.to_owned(), v)));
         let daemon = Daemon::start_with(env)?;
         let events = one_turn(&daemon, "end_turn").context(source)?;
@@ -228,11 +197,7 @@ fn a_bedrock_session_signs_its_requests_and_reads_the_event_stream() -> anyhow::
                 );
             }
         }
-        let out = daemon
-            .tether()
-            .args(["doctor", "--online", "--json"])
-            .output()?;
-        let text = String::from_utf8_lossy(&out.stdout);
+        let (_, text) = daemon.doctor()?;
         assert!(
             text.contains(source) && text.contains("Amazon Bedrock (region eu-west-1"),
             "{text}"
@@ -296,11 +261,12 @@ fn a_service_account_the_token_endpoint_refuses_fails_the_turn_clearly() -> anyh
     Ok(())
 }
 
-/// The environment of a daemon on the fake's Bedrock with the test's access keys.
-fn bedrock_env(fake: &Fake, secret: &str) -> Vec<(String, String)> {
+/// The environment of a daemon on the fake's Bedrock in `region`, without credentials: never
+/// the Anthropic API, and none of the machine's AWS files or instance metadata.
+fn bedrock_base_env(fake: &Fake, region: &str) -> Vec<(String, String)> {
     [
         ("CLAUDE_CODE_USE_BEDROCK", "1".to_owned()),
-        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_REGION", region.into()),
         ("ANTHROPIC_BEDROCK_BASE_URL", fake.server.url()),
         ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9".into()),
         ("AWS_CONFIG_FILE", "/nonexistent/aws-config".into()),
@@ -309,13 +275,19 @@ fn bedrock_env(fake: &Fake, secret: &str) -> Vec<(String, String)> {
             "/nonexistent/aws-credentials".into(),
         ),
         ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID.into()),
-        ("AWS_SECRET_ACCESS_KEY", secret.into()),
         ("TETHER_API_MAX_RETRIES", "3".into()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect()
+}
+
+/// The same with the test's access key and `secret`.
+fn bedrock_env(fake: &Fake, secret: &str) -> Vec<(String, String)> {
+    let mut env = bedrock_base_env(fake, "us-east-1");
+    env.push(("AWS_ACCESS_KEY_ID".into(), ACCESS_KEY_ID.into()));
+    env.push(("AWS_SECRET_ACCESS_KEY".into(), secret.into()));
+    env
 }
 
 #[test]
