@@ -141,6 +141,9 @@ impl Fake {
     }
 }
 
+/// `tether doctor`'s checks: name → (status, detail).
+pub type DoctorChecks = BTreeMap<String, (String, String)>;
+
 impl Daemon {
     /// Starts a daemon and waits until it serves.
     pub fn start() -> anyhow::Result<Self> {
@@ -306,7 +309,7 @@ impl Daemon {
 
     /// `tether doctor --online --json`: each check's name → (status, detail), and the raw
     /// output (to check that no secret shows).
-    pub fn doctor(&self) -> anyhow::Result<(BTreeMap<String, (String, String)>, String)> {
+    pub fn doctor(&self) -> anyhow::Result<(DoctorChecks, String)> {
         let out = self
             .tether()
             .args(["doctor", "--online", "--json"])
