@@ -102,6 +102,9 @@ struct Repl {
     pasted: Arc<std::sync::Mutex<paste::Pasted>>,
     /// The live area's lines as drawn (the cursor is at the end of the last).
     live_drawn: std::cell::RefCell<Vec<String>>,
+    /// Text to print once the permission prompt on screen has gone (printed under its menu,
+    /// the menu's erasure would take it and leave part of the menu behind).
+    deferred: std::cell::RefCell<String>,
     /// The daemon's slash commands for this session.
     commands: DaemonCommands,
     models: ModelNames,
@@ -229,6 +232,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         status,
         pasted,
         live_drawn: Default::default(),
+        deferred: Default::default(),
         commands: commands.clone(),
         models,
         created,
@@ -339,6 +343,9 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
             }
             Some((request_id, answer)) = answers_rx.recv() => {
                 repl.asking = None;
+                // What arrived while the prompt was up (who answered, for one).
+                let deferred = std::mem::take(&mut *repl.deferred.borrow_mut());
+                repl.print(&deferred);
                 match answer {
                     Some(a) => repl.respond(&request_id, a.decision, a.message).await,
                     None if repl.waiting_turn.is_none() => repl.edit(),
@@ -365,15 +372,13 @@ impl Repl {
         if text.is_empty() {
             return;
         }
+        if self.asking.is_some() {
+            self.deferred.borrow_mut().push_str(text);
+            return;
+        }
         if self.editing {
             let _ = self.printer.print(text.trim_end_matches('\n').to_owned());
         } else {
-            // A permission prompt holds the terminal in raw mode: lines need their `\r`.
-            let text = if self.asking.is_some() {
-                text.replace('\n', "\r\n")
-            } else {
-                text.to_owned()
-            };
             let clear = self.clear_live();
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(clear.as_bytes());

@@ -23,6 +23,8 @@ enum ToPty {
 /// while the test waits for text and types.
 struct Pty {
     shown: Arc<Mutex<(String, bool)>>,
+    /// The screen as a VT100 of the pty's size shows what was printed.
+    vt: Arc<Mutex<vt100::Parser>>,
     typed: std::sync::mpsc::Sender<ToPty>,
     /// How far `want` has read.
     at: usize,
@@ -45,8 +47,10 @@ impl Pty {
         session.get_process_mut().set_window_size(100, 30)?;
         let pid = session.get_process().pid().as_raw();
         let shown = Arc::new(Mutex::new((String::new(), false)));
+        let vt = Arc::new(Mutex::new(vt100::Parser::new(30, 100, 0)));
         let (typed, keys) = std::sync::mpsc::channel::<ToPty>();
         let out = shown.clone();
+        let screen = vt.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             let mut tail = String::new();
@@ -58,6 +62,11 @@ impl Pty {
                         }
                         Ok(ToPty::Resize(cols, rows)) => {
                             let _ = session.get_process_mut().set_window_size(cols, rows);
+                            screen
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .screen_mut()
+                                .set_size(rows, cols);
                         }
                         Err(std::sync::mpsc::TryRecvError::Empty) => break,
                         Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
@@ -68,10 +77,17 @@ impl Pty {
                     Ok(n) => {
                         let text = String::from_utf8_lossy(&buf[..n]).into_owned();
                         tail.push_str(&text);
-                        // Cursor position and primary device attributes (asked before
-                        // the keyboard protocol is chosen), answered as a VT100 would.
+                        let (row, col) = {
+                            let mut vt = screen.lock().unwrap_or_else(|p| p.into_inner());
+                            vt.process(&buf[..n]);
+                            vt.screen().cursor_position()
+                        };
+                        let position = format!("\x1b[{};{}R", row + 1, col + 1);
+                        // Cursor position (where the emulated screen has it) and primary
+                        // device attributes (asked before the keyboard protocol is chosen),
+                        // answered as a VT100 would.
                         loop {
-                            let cursor = tail.find("\x1b[6n").map(|i| (i, "\x1b[1;1R"));
+                            let cursor = tail.find("\x1b[6n").map(|i| (i, position.as_str()));
                             let device = tail.find("\x1b[c").map(|i| (i, "\x1b[?1;2c"));
                             let Some((i, answer)) = [cursor, device].into_iter().flatten().min()
                             else {
@@ -102,10 +118,20 @@ impl Pty {
         });
         Ok(Self {
             shown,
+            vt,
             typed,
             at: 0,
             pid,
         })
+    }
+
+    /// What the terminal's screen shows now, as plain text rows.
+    fn screen(&self) -> String {
+        self.vt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .screen()
+            .contents()
     }
 
     /// Waits until the terminal shows `text` (after what earlier waits found).
@@ -286,6 +312,12 @@ fn a_second_terminal_answers_and_the_first_sees_who_did() -> anyhow::Result<()> 
     a.want("Answered from elsewhere.")?;
     b.want("Answered from elsewhere.")?;
     a.want("› ")?;
+    // On the screen (not only in the bytes): no part of the menu is left, the line that says
+    // who answered is still there, and so are the tool's output and the reply.
+    let screen = a.screen();
+    assert!(!screen.contains("1. Yes"), "a stale menu line:\n{screen}");
+    assert!(screen.contains("allowed once by tether on"), "{screen}");
+    assert!(screen.contains("Answered from elsewhere."), "{screen}");
     a.send([4u8])?;
     a.want("detached")?;
     let events: Vec<Value> = {
