@@ -78,6 +78,51 @@ impl Markdown {
         out
     }
 
+    /// The full rows of a plain paragraph still streaming, rendered and taken from it: for a
+    /// terminal that cannot show a live preview (its prompt is up), so a long paragraph appears
+    /// row by row rather than when it ends. Rows break between words, first fit, as the
+    /// paragraph will wrap; the row being written and its last word stay.
+    pub fn take_rows(&mut self) -> String {
+        let trimmed = self.partial.trim_start();
+        let plain = self.code.is_none()
+            && self.table.is_empty()
+            && self.partial.len() == trimmed.len()
+            && !trimmed.starts_with(['#', '-', '*', '+', '>', '|', '`', '~'])
+            && !trimmed
+                .split_once(". ")
+                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if !plain {
+            return String::new();
+        }
+        let width = self.style.width.max(20);
+        let mut out = String::new();
+        loop {
+            // Words followed by a space are final; the last one may still grow.
+            let mut col = 0;
+            let mut cut = None;
+            let mut start = 0;
+            for (i, c) in self.partial.char_indices() {
+                if c != ' ' {
+                    continue;
+                }
+                let word = &self.partial[start..i];
+                let w = textwrap::core::display_width(word);
+                if !word.is_empty() {
+                    if col > 0 && col + 1 + w > width {
+                        cut = Some(start);
+                        break;
+                    }
+                    col += usize::from(col > 0) + w;
+                }
+                start = i + 1;
+            }
+            let Some(at) = cut else { break };
+            let row: String = self.partial.drain(..at).collect();
+            out.push_str(&self.prose(row.trim_end()));
+        }
+        out
+    }
+
     /// The line still streaming, rendered as it would be if it ended here (terminal rows, for
     /// a live preview; empty when nothing is pending). Changes no state.
     pub fn preview(&self) -> Vec<String> {
@@ -435,5 +480,27 @@ mod tests {
                 .all(|l| !l.starts_with(' ') && !l.contains("```")),
             "{out:?}"
         );
+    }
+
+    #[test]
+    fn a_streaming_paragraph_gives_up_its_full_rows() {
+        let mut md = Markdown::new(Style::plain(30));
+        let words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu";
+        let mut shown = String::new();
+        for piece in words.split_inclusive(' ') {
+            shown.push_str(&md.push(piece));
+            shown.push_str(&md.take_rows());
+        }
+        // Full rows are out before the paragraph ends, exactly as the whole paragraph wraps.
+        let mut whole = Markdown::new(Style::plain(30));
+        let wrapped = whole.push(&format!("{words}\n"));
+        assert_eq!(shown.lines().count(), 2, "{shown:?}");
+        assert!(wrapped.starts_with(&shown), "{shown:?} vs {wrapped:?}");
+        shown.push_str(&md.push("\n"));
+        assert_eq!(shown, wrapped);
+        // Lists and code are left to their own line rules.
+        let mut list = Markdown::new(Style::plain(30));
+        list.push("- alpha beta gamma delta epsilon zeta eta ");
+        assert_eq!(list.take_rows(), "");
     }
 }

@@ -290,6 +290,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
             }
             input = input_rx.recv() => {
                 repl.editing = false;
+                repl.view.rows = false;
                 match input.unwrap_or(Input::Detach) {
                     Input::Line(line) => {
                         repl.interrupts = 0;
@@ -433,6 +434,8 @@ impl Repl {
         if !self.editing && self.asking.is_none() {
             self.hide_live();
             self.editing = true;
+            // No live area under a prompt: another client's reply streams in row by row.
+            self.view.rows = true;
             let _ = self.to_editor.send(editor::Command::ReadLine);
         }
     }

@@ -45,6 +45,9 @@ pub struct View {
     /// Whether thinking is shown in full.
     pub show_thinking: bool,
     markdown: Option<Markdown>,
+    /// Streamed paragraphs are printed row by row (the terminal's prompt is up, so there is no
+    /// live area to preview them in).
+    pub rows: bool,
     /// Text blocks that streamed (their completed event is not printed again).
     streamed: HashSet<(Option<String>, u32)>,
     /// Tool call id → tool name.
@@ -269,6 +272,7 @@ impl View {
             me,
             show_thinking: false,
             markdown: None,
+            rows: false,
             streamed: HashSet::new(),
             tools: HashMap::new(),
             headers: HashMap::new(),
@@ -482,7 +486,11 @@ impl View {
         if let EventKind::TextDelta { index, text } = &ev.kind {
             self.streamed.insert((turn, *index));
             let md = self.markdown.get_or_insert_with(|| Markdown::new(s));
-            return md.push(text);
+            let mut out = md.push(text);
+            if self.rows {
+                out.push_str(&md.take_rows());
+            }
+            return out;
         }
         let mut out = match &ev.kind {
             EventKind::AssistantBlockCompleted { block, .. } if block["type"] == "text" => {

@@ -334,6 +334,33 @@ fn a_second_terminal_answers_and_the_first_sees_who_did() -> anyhow::Result<()> 
 }
 
 #[test]
+fn a_second_terminal_sees_a_long_paragraph_stream_row_by_row() -> anyhow::Result<()> {
+    // One paragraph of ~600 characters, whose stream stalls before it ends.
+    let words: Vec<String> = (1..=100).map(|i| format!("word{i}")).collect();
+    let paragraph = words.join(" ");
+    let fake =
+        Fake::start(Script::of([Step::text(&paragraph).stall_after(4)]).titling("Streaming"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &[])?;
+    a.want("› ")?;
+    let session = only_session(&daemon)?;
+    let mut b = tether(&daemon, &["attach", &session])?;
+    b.want("› ")?;
+    a.send_line("write a long paragraph")?;
+    // The watching terminal, at its prompt, gets the paragraph's rows while it streams.
+    b.want("word1 word2 word3")?;
+    b.want("word20 ")?;
+    {
+        let shown = b.shown.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(
+            !shown.0.contains("word100"),
+            "the stream stalled before its end"
+        );
+    }
+    Ok(())
+}
+
+#[test]
 fn ctrl_c_cancels_a_running_turn_and_the_prompt_returns() -> anyhow::Result<()> {
     let fake = Fake::start(
         Script::of([
