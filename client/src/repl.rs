@@ -102,6 +102,8 @@ struct Repl {
     pasted: Arc<std::sync::Mutex<paste::Pasted>>,
     /// The live area's lines as drawn (the cursor is at the end of the last).
     live_drawn: std::cell::RefCell<Vec<String>>,
+    /// What was typed while our turn runs (the editor thread keeps it for the next prompt).
+    typed: Arc<std::sync::Mutex<String>>,
     /// Text to print once the permission prompt on screen has gone (printed under its menu,
     /// the menu's erasure would take it and leave part of the menu behind).
     deferred: std::cell::RefCell<String>,
@@ -192,6 +194,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     // No prompt history anywhere yet: the first time tether is used on this machine.
     let first_start = !data_dir.join("history").exists();
     let pasted = Arc::new(std::sync::Mutex::new(paste::Pasted::default()));
+    let typed = Arc::new(std::sync::Mutex::new(String::new()));
     let commands = DaemonCommands::default();
     let models = ModelNames::default();
     let to_editor = editor::spawn(editor::Setup {
@@ -202,6 +205,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         color: style.color,
         input: input_tx,
         pasted: pasted.clone(),
+        typed: typed.clone(),
         commands: commands.clone(),
         models: models.clone(),
     })?;
@@ -233,6 +237,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         pasted,
         live_drawn: Default::default(),
         deferred: Default::default(),
+        typed,
         commands: commands.clone(),
         models,
         created,
@@ -393,11 +398,20 @@ impl Repl {
     /// Redraws the live area under the transcript (running tools, the line being written)
     /// while this client shows a turn; never while the editor or a prompt owns the terminal.
     fn draw_live(&self) {
-        let lines = if self.view.live && !self.editing && self.asking.is_none() {
+        let mut lines = if self.view.live && !self.editing && self.asking.is_none() {
             self.view.live(std::time::SystemTime::now())
         } else {
             Vec::new()
         };
+        // What is typed meanwhile shows, dimmed, under it: it waits for the next prompt.
+        let typed = self.typed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if !lines.is_empty() && !typed.is_empty() {
+            let width = self.style.width.saturating_sub(1).max(10);
+            lines.push(
+                self.style
+                    .dim(&crate::view::fit_visible(&format!("› {typed}"), width)),
+            );
+        }
         if *self.live_drawn.borrow() == lines {
             return;
         }

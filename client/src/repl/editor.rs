@@ -46,6 +46,8 @@ pub struct Setup {
     pub input: UnboundedSender<Input>,
     /// What the paste placeholders in the line stand for.
     pub pasted: Arc<Mutex<Pasted>>,
+    /// What was typed while the turn runs, as the live area shows it (dimmed).
+    pub typed: Arc<Mutex<String>>,
     /// The daemon's commands, for completion.
     pub commands: DaemonCommands,
     /// The daemon's models, for `/model` completion.
@@ -256,6 +258,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
     };
     let (tx, rx) = std::sync::mpsc::channel::<Command>();
     let input = setup.input;
+    let typed = setup.typed;
     std::thread::Builder::new()
         .name("line-editor".into())
         .spawn(move || {
@@ -266,7 +269,9 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                     match rx.try_recv() {
                         Ok(c) => c,
                         Err(std::sync::mpsc::TryRecvError::Empty) => {
-                            match watch_key(&pasted, &mut ahead) {
+                            let got = watch_key(&pasted, &mut ahead);
+                            *typed.lock().unwrap_or_else(|p| p.into_inner()) = ahead.shown();
+                            match got {
                                 Some(got) => {
                                     watching = false;
                                     if input.send(got).is_err() {
@@ -295,7 +300,10 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                         let _ = done.send(());
                         continue;
                     }
-                    Command::ReadLine => watching = false,
+                    Command::ReadLine => {
+                        watching = false;
+                        typed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                    }
                 }
                 // A line finished during the turn is sent as if typed now.
                 if let Some(line) = ahead.lines.pop_front() {
@@ -338,6 +346,20 @@ struct Ahead {
     lines: std::collections::VecDeque<String>,
     /// The line being typed: the next prompt starts with it.
     partial: String,
+}
+
+impl Ahead {
+    /// One line for the live area: the lines sent next, then the one being typed.
+    fn shown(&self) -> String {
+        self.lines
+            .iter()
+            .map(|l| format!("{l} ⏎ "))
+            .chain(std::iter::once(self.partial.clone()))
+            .collect::<String>()
+            .replace('\n', " ⏎ ")
+            .trim_end()
+            .to_owned()
+    }
 }
 
 /// Waits briefly for one key while a turn runs: Esc → interrupt the turn, Ctrl+D → detach

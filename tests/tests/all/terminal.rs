@@ -776,9 +776,18 @@ fn esc_interrupts_a_turn_typing_waits_for_the_prompt_and_ctrl_d_detaches_at_once
     let daemon = Daemon::start_with(fake.env())?;
     let mut a = tether(&daemon, &["--", "start something slow"])?;
     a.want("Working on it.")?;
-    // Typed during the turn: not echoed, kept for the next prompt.
+    // Typed during the turn: not echoed into the transcript, shown dimmed under the live
+    // area, kept for the next prompt.
     a.send("typed ahead")?;
-    std::thread::sleep(Duration::from_millis(200));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !a.screen().contains("› typed ahead") {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the typed text is not shown: {}",
+            a.screen()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     a.send("\x1b")?;
     a.want("interrupted")?;
     a.want("typed ahead")?;
