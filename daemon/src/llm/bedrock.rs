@@ -222,26 +222,7 @@ pub fn model_id(model: &str, region: &str) -> String {
     if model.starts_with("arn:") || model.contains("anthropic.") {
         return model.to_owned();
     }
-    const DATED: &[(&str, &str)] = &[
-        ("claude-3-5-haiku", "claude-3-5-haiku-20241022"),
-        ("claude-3-7-sonnet", "claude-3-7-sonnet-20250219"),
-        ("claude-sonnet-4", "claude-sonnet-4-20250514"),
-        ("claude-sonnet-4-0", "claude-sonnet-4-20250514"),
-        ("claude-opus-4", "claude-opus-4-20250514"),
-        ("claude-opus-4-0", "claude-opus-4-20250514"),
-        ("claude-opus-4-1", "claude-opus-4-1-20250805"),
-        ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929"),
-        ("claude-haiku-4-5", "claude-haiku-4-5-20251001"),
-        ("claude-opus-4-5", "claude-opus-4-5-20251101"),
-    ];
-    let dated = DATED
-        .iter()
-        .find(|(m, _)| *m == model)
-        .map(|(_, d)| (*d).to_owned())
-        .or_else(|| {
-            let (_, date) = model.rsplit_once('-')?;
-            (date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit())).then(|| model.to_owned())
-        });
+    let dated = super::provider::dated_id(model);
     let base = match dated {
         Some(d) => format!("anthropic.{d}-v1:0"),
         None => format!("anthropic.{model}-v1"),
