@@ -345,13 +345,8 @@ fn bedrock_throttling_and_expired_credentials_are_retried_and_a_bad_signature_is
     // with reloaded credentials and never again.
     let fake = Fake::start(Script::of([Step::text("never")]).titling("Wrong key"))?;
     let daemon = Daemon::start_with(bedrock_env(&fake, "not-the-secret"))?;
-    let mut c = daemon.ndjson()?;
-    let session = c.new_session_in(&daemon.workdir())?;
-    c.watch(&session)?;
-    c.start_turn(&session, "go")?;
-    let events = c.events_until("turn_ended")?;
+    let events = one_turn(&daemon, "error")?;
     let last = events.last().context("events")?;
-    assert_eq!(last["data"]["stopReason"], "error", "{last}");
     assert!(last.to_string().contains("SignatureDoesNotMatch"), "{last}");
     let tries = fake
         .server

@@ -229,6 +229,16 @@ fn echo_script(reply: &str) -> Script {
     .titling("Echo in a terminal")
 }
 
+/// A terminal on a new session, and a second one attached to it, both at their prompts.
+fn two_terminals(daemon: &Daemon) -> anyhow::Result<(Pty, Pty, String)> {
+    let mut a = tether(daemon, &[])?;
+    a.want("› ")?;
+    let session = only_session(daemon)?;
+    let mut b = tether(daemon, &["attach", &session])?;
+    b.want("› ")?;
+    Ok((a, b, session))
+}
+
 /// The messages of each turn request the fake received (title requests, which carry no tools,
 /// left out), as JSON text.
 fn turn_messages(fake: &Fake) -> Vec<String> {
@@ -295,11 +305,7 @@ fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow:
 fn a_second_terminal_answers_and_the_first_sees_who_did() -> anyhow::Result<()> {
     let fake = Fake::start(echo_script("Answered from elsewhere."))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let mut a = tether(&daemon, &[])?;
-    a.want("› ")?;
-    let session = only_session(&daemon)?;
-    let mut b = tether(&daemon, &["attach", &session])?;
-    b.want("› ")?;
+    let (mut a, mut b, session) = two_terminals(&daemon)?;
     a.want("joined as controller")?;
 
     a.send_line("run the echo")?;
@@ -341,11 +347,7 @@ fn a_second_terminal_sees_a_long_paragraph_stream_row_by_row() -> anyhow::Result
     let fake =
         Fake::start(Script::of([Step::text(&paragraph).stall_after(4)]).titling("Streaming"))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let mut a = tether(&daemon, &[])?;
-    a.want("› ")?;
-    let session = only_session(&daemon)?;
-    let mut b = tether(&daemon, &["attach", &session])?;
-    b.want("› ")?;
+    let (a, mut b, _) = two_terminals(&daemon)?;
     a.send_line("write a long paragraph")?;
     // The watching terminal, at its prompt, gets the paragraph's rows while it streams.
     b.want("word1 word2 word3")?;
