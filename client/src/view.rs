@@ -302,19 +302,29 @@ impl View {
         {
             Some(t) => format!(
                 "{}\n{}",
-                s.dim("thinking is shown; the latest:"),
+                s.dim("thinking is shown (Ctrl+T folds it); the latest:"),
                 self.thinking_lines(t)
             ),
             None => format!("{}\n", s.dim("thinking is shown")),
         }
     }
 
+    /// A thinking block: a `✻ Thinking` header, then its text wrapped to the terminal and
+    /// indented under it, dim and italic (nothing like a prompt or a reply).
     fn thinking_lines(&self, thinking: &str) -> String {
         let s = self.style;
-        thinking
-            .lines()
-            .map(|line| format!("{}\n", s.dim(&s.italic(line))))
-            .collect()
+        let width = s.width.saturating_sub(4).max(20);
+        let mut out = format!("{}\n", s.dim("✻ Thinking"));
+        for line in thinking.trim_end().lines().map(printable) {
+            if line.trim().is_empty() {
+                out.push('\n');
+                continue;
+            }
+            for row in textwrap::wrap(&line, width) {
+                out.push_str(&format!("  {}\n", s.dim(&s.italic(&row))));
+            }
+        }
+        out
     }
 
     /// The terminal was resized: what is printed from now on fits `width` columns.

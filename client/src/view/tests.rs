@@ -343,9 +343,35 @@ fn ctrl_t_opens_the_latest_thinking_and_folds_it_again() {
     assert!(!folded.contains("Check the Makefile."), "{folded}");
     assert_eq!(
         view.toggle_thinking(),
-        "thinking is shown; the latest:\nCheck the Makefile.\n"
+        "thinking is shown (Ctrl+T folds it); the latest:\n✻ Thinking\n  Check the Makefile.\n"
     );
     assert_eq!(view.toggle_thinking(), "thinking is folded\n");
+}
+
+#[test]
+fn opened_thinking_is_wrapped_to_the_terminal_and_indented() {
+    let mut view = View::new(Style::plain(40), Some(ConnectionId(1)));
+    let long = "The build fails because the Makefile has no all target, so add one.\n\nThen rerun.";
+    view.feed(&at(
+        1,
+        "2026-01-01T00:00:00Z",
+        EventKind::AssistantBlockCompleted {
+            index: 0,
+            block: json!({"type": "thinking", "thinking": long, "signature": "s"}),
+        },
+    ));
+    let shown = view.toggle_thinking();
+    let rows: Vec<&str> = shown.lines().skip(2).collect();
+    assert_eq!(
+        rows,
+        [
+            "  The build fails because the Makefile",
+            "  has no all target, so add one.",
+            "",
+            "  Then rerun."
+        ],
+        "{shown}"
+    );
 }
 
 #[test]
