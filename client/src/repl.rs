@@ -537,6 +537,7 @@ impl Repl {
             }
             EventKind::PermissionRequested {
                 request_id,
+                tool_call_id,
                 tool,
                 preview,
                 rule,
@@ -545,6 +546,8 @@ impl Repl {
                 self.pending
                     .push((request_id.clone(), tool.clone(), preview.clone()));
                 if self.role == Role::Controller && !self.editing && self.asking.is_none() {
+                    // The prompt shows the diff; its result will not show it again.
+                    self.view.previewed(tool_call_id);
                     self.ask(request_id, tool, preview, rule, answers);
                 } else if self.editing && self.role == Role::Controller {
                     self.say(&self.style.dim("  answer with /allow or /deny"));

@@ -70,6 +70,8 @@ pub struct View {
     turn_since: Option<std::time::SystemTime>,
     /// The latest thinking block, shown when thinking is expanded.
     last_thinking: Option<String>,
+    /// Tool calls whose diff this terminal's permission prompt already showed.
+    previewed: HashSet<String>,
 }
 
 /// Input fields worth showing for a tool call, in order of preference.
@@ -284,7 +286,13 @@ impl View {
             running: Vec::new(),
             turn_since: None,
             last_thinking: None,
+            previewed: HashSet::new(),
         }
+    }
+
+    /// The permission prompt showed `tool_call_id`'s diff: its result says only what changed.
+    pub fn previewed(&mut self, tool_call_id: &str) {
+        self.previewed.insert(tool_call_id.to_owned());
     }
 
     /// Shows or folds thinking; returns what to print: when it opens, the latest thinking
@@ -608,7 +616,9 @@ impl View {
                     .as_ref()
                     .and_then(|d| d["diff"].as_str())
                     .filter(|_| !is_error);
+                let previewed = self.previewed.remove(tool_call_id);
                 match diff {
+                    Some(diff) if previewed => out.push_str(&self.diff_summary(diff)),
                     Some(diff) => out.push_str(&self.diff(diff)),
                     // The plan above is the result; only a failure needs saying.
                     None if plan && !is_error => {}
@@ -843,6 +853,26 @@ impl View {
             ));
         }
         out
+    }
+
+    /// An Edit whose diff the permission prompt showed: one line with what changed.
+    fn diff_summary(&self, diff: &str) -> String {
+        let s = self.style;
+        let count = |sign: char, header: &str| {
+            diff.lines()
+                .filter(|l| l.starts_with(sign) && !l.starts_with(header))
+                .count()
+        };
+        let (added, removed) = (count('+', "+++"), count('-', "---"));
+        let plural = |n: usize| if n == 1 { "line" } else { "lines" };
+        format!(
+            "  ⎿ {}\n",
+            s.dim(&format!(
+                "applied as shown above: {added} {} added, {removed} {} removed",
+                plural(added),
+                plural(removed)
+            ))
+        )
     }
 
     /// An Edit's unified diff, coloured.

@@ -830,3 +830,40 @@ fn no_with_a_message_tells_the_model_what_to_do_instead() -> anyhow::Result<()> 
     assert!(told.contains("use printf instead"), "{told}");
     Ok(())
 }
+
+#[test]
+fn an_approved_edit_shows_its_diff_once() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Reading.").tool_use("Read", json!({"file_path": "notes.txt"})),
+            Step::text("Editing.").tool_use(
+                "Edit",
+                json!({"file_path": "notes.txt", "old_string": "old words", "new_string": "fresh words"}),
+            ),
+            Step::text("Edited."),
+        ])
+        .titling("An edit"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    std::fs::write(
+        daemon.workdir().join("notes.txt"),
+        "first\nold words\nlast\n",
+    )?;
+    let mut a = tether(&daemon, &["--", "edit the notes"])?;
+    a.want("Allow Edit?")?;
+    a.want("+fresh words")?;
+    a.want("(n)")?;
+    a.send("y")?;
+    a.want("applied as shown above: 1 line added, 1 line removed")?;
+    a.want("Edited.")?;
+    a.want("› ")?;
+    let screen = a.screen();
+    assert_eq!(screen.matches("+fresh words").count(), 1, "{screen}");
+    assert_eq!(
+        std::fs::read_to_string(daemon.workdir().join("notes.txt"))?,
+        "first\nfresh words\nlast\n"
+    );
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
