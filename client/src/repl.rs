@@ -89,7 +89,8 @@ struct Repl {
     /// Lines typed at the prompt go here to be turns or commands.
     to_editor: std::sync::mpsc::Sender<editor::Command>,
     /// Printing above the prompt while the editor is active.
-    printer: reedline::ExternalPrinter<String>,
+    /// Prints above the editor's prompt while it reads.
+    printer: std::sync::mpsc::SyncSender<String>,
     editing: bool,
     /// The turn this client is waiting for.
     waiting_turn: Option<String>,
@@ -188,6 +189,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     };
     let sub = connection::subscribe(&conn, &id, role, Since::Seq(0)).await?;
     let printer = reedline::ExternalPrinter::new(1024);
+    let to_printer = printer.sender();
     let status = Arc::new(std::sync::Mutex::new(prompt::Status::default()));
     let (input_tx, mut input_rx) = mpsc::unbounded_channel();
     let data_dir = connection::path_env().data_dir();
@@ -198,7 +200,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let commands = DaemonCommands::default();
     let models = ModelNames::default();
     let to_editor = editor::spawn(editor::Setup {
-        printer: printer.clone(),
+        printer,
         status: status.clone(),
         history: editor::history_file(&data_dir, &cwd),
         cwd: PathBuf::from(&cwd),
@@ -227,7 +229,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         },
         role,
         to_editor,
-        printer,
+        printer: to_printer,
         editing: false,
         waiting_turn: None,
         pending: Vec::new(),
@@ -303,14 +305,16 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                             return Ok(ExitCode::SUCCESS);
                         }
                     }
+                    // The editor repaints its prompt where it was after a key it hands over,
+                    // so what these print goes above the prompt once it is back.
                     Input::NextMode => {
-                        repl.next_mode().await;
                         repl.edit();
+                        repl.next_mode().await;
                     }
                     Input::ToggleThinking => {
                         let text = repl.view.toggle_thinking();
-                        repl.print(&text);
                         repl.edit();
+                        repl.print(&text);
                     }
                     Input::Interrupt => {
                         repl.interrupts += 1;
@@ -383,7 +387,7 @@ impl Repl {
             return;
         }
         if self.editing {
-            let _ = self.printer.print(text.trim_end_matches('\n').to_owned());
+            let _ = self.printer.send(text.trim_end_matches('\n').to_owned());
         } else {
             let clear = self.clear_live();
             let mut out = std::io::stdout().lock();
@@ -534,6 +538,25 @@ impl Repl {
                 let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
                 s.context_percent = *context_percent;
                 s.cost = *session_cost_usd;
+            }
+            // The context shrank: a cleared one is unknown until the next reply measures it; a
+            // compacted one holds about the summary.
+            EventKind::HistoryCleared {} => {
+                self.status
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .context_percent = None;
+            }
+            EventKind::CompactionCompleted {
+                tokens_before,
+                tokens_after,
+                ..
+            } => {
+                let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                s.context_percent = s
+                    .context_percent
+                    .filter(|_| *tokens_before > 0)
+                    .map(|p| p * *tokens_after as f64 / *tokens_before as f64);
             }
             EventKind::PermissionRequested {
                 request_id,

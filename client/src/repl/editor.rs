@@ -87,7 +87,14 @@ const EFFORTS: &[(&str, &str)] = &[
 ];
 
 impl Completer for Complete {
-    fn complete(&mut self, line: &str, pos: usize) -> Vec<Suggestion> {
+    fn complete(&mut self, line: &str, pos: usize) -> reedline::CompletionResult {
+        reedline::CompletionResult::fresh(self.suggestions(line, pos))
+    }
+}
+
+impl Complete {
+    /// Slash commands, `/model` and `/effort` arguments, and `@` paths for the word at `pos`.
+    fn suggestions(&self, line: &str, pos: usize) -> Vec<Suggestion> {
         let before = &line[..pos.min(line.len())];
         let start = before
             .rfind(char::is_whitespace)
@@ -247,7 +254,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         .with_edit_mode(Box::new(Keys::new(
             Emacs::new(keys),
             setup.pasted,
-            setup.printer.clone(),
+            setup.printer.sender(),
         )))
         .with_validator(Box::new(Continuation))
         .with_ansi_colors(setup.color)
@@ -321,14 +328,16 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                 // The editor has let go of the terminal: quiet until the next prompt.
                 super::quiet::enter();
                 let got = match read {
-                    Ok(Signal::Success(line)) if line == NEXT_MODE => Input::NextMode,
-                    Ok(Signal::Success(line)) if line == TOGGLE_THINKING => Input::ToggleThinking,
+                    Ok(Signal::HostCommand(c)) if c == NEXT_MODE => Input::NextMode,
+                    Ok(Signal::HostCommand(c)) if c == TOGGLE_THINKING => Input::ToggleThinking,
                     Ok(Signal::Success(line)) => {
                         // A `\` at a line end was a continuation mark, not text.
                         Input::Line(line.replace("\\\n", "\n"))
                     }
                     Ok(Signal::CtrlC) => Input::Interrupt,
                     Ok(Signal::CtrlD) => Input::Detach,
+                    // No other host command or break is set up: back to the prompt.
+                    Ok(_) => Input::Line(String::new()),
                     Err(e) => Input::Failed(e.to_string()),
                 };
                 if input.send(got).is_err() {

@@ -108,7 +108,7 @@ impl Pasted {
 pub struct Keys {
     emacs: Emacs,
     pasted: Arc<Mutex<Pasted>>,
-    printer: reedline::ExternalPrinter<String>,
+    printer: std::sync::mpsc::SyncSender<String>,
 }
 
 impl Keys {
@@ -116,7 +116,7 @@ impl Keys {
     pub fn new(
         emacs: Emacs,
         pasted: Arc<Mutex<Pasted>>,
-        printer: reedline::ExternalPrinter<String>,
+        printer: std::sync::mpsc::SyncSender<String>,
     ) -> Self {
         Self {
             emacs,
@@ -146,7 +146,8 @@ impl Keys {
             }
             Ok(Clip::Text(text)) => self.insert(&text),
             Err(why) => {
-                let _ = self.printer.print(format!("(Ctrl+V: {why})"));
+                // The editor's own thread drains this channel: never wait on it here.
+                let _ = self.printer.try_send(format!("(Ctrl+V: {why})"));
                 ReedlineEvent::None
             }
         }

@@ -359,6 +359,10 @@ fn a_second_terminal_sees_a_long_paragraph_stream_row_by_row() -> anyhow::Result
             "the stream stalled before its end"
         );
     }
+    // Rows printed above its prompt leave what was on the screen where it was.
+    let screen = settled(&b);
+    assert!(screen.contains("› write a long paragraph"), "{screen}");
+    assert!(screen.contains("word1 word2 word3"), "{screen}");
     Ok(())
 }
 
@@ -866,4 +870,49 @@ fn an_approved_edit_shows_its_diff_once() -> anyhow::Result<()> {
     a.send([4u8])?;
     a.want("detached")?;
     Ok(())
+}
+
+#[test]
+fn the_status_line_follows_shift_tab_and_clear() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([Step::text("Use a queue.").thinking("A queue keeps the order.")])
+            .titling("Status"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "hi"])?;
+    a.want("Use a queue.")?;
+    a.want("default · 0% context")?;
+    // What Shift+Tab and Ctrl+T print stays on the screen, above a prompt that shows the new
+    // mode.
+    a.send("\x1b[Z")?;
+    a.want("acceptEdits · 0% context")?;
+    a.send([20u8])?;
+    a.want("A queue keeps the order.")?;
+    let screen = settled(&a);
+    assert!(screen.contains("mode: acceptEdits"), "{screen}");
+    assert!(screen.contains("  A queue keeps the order."), "{screen}");
+    let prompt = screen.lines().rfind(|l| l.starts_with('›')).unwrap_or("");
+    assert!(prompt.contains("acceptEdits"), "{screen}");
+    // A cleared conversation's context is unknown until the next reply measures it.
+    a.send_line("/clear")?;
+    a.want("acceptEdits · $")?;
+    let screen = settled(&a);
+    let prompt = screen.lines().rfind(|l| l.starts_with('›')).unwrap_or("");
+    assert!(!prompt.contains("context"), "{screen}");
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
+
+/// The screen once the program has stopped drawing for a moment.
+fn settled(pty: &Pty) -> String {
+    let mut last = pty.screen();
+    loop {
+        std::thread::sleep(Duration::from_millis(150));
+        let now = pty.screen();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
 }
