@@ -94,8 +94,8 @@ struct Repl {
     editing: bool,
     /// The turn this client is waiting for.
     waiting_turn: Option<String>,
-    /// Pending requests seen: id → (tool, preview).
-    pending: Vec<(String, String, String)>,
+    /// Permission requests seen and not yet answered, oldest first.
+    pending: Vec<Pending>,
     asking: Option<Asking>,
     interrupts: u8,
     status: Arc<std::sync::Mutex<prompt::Status>>,
@@ -281,18 +281,26 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                     }
                 };
                 let Ok(event) = serde_json::from_value::<Event>(raw) else { continue };
+                if repl.handle_event(&event, &answers_tx).await {
+                    return Ok(ExitCode::SUCCESS);
+                }
                 if let EventKind::ReplayComplete { .. } = event.kind {
-                    match first_prompt.take() {
-                        Some(p) => {
+                    // What the replay left unanswered is asked about now.
+                    let open = repl.pending.first().cloned();
+                    match (first_prompt.take(), open) {
+                        (Some(p), _) => {
                             repl.say(&format!("{} {p}", repl.style.bold("›")));
                             repl.submit(vec![InputItem::Text { text: p }]).await;
                         }
-                        None if repl.waiting_turn.is_none() => repl.edit(),
-                        None => {}
+                        (None, Some(request)) => {
+                            repl.offer(&request, &answers_tx);
+                            if repl.asking.is_none() && repl.waiting_turn.is_none() {
+                                repl.edit();
+                            }
+                        }
+                        (None, None) if repl.waiting_turn.is_none() => repl.edit(),
+                        (None, None) => {}
                     }
-                }
-                if repl.handle_event(&event, &answers_tx).await {
-                    return Ok(ExitCode::SUCCESS);
                 }
             }
             input = input_rx.recv() => {
@@ -364,6 +372,17 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+/// A permission request waiting for an answer.
+#[derive(Clone)]
+struct Pending {
+    request_id: String,
+    tool_call_id: String,
+    tool: String,
+    preview: String,
+    /// The rule "don't ask again" would save.
+    rule: String,
 }
 
 /// An answer from the permission prompt.
@@ -566,18 +585,21 @@ impl Repl {
                 rule,
                 ..
             } => {
-                self.pending
-                    .push((request_id.clone(), tool.clone(), preview.clone()));
-                if self.role == Role::Controller && !self.editing && self.asking.is_none() {
-                    // The prompt shows the diff; its result will not show it again.
-                    self.view.previewed(tool_call_id);
-                    self.ask(request_id, tool, preview, rule, answers);
-                } else if self.editing && self.role == Role::Controller {
-                    self.say(&self.style.dim("  answer with /allow or /deny"));
+                let request = Pending {
+                    request_id: request_id.clone(),
+                    tool_call_id: tool_call_id.clone(),
+                    tool: tool.clone(),
+                    preview: preview.clone(),
+                    rule: rule.clone(),
+                };
+                self.pending.push(request.clone());
+                // A replayed request is asked about once the replay shows it still open.
+                if !self.view.replaying {
+                    self.offer(&request, answers);
                 }
             }
             EventKind::PermissionResolved { request_id, .. } => {
-                self.pending.retain(|(id, _, _)| id != request_id);
+                self.pending.retain(|p| &p.request_id != request_id);
                 if let Some(a) = self.asking.as_ref().filter(|a| &a.request_id == request_id) {
                     // Answered elsewhere (or here): the prompt goes away; the terminal is
                     // handed back once its thread has restored it.
@@ -598,6 +620,33 @@ impl Repl {
             _ => {}
         }
         false
+    }
+
+    /// Asks about `request` in this terminal, or (at the prompt) says how to answer it.
+    fn offer(
+        &mut self,
+        request: &Pending,
+        answers: &mpsc::UnboundedSender<(String, Option<Answer>)>,
+    ) {
+        if self.role != Role::Controller {
+            return;
+        }
+        if !self.editing && self.asking.is_none() {
+            // The prompt shows the diff; its result will not show it again.
+            self.view.previewed(&request.tool_call_id);
+            self.ask(
+                &request.request_id,
+                &request.tool,
+                &request.preview,
+                &request.rule,
+                answers,
+            );
+        } else if self.editing {
+            self.say(&self.style.dim(&format!(
+                "  {} needs permission: answer with /allow or /deny",
+                request.tool
+            )));
+        }
     }
 
     fn ask(
@@ -807,6 +856,7 @@ impl Repl {
             self.conn = conn;
             self.session.sub = sub;
             self.view.set_me(self.conn.hello.connection_id);
+            self.view.replaying = true;
             self.say(&self.style.dim("reconnected"));
             return Ok(());
         }

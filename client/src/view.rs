@@ -72,6 +72,9 @@ pub struct View {
     last_thinking: Option<String>,
     /// Tool calls whose diff this terminal's permission prompt already showed.
     previewed: HashSet<String>,
+    /// A subscription's replay is being shown (until its `replay_complete`): who came and went
+    /// back then is not news.
+    pub replaying: bool,
 }
 
 /// Input fields worth showing for a tool call, in order of preference.
@@ -287,6 +290,7 @@ impl View {
             turn_since: None,
             last_thinking: None,
             previewed: HashSet::new(),
+            replaying: true,
         }
     }
 
@@ -499,6 +503,9 @@ impl View {
     /// What to print for `ev`.
     pub fn feed(&mut self, ev: &Event) -> String {
         self.track(ev);
+        if let EventKind::ReplayComplete { .. } = ev.kind {
+            self.replaying = false;
+        }
         let s = self.style;
         let turn = ev.turn_id.as_ref().map(|t| t.0.clone());
         if let EventKind::TextDelta { index, text } = &ev.kind {
@@ -731,7 +738,7 @@ impl View {
                 out.push_str(&format!("{}\n", s.dim(&format!("◆ {message}"))))
             }
             EventKind::ClientAttached { client, role }
-                if Some(&client.client_id) != self.me.as_ref() =>
+                if Some(&client.client_id) != self.me.as_ref() && !self.replaying =>
             {
                 let role = serde_json::to_value(role)
                     .ok()
@@ -743,7 +750,7 @@ impl View {
                 ));
             }
             EventKind::ClientDetached { client, .. }
-                if Some(&client.client_id) != self.me.as_ref() =>
+                if Some(&client.client_id) != self.me.as_ref() && !self.replaying =>
             {
                 out.push_str(&format!(
                     "{}\n",

@@ -250,12 +250,15 @@ impl Repl {
                 if self.pending.is_empty() {
                     self.say(&s.dim("no pending permission requests"));
                 }
-                for (id, tool, preview) in self.pending.clone() {
-                    self.say(&format!("pending {id}  {tool}: {preview}"));
+                for p in self.pending.clone() {
+                    self.say(&format!(
+                        "pending {}  {}: {}",
+                        p.request_id, p.tool, p.preview
+                    ));
                 }
             }
             "/allow" | "/deny" => {
-                let Some((id, _, _)) = self.pending.first().cloned() else {
+                let Some(id) = self.pending.first().map(|p| p.request_id.clone()) else {
                     self.say(&s.dim("no pending permission request"));
                     self.edit();
                     return Ok(false);

@@ -583,3 +583,43 @@ fn strip_escapes(s: &str) -> String {
     }
     out
 }
+
+#[test]
+fn who_came_and_went_before_the_replay_ended_is_folded() {
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(1)));
+    let joined = |seq| {
+        at(
+            seq,
+            "2026-01-01T00:00:00Z",
+            EventKind::ClientAttached {
+                client: other(),
+                role: tether_proto::Role::Controller,
+            },
+        )
+    };
+    let left = |seq| {
+        at(
+            seq,
+            "2026-01-01T00:00:01Z",
+            EventKind::ClientDetached {
+                client: other(),
+                role: tether_proto::Role::Controller,
+                reason: tether_proto::DetachReason::Closed,
+            },
+        )
+    };
+    let replayed: String = [joined(1), left(2), joined(3)]
+        .iter()
+        .map(|e| view.feed(e))
+        .collect();
+    assert_eq!(replayed, "");
+    view.feed(&Event {
+        seq: None,
+        ..at(
+            0,
+            "2026-01-01T00:00:02Z",
+            EventKind::ReplayComplete { head_seq: 3 },
+        )
+    });
+    assert_eq!(view.feed(&left(4)), "◦ zed #9 left\n");
+}

@@ -296,6 +296,14 @@ fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow:
     again.want("› run the echo")?;
     again.want("All done here.")?;
     again.want("› ")?;
+    // The replay shows the answer, not a question long answered, nor who came and went.
+    {
+        let shown = again.shown.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(shown.0.contains("allowed once"), "{}", shown.0);
+        assert!(!shown.0.contains("/allow or /deny"), "{}", shown.0);
+        assert!(!shown.0.contains("Allow Bash?"), "{}", shown.0);
+        assert!(!shown.0.contains(" left"), "{}", shown.0);
+    }
     again.send([4u8])?;
     again.want("detached")?;
     Ok(())
@@ -547,7 +555,9 @@ fn model_completes_from_the_daemons_catalog_and_switches_the_session() -> anyhow
     let fake = Fake::start(Script::of([Step::text("Opus here.")]).titling("Models"))?;
     let daemon = Daemon::start_with(fake.env())?;
     let mut a = tether(&daemon, &["--", "/cost"])?;
-    a.want("› ")?;
+    // The prompt is back (its status on the right), not only the echo of `› /cost`.
+    a.want("session cost")?;
+    a.want("sonnet · default")?;
     a.send(b"/model claude-opus-5")?;
     a.send(b"\t")?;
     a.want("Claude Opus 5 · 1M")?;
