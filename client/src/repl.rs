@@ -55,6 +55,8 @@ pub enum Input {
     NextMode,
     /// Ctrl+T: show or fold thinking.
     ToggleThinking,
+    /// Ctrl+O: the last folded tool output in full.
+    Expand,
     /// Ctrl+C at the prompt.
     Interrupt,
     /// Esc while a turn runs: interrupt it.
@@ -321,6 +323,11 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                     }
                     Input::ToggleThinking => {
                         let text = repl.view.toggle_thinking();
+                        repl.edit();
+                        repl.print(&text);
+                    }
+                    Input::Expand => {
+                        let text = repl.view.expand(1);
                         repl.edit();
                         repl.print(&text);
                     }

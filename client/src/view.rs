@@ -17,6 +17,8 @@ use tether_proto::{ConnectionId, Event, EventKind, InputItem, NoticeLevel, StopR
 
 /// Lines of a tool result shown before folding.
 const RESULT_LINES: usize = 4;
+/// Folded tool results kept for `/expand`.
+const KEPT_FOLDS: usize = 20;
 /// Lines of a diff shown before folding.
 const DIFF_LINES: usize = 24;
 /// Lines of a running tool's output kept in the live area.
@@ -72,6 +74,8 @@ pub struct View {
     last_thinking: Option<String>,
     /// Tool calls whose diff this terminal's permission prompt already showed.
     previewed: HashSet<String>,
+    /// The latest folded tool results: the call's header and every line.
+    folds: std::collections::VecDeque<(String, Vec<String>)>,
     /// A subscription's replay is being shown (until its `replay_complete`): who came and went
     /// back then is not news.
     pub replaying: bool,
@@ -290,6 +294,7 @@ impl View {
             turn_since: None,
             last_thinking: None,
             previewed: HashSet::new(),
+            folds: Default::default(),
             replaying: true,
         }
     }
@@ -614,7 +619,7 @@ impl View {
                 {
                     out.push_str(&format!("{} {}\n", s.dim("↳"), s.dim(header)));
                 }
-                self.headers.remove(tool_call_id);
+                let header = self.headers.remove(tool_call_id);
                 let plan = self
                     .tools
                     .get(tool_call_id)
@@ -629,9 +634,11 @@ impl View {
                     Some(diff) => out.push_str(&self.diff(diff)),
                     // The plan above is the result; only a failure needs saying.
                     None if plan && !is_error => {}
-                    None => {
-                        out.push_str(&self.folded(&tether_proto::content_text(content), *is_error))
-                    }
+                    None => out.push_str(&self.folded(
+                        header.unwrap_or_default(),
+                        &tether_proto::content_text(content),
+                        *is_error,
+                    )),
                 }
             }
             EventKind::PlanUpdated { todos } => {
@@ -832,8 +839,8 @@ impl View {
         out
     }
 
-    /// A tool result: its first lines, then how many more.
-    fn folded(&self, text: &str, is_error: bool) -> String {
+    /// A tool result: its first lines, then how many more (kept for [`Self::expand`]).
+    fn folded(&mut self, header: String, text: &str, is_error: bool) -> String {
         let s = self.style;
         // Tool output never drives the terminal: escapes and control characters are dropped.
         let lines: Vec<String> = text.lines().map(printable).collect();
@@ -856,8 +863,43 @@ impl View {
         if lines.len() > RESULT_LINES {
             out.push_str(&format!(
                 "    {}\n",
-                s.dim(&format!("… {} more lines", lines.len() - RESULT_LINES))
+                s.dim(&format!(
+                    "… {} more lines (Ctrl+O or /expand shows them)",
+                    lines.len() - RESULT_LINES
+                ))
             ));
+            if self.folds.len() == KEPT_FOLDS {
+                self.folds.pop_front();
+            }
+            self.folds.push_back((header, lines));
+        }
+        out
+    }
+
+    /// The `n`th latest folded tool result (1: the last) in full, or why there is none.
+    pub fn expand(&self, n: usize) -> String {
+        let s = self.style;
+        let Some((header, lines)) = self
+            .folds
+            .len()
+            .checked_sub(n.max(1))
+            .and_then(|i| self.folds.get(i))
+        else {
+            return format!(
+                "{}\n",
+                s.dim(&match self.folds.len() {
+                    0 => "no folded output to show".to_owned(),
+                    kept => format!("only {kept} folded outputs are kept"),
+                })
+            );
+        };
+        let mut out = format!(
+            "{} {}\n",
+            s.dim("⎿"),
+            s.dim(&format!("{header} — all {} lines", lines.len()))
+        );
+        for line in lines {
+            out.push_str(&format!("    {line}\n"));
         }
         out
     }

@@ -48,6 +48,10 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
         "/mcp [reconnect <name> | approve [names] | reject [names]]: MCP servers and their state",
     ),
     ("/thinking", "show or fold thinking (also Ctrl+T)"),
+    (
+        "/expand",
+        "/expand [n]: the last folded tool output in full (also Ctrl+O); n counts back",
+    ),
     ("/export", "/export [file]: Markdown transcript"),
     ("/fork", "a copy of this session to try something else"),
     ("/quit", "detach (the session stays in the daemon)"),
@@ -124,7 +128,7 @@ impl Repl {
                 }
                 out.push_str(
                     "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
-                     · Shift+Tab cycles the permission mode · Ctrl+T shows thinking \
+                     · Shift+Tab cycles the permission mode · Ctrl+T shows thinking · Ctrl+O expands output \
                      · Ctrl+V pastes a clipboard image \
                      · Ctrl+C cancels a turn · Ctrl+D detaches\n",
                 );
@@ -134,6 +138,11 @@ impl Repl {
                 let text = self.view.toggle_thinking();
                 self.print(&text);
             }
+            "/expand" => match arg.parse::<usize>() {
+                Ok(n) => self.print(&self.view.expand(n)),
+                Err(_) if arg.is_empty() => self.print(&self.view.expand(1)),
+                Err(_) => self.say(&s.error("/expand takes a number: 1 is the last folded output")),
+            },
             "/status" => {
                 self.refresh_status().await;
                 let st = self

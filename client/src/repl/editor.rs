@@ -1,6 +1,6 @@
 //! The line editor on its own thread (reedline blocks): history per project, multi-line input
 //! (Alt+Enter, or a line ending in `\`), Tab completion of `/commands` and `@paths`, Shift+Tab
-//! for the next permission mode, Ctrl+T to show thinking, Esc to clear, folded pastes and
+//! for the next permission mode, Ctrl+T to show thinking, Ctrl+O to expand folded output, Esc to clear, folded pastes and
 //! Ctrl+V (see `paste.rs`). It
 //! reads one line each time it is asked.
 
@@ -68,6 +68,8 @@ pub fn history_file(data_dir: &Path, cwd: &str) -> PathBuf {
 const NEXT_MODE: &str = "\u{1}next-mode";
 /// Host command Ctrl+T sends.
 const TOGGLE_THINKING: &str = "\u{1}toggle-thinking";
+/// Host command Ctrl+O sends.
+const EXPAND: &str = "\u{1}expand";
 
 /// Completes `/commands` at the start of the line and `@paths` anywhere.
 struct Complete {
@@ -229,6 +231,11 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         ReedlineEvent::ExecuteHostCommand(TOGGLE_THINKING.into()),
     );
     keys.add_binding(
+        KeyModifiers::CONTROL,
+        KeyCode::Char('o'),
+        ReedlineEvent::ExecuteHostCommand(EXPAND.into()),
+    );
+    keys.add_binding(
         KeyModifiers::ALT,
         KeyCode::Enter,
         ReedlineEvent::Edit(vec![reedline::EditCommand::InsertNewline]),
@@ -330,6 +337,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                 let got = match read {
                     Ok(Signal::HostCommand(c)) if c == NEXT_MODE => Input::NextMode,
                     Ok(Signal::HostCommand(c)) if c == TOGGLE_THINKING => Input::ToggleThinking,
+                    Ok(Signal::HostCommand(c)) if c == EXPAND => Input::Expand,
                     Ok(Signal::Success(line)) => {
                         // A `\` at a line end was a continuation mark, not text.
                         Input::Line(line.replace("\\\n", "\n"))

@@ -926,3 +926,34 @@ fn settled(pty: &Pty) -> String {
         last = now;
     }
 }
+
+#[test]
+fn ctrl_o_and_expand_show_a_folded_output_in_full() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Counting.").tool_use("Bash", json!({"command": "seq 101 112"})),
+            Step::text("Counted."),
+        ])
+        .titling("Count"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(
+        &daemon,
+        &["--permission-mode", "bypassPermissions", "--", "count"],
+    )?;
+    a.want("⎿ 101")?;
+    a.want("… 8 more lines (Ctrl+O or /expand shows them)")?;
+    a.want("Counted.")?;
+    a.want("bypassPermissions")?;
+    assert!(!a.screen().contains("    112"), "folded at first");
+    a.send([15u8])?;
+    a.want("Bash(seq 101 112) — all 12 lines")?;
+    a.want("112")?;
+    let screen = settled(&a);
+    assert!(screen.contains("    112"), "{screen}");
+    a.send_line("/expand 2")?;
+    a.want("only 1 folded outputs are kept")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
