@@ -957,3 +957,54 @@ fn ctrl_o_and_expand_show_a_folded_output_in_full() -> anyhow::Result<()> {
     a.want("detached")?;
     Ok(())
 }
+
+/// A reply streamed in small pieces, 15 ms apart.
+fn slow_reply(text: &str) -> Step {
+    let mut events = vec![
+        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ];
+    let chars: Vec<char> = text.chars().collect();
+    for piece in chars.chunks(12) {
+        let piece: String = piece.iter().collect();
+        events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}));
+    }
+    events.push(json!({"type": "content_block_stop", "index": 0}));
+    events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 50}}));
+    events.push(json!({"type": "message_stop"}));
+    Step {
+        events: Some(events),
+        chunk_delay_ms: Some(15),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_code_line_wider_than_the_terminal_is_on_the_screen_once_at_120_and_60_columns()
+-> anyhow::Result<()> {
+    let long = "x".repeat(240);
+    let reply = format!(
+        "Here:\n\n```rust\nfn main() {{\n    let marker_q = \"{long}\";\n    println!(\"{{}}\", marker_q.len());\n}}\n```\nDone streaming."
+    );
+    let fake =
+        Fake::start(Script::of([slow_reply(&reply), slow_reply(&reply)]).titling("Wide code"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    for cols in [120u16, 60] {
+        let mut a = tether(&daemon, &[])?;
+        a.resize(cols, 30)?;
+        a.want("› ")?;
+        a.send_line("show me")?;
+        a.want("Done streaming.")?;
+        a.want("─ done")?;
+        let screen = settled(&a);
+        assert_eq!(
+            screen.matches("let marker_q").count(),
+            1,
+            "at {cols} columns:\n{screen}"
+        );
+        assert_eq!(screen.matches("println!").count(), 1, "{screen}");
+        a.send([4u8])?;
+        a.want("detached")?;
+    }
+    Ok(())
+}
