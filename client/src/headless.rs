@@ -91,7 +91,10 @@ fn prompt_of(line: &str) -> anyhow::Result<Option<String>> {
 }
 
 /// Runs the permission prompt command on one request; its stdout says allow or deny.
-async fn ask_command(command: &str, request: &Value) -> (PermissionDecision, Option<String>) {
+async fn ask_command(
+    command: &str,
+    request: &Value,
+) -> (PermissionDecision, Option<String>, Option<Value>) {
     let run = async {
         let mut child = tokio::process::Command::new("sh")
             .arg("-c")
@@ -111,7 +114,12 @@ async fn ask_command(command: &str, request: &Value) -> (PermissionDecision, Opt
         anyhow::Ok(answer)
     };
     match tokio::time::timeout(Duration::from_secs(60), run).await {
-        Ok(Ok(a)) if a["behavior"] == "allow" => (PermissionDecision::AllowOnce, None),
+        // `updatedInput` (an AskUserQuestion's `answers`, for one) goes with the answer.
+        Ok(Ok(a)) if a["behavior"] == "allow" => (
+            PermissionDecision::AllowOnce,
+            None,
+            a.get("updatedInput").filter(|u| u.is_object()).cloned(),
+        ),
         Ok(Ok(a)) => (
             PermissionDecision::Deny,
             Some(
@@ -120,14 +128,17 @@ async fn ask_command(command: &str, request: &Value) -> (PermissionDecision, Opt
                     .unwrap_or("denied by the permission prompt command")
                     .to_owned(),
             ),
+            None,
         ),
         Ok(Err(e)) => (
             PermissionDecision::Deny,
             Some(format!("the permission prompt command failed: {e:#}")),
+            None,
         ),
         Err(_) => (
             PermissionDecision::Deny,
             Some("the permission prompt command did not answer within 60 s".into()),
+            None,
         ),
     }
 }
@@ -399,7 +410,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                 }
                 "permission_requested" => {
                     let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
-                    let (decision, message) = match &h.permission_prompt_command {
+                    let (decision, message, updated) = match &h.permission_prompt_command {
                         Some(cmd) => {
                             let request = json!({
                                 "sessionId": session,
@@ -410,9 +421,15 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                             });
                             ask_command(cmd, &request).await
                         }
+                        None if data["tool"] == "AskUserQuestion" => (
+                            PermissionDecision::Deny,
+                            Some("headless run: nobody can answer questions; decide yourself and say what you assumed (or answer through --permission-prompt-command)".into()),
+                            None,
+                        ),
                         None => (
                             PermissionDecision::Deny,
                             Some("headless run: nobody can approve this call; allow it with --allowedTools, a permission rule or --permission-mode".into()),
+                            None,
                         ),
                     };
                     if decision == PermissionDecision::Deny {
@@ -430,7 +447,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                         );
                     }
                     conn.client
-                        .permission_respond(session.clone(), request_id, decision, message)
+                        .permission_respond(session.clone(), request_id, decision, message, updated)
                         .await?;
                 }
                 "usage_updated" if !totals.over_budget => {

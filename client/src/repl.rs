@@ -372,7 +372,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                 let deferred = std::mem::take(&mut *repl.deferred.borrow_mut());
                 repl.print(&deferred);
                 match answer {
-                    Some(a) => repl.respond(&request_id, a.decision, a.message).await,
+                    Some(a) => repl.respond(&request_id, a).await,
                     None if repl.waiting_turn.is_none() => repl.edit(),
                     None => repl.watch_keys(),
                 }
@@ -387,6 +387,8 @@ struct Pending {
     request_id: String,
     tool_call_id: String,
     tool: String,
+    /// The call's input (an AskUserQuestion's questions).
+    input: serde_json::Value,
     preview: String,
     /// The rule "don't ask again" would save.
     rule: String,
@@ -396,6 +398,8 @@ struct Pending {
 pub struct Answer {
     decision: PermissionDecision,
     message: Option<String>,
+    /// The input the call runs with instead (an AskUserQuestion's answers).
+    updated_input: Option<serde_json::Value>,
 }
 
 impl Repl {
@@ -588,6 +592,7 @@ impl Repl {
                 request_id,
                 tool_call_id,
                 tool,
+                input,
                 preview,
                 rule,
                 ..
@@ -596,6 +601,7 @@ impl Repl {
                     request_id: request_id.clone(),
                     tool_call_id: tool_call_id.clone(),
                     tool: tool.clone(),
+                    input: input.clone(),
                     preview: preview.clone(),
                     rule: rule.clone(),
                 };
@@ -641,67 +647,55 @@ impl Repl {
         if !self.editing && self.asking.is_none() {
             // The prompt shows the diff; its result will not show it again.
             self.view.previewed(&request.tool_call_id);
-            self.ask(
-                &request.request_id,
-                &request.tool,
-                &request.preview,
-                &request.rule,
-                answers,
-            );
+            self.ask(request.clone(), answers);
         } else if self.editing {
-            self.say(&self.style.dim(&format!(
-                "  {} needs permission: answer with /allow or /deny",
-                request.tool
-            )));
+            let how = match request.tool.as_str() {
+                "AskUserQuestion" => format!(
+                    "  the model asks:\n{}  answer with /answer <choice or text>[; next answer…] or /deny",
+                    request.preview
+                ),
+                "ExitPlanMode" => {
+                    "  the model presents a plan: /allow approves it, /deny keeps planning".into()
+                }
+                tool => format!("  {tool} needs permission: answer with /allow or /deny"),
+            };
+            self.say(&self.style.dim(&how));
         }
     }
 
-    fn ask(
-        &mut self,
-        request_id: &str,
-        tool: &str,
-        preview: &str,
-        rule: &str,
-        answers: &mpsc::UnboundedSender<(String, Option<Answer>)>,
-    ) {
+    fn ask(&mut self, request: Pending, answers: &mpsc::UnboundedSender<(String, Option<Answer>)>) {
         self.hide_live();
         let cancel = Arc::new(AtomicBool::new(false));
         self.asking = Some(Asking {
-            request_id: request_id.to_owned(),
+            request_id: request.request_id.clone(),
             cancel: cancel.clone(),
         });
-        let (id, tool, preview, rule, style) = (
-            request_id.to_owned(),
-            tool.to_owned(),
-            preview.to_owned(),
-            rule.to_owned(),
-            self.style,
-        );
+        let style = self.style;
         let answers = answers.clone();
         // The key watcher lets go of the terminal before the prompt reads it.
         let (paused, stopped) = std::sync::mpsc::channel();
         let _ = self.to_editor.send(editor::Command::Pause(paused));
         tokio::task::spawn_blocking(move || {
             let _ = stopped.recv_timeout(std::time::Duration::from_secs(1));
-            let answer = prompt::permission(&tool, &preview, &rule, style, &cancel);
-            let _ = answers.send((id, answer));
+            let answer = match request.tool.as_str() {
+                "AskUserQuestion" => prompt::questions(&request.input, style, &cancel),
+                "ExitPlanMode" => prompt::plan(&request.preview, style, &cancel),
+                tool => prompt::permission(tool, &request.preview, &request.rule, style, &cancel),
+            };
+            let _ = answers.send((request.request_id, answer));
         });
     }
 
-    async fn respond(
-        &mut self,
-        request_id: &str,
-        decision: PermissionDecision,
-        message: Option<String>,
-    ) {
+    async fn respond(&mut self, request_id: &str, answer: Answer) {
         match self
             .conn
             .client
             .permission_respond(
                 self.session.id.clone(),
                 request_id.to_owned(),
-                decision,
-                message,
+                answer.decision,
+                answer.message,
+                answer.updated_input,
             )
             .await
         {

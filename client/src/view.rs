@@ -74,6 +74,8 @@ pub struct View {
     last_thinking: Option<String>,
     /// Tool calls whose diff this terminal's permission prompt already showed.
     previewed: HashSet<String>,
+    /// Open permission requests: request id → tool.
+    asked: HashMap<String, String>,
     /// The latest folded tool results: the call's header and every line.
     folds: std::collections::VecDeque<(String, Vec<String>)>,
     /// A subscription's replay is being shown (until its `replay_complete`): who came and went
@@ -294,6 +296,7 @@ impl View {
             turn_since: None,
             last_thinking: None,
             previewed: HashSet::new(),
+            asked: HashMap::new(),
             folds: Default::default(),
             replaying: true,
         }
@@ -653,31 +656,47 @@ impl View {
                     out.push_str(&format!("{line}\n"));
                 }
             }
-            EventKind::PermissionRequested { tool, preview, .. } => {
+            EventKind::PermissionRequested {
+                request_id,
+                tool,
+                preview,
+                ..
+            } => {
+                self.asked.insert(request_id.clone(), tool.clone());
+                let what = match tool.as_str() {
+                    "AskUserQuestion" => "The model asks:".to_owned(),
+                    "ExitPlanMode" => "The model presents a plan for approval:".to_owned(),
+                    tool => format!("{tool} needs permission:"),
+                };
                 out.push_str(&format!(
                     "{} {} {}\n",
                     s.warn("?"),
-                    s.bold(&format!("{tool} needs permission:")),
+                    s.bold(&what),
                     preview.lines().next().unwrap_or("")
                 ));
             }
             EventKind::PermissionResolved {
+                request_id,
                 decision,
                 resolved_by,
                 message,
                 ..
             } => {
-                let allowed = matches!(
-                    decision,
-                    tether_proto::PermissionDecision::AllowOnce
-                        | tether_proto::PermissionDecision::AllowSession
-                        | tether_proto::PermissionDecision::AllowAlways
-                );
-                let d = match decision {
-                    tether_proto::PermissionDecision::AllowOnce => "allowed once",
-                    tether_proto::PermissionDecision::AllowSession => "allowed for this session",
-                    tether_proto::PermissionDecision::AllowAlways => "always allowed",
-                    tether_proto::PermissionDecision::Deny => "denied",
+                use tether_proto::PermissionDecision as D;
+                let allowed = matches!(decision, D::AllowOnce | D::AllowSession | D::AllowAlways);
+                let tool = self.asked.remove(request_id).unwrap_or_default();
+                let d = match (tool.as_str(), decision) {
+                    ("AskUserQuestion", D::AllowOnce) => "answered",
+                    ("AskUserQuestion", D::Deny) => "not answered",
+                    ("ExitPlanMode", D::AllowOnce) => "plan approved (each edit asks)",
+                    ("ExitPlanMode", D::AllowSession | D::AllowAlways) => {
+                        "plan approved (edits run without asking)"
+                    }
+                    ("ExitPlanMode", D::Deny) => "plan not approved: planning goes on",
+                    (_, D::AllowOnce) => "allowed once",
+                    (_, D::AllowSession) => "allowed for this session",
+                    (_, D::AllowAlways) => "always allowed",
+                    (_, D::Deny) => "denied",
                     _ => "withdrawn (the turn ended)",
                 };
                 let who = resolved_by

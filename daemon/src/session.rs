@@ -155,6 +155,17 @@ pub struct ListFilter {
     pub cursor: Option<String>,
 }
 
+/// A controller's answer to a permission request.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// Allow (once, for the session, always) or deny.
+    pub decision: tether_proto::PermissionDecision,
+    /// For a deny: what the model should do instead.
+    pub message: Option<String>,
+    /// For an allow: the input the call runs with instead (an `AskUserQuestion`'s answers).
+    pub updated_input: Option<serde_json::Value>,
+}
+
 /// A change of settings; `None` leaves a field as it is.
 #[derive(Debug, Clone, Default)]
 pub struct Configure {

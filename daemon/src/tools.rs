@@ -8,6 +8,7 @@
 //! [`SubagentRunner`] trait the loop implements.
 
 pub mod agents;
+mod ask;
 mod bash;
 mod capture;
 pub(crate) mod edit;
@@ -16,6 +17,7 @@ mod grep;
 mod jobs;
 mod ls;
 mod notebook;
+mod plan;
 mod read;
 pub mod structured;
 mod task;
@@ -54,6 +56,9 @@ pub fn builtin() -> Tools {
         Arc::new(todo::TodoWrite),
         Arc::new(task::Task::new(agents::Found::builtin())),
         Arc::new(web_fetch::WebFetch),
+        Arc::new(ask::AskUserQuestion),
+        Arc::new(plan::EnterPlanMode),
+        Arc::new(plan::ExitPlanMode),
     ];
     Tools::new(tools)
 }
@@ -70,6 +75,8 @@ pub fn preview(tool: &str, input: &serde_json::Value, cwd: &std::path::Path) -> 
     match tool {
         "Bash" => input["command"].as_str().unwrap_or_default().to_owned(),
         "WebFetch" => input["url"].as_str().unwrap_or_default().to_owned(),
+        "ExitPlanMode" => input["plan"].as_str().unwrap_or_default().to_owned(),
+        "AskUserQuestion" => questions_preview(input),
         "Edit" | "MultiEdit" => {
             let file = path("file_path");
             let changes: Vec<edit::Change> = match input["edits"].as_array() {
@@ -95,4 +102,24 @@ pub fn preview(tool: &str, input: &serde_json::Value, cwd: &std::path::Path) -> 
         }
         _ => serde_json::to_string_pretty(input).unwrap_or_default(),
     }
+}
+
+/// An `AskUserQuestion` call as text: each question, then its numbered options.
+fn questions_preview(input: &serde_json::Value) -> String {
+    let mut out = String::new();
+    for q in input["questions"].as_array().into_iter().flatten() {
+        out.push_str(q["question"].as_str().unwrap_or_default());
+        if q["multiSelect"] == true {
+            out.push_str(" (choose any)");
+        }
+        out.push('\n');
+        for (i, o) in q["options"].as_array().into_iter().flatten().enumerate() {
+            let label = o["label"].as_str().unwrap_or_default();
+            match o["description"].as_str().filter(|d| !d.is_empty()) {
+                Some(d) => out.push_str(&format!("  {}. {label} — {d}\n", i + 1)),
+                None => out.push_str(&format!("  {}. {label}\n", i + 1)),
+            }
+        }
+    }
+    out
 }

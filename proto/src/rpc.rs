@@ -131,7 +131,9 @@ pub trait TetherRpc {
         #[argument(rename = "sessionId")] session_id: SessionId,
     ) -> RpcResult<TurnCancelled>;
 
-    /// Answers a permission request; the first answer wins.
+    /// Answers a permission request; the first answer wins. An allowing answer may carry
+    /// `updatedInput`, the input the call runs with instead (checked like the model's): how a
+    /// controller answers an `AskUserQuestion` call (its `answers`), as in Claude Code.
     #[method(name = "permission/respond", param_kind = map, with_extensions)]
     async fn permission_respond(
         &self,
@@ -139,6 +141,7 @@ pub trait TetherRpc {
         #[argument(rename = "requestId")] request_id: String,
         decision: PermissionDecision,
         message: Option<String>,
+        #[argument(rename = "updatedInput")] updated_input: Option<serde_json::Value>,
     ) -> RpcResult<PermissionResponse>;
 
     /// A session's pending permission requests (the `permission_requested` data of each).

@@ -533,7 +533,7 @@ fn ask(editor: &Arc<Editor>, link: &Arc<Link>, conn: &Arc<Connection>, request: 
         };
         if let Err(e) = conn
             .client
-            .permission_respond(session, id, decision, message)
+            .permission_respond(session, id, decision, message, None)
             .await
         {
             warn(&format!(

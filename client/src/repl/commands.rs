@@ -44,6 +44,10 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
         "/deny [message]: refuse it (the message goes to the model)",
     ),
     (
+        "/answer",
+        "/answer <choice or text>[; …]: answer the model's questions (a number picks an option)",
+    ),
+    (
         "/mcp",
         "/mcp [reconnect <name> | approve [names] | reject [names]]: MCP servers and their state",
     ),
@@ -281,7 +285,32 @@ impl Repl {
                         Some(m.to_owned()).filter(|m| !m.is_empty()),
                     ),
                 };
-                self.respond(&id, decision, message).await;
+                let answer = super::Answer {
+                    decision,
+                    message,
+                    updated_input: None,
+                };
+                self.respond(&id, answer).await;
+                return Ok(false);
+            }
+            "/answer" => {
+                let Some(question) = self
+                    .pending
+                    .iter()
+                    .find(|p| p.tool == "AskUserQuestion")
+                    .cloned()
+                else {
+                    self.say(&s.dim("no question is waiting for an answer"));
+                    self.edit();
+                    return Ok(false);
+                };
+                let replies: Vec<String> = arg.split(';').map(|r| r.trim().to_owned()).collect();
+                let answer = super::Answer {
+                    decision: PermissionDecision::AllowOnce,
+                    message: None,
+                    updated_input: Some(super::prompt::with_answers(&question.input, &replies)),
+                };
+                self.respond(&question.request_id, answer).await;
                 return Ok(false);
             }
             "/sessions" => {

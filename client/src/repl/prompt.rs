@@ -209,5 +209,238 @@ pub fn permission(
             message = Some(line.trim().to_owned());
         }
     }
-    Some(super::Answer { decision, message })
+    Some(super::Answer {
+        decision,
+        message,
+        updated_input: None,
+    })
+}
+
+/// Waits for one key in raw mode; `None` when `cancel` fires (answered elsewhere) or the
+/// terminal cannot be read. Ctrl+C reads as Esc.
+fn key(cancel: &AtomicBool) -> Option<KeyCode> {
+    if crossterm::terminal::enable_raw_mode().is_err() {
+        return None;
+    }
+    let got = loop {
+        if cancel.load(Ordering::SeqCst) {
+            break None;
+        }
+        match crossterm::event::poll(Duration::from_millis(50)) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => break None,
+        }
+        match crossterm::event::read() {
+            Ok(Event::Key(KeyEvent {
+                code: KeyCode::Char('c'),
+                modifiers,
+                ..
+            })) if modifiers.contains(KeyModifiers::CONTROL) => break Some(KeyCode::Esc),
+            Ok(Event::Key(KeyEvent { code, .. })) => break Some(code),
+            Ok(_) => continue,
+            Err(_) => break None,
+        }
+    };
+    let _ = crossterm::terminal::disable_raw_mode();
+    got
+}
+
+/// Reads a line with the terminal echoing (what is typed shows).
+fn line(question: &str) -> String {
+    let mut out = std::io::stdout();
+    let mut line = String::new();
+    let _ = super::quiet::cooked(|| {
+        let _ = write!(out, "{question}");
+        let _ = out.flush();
+        std::io::stdin().read_line(&mut line)
+    });
+    line.trim().to_owned()
+}
+
+/// A plan from `ExitPlanMode`: approve it (accepting edits, or approving each) or keep
+/// planning, saying what should change.
+pub fn plan(plan: &str, style: Style, cancel: &AtomicBool) -> Option<super::Answer> {
+    let mut out = std::io::stdout();
+    let _ = writeln!(
+        out,
+        "{} {}",
+        style.warn("?"),
+        style.bold("The model's plan:")
+    );
+    let mut md = crate::markdown::Markdown::new(style);
+    let mut shown = md.push(plan);
+    shown.push_str(&md.finish());
+    for row in shown.lines() {
+        let _ = writeln!(out, "  {row}");
+    }
+    let _ = writeln!(
+        out,
+        "{}\n  1. Yes, and accept edits without asking (a)\n  2. Yes, and approve each edit (y)\n  3. No, keep planning (n)",
+        style.bold("Carry it out?")
+    );
+    let _ = out.flush();
+    let decision = loop {
+        match key(cancel)? {
+            KeyCode::Char('1' | 'a' | 'A' | 's' | 'S') => break PermissionDecision::AllowSession,
+            KeyCode::Char('2' | 'y' | 'Y') | KeyCode::Enter => break PermissionDecision::AllowOnce,
+            KeyCode::Char('3' | 'n' | 'N') | KeyCode::Esc => break PermissionDecision::Deny,
+            _ => continue,
+        }
+    };
+    let message = (decision == PermissionDecision::Deny)
+        .then(|| line("  what should change in the plan? (Enter to skip) "))
+        .filter(|m| !m.is_empty());
+    Some(super::Answer {
+        decision,
+        message,
+        updated_input: None,
+    })
+}
+
+/// `AskUserQuestion`: each question with its numbered options (a key picks one; several are
+/// typed as `1,3`; the last number is for an answer in your own words); Esc declines.
+pub fn questions(
+    input: &serde_json::Value,
+    style: Style,
+    cancel: &AtomicBool,
+) -> Option<super::Answer> {
+    let mut out = std::io::stdout();
+    let asked = input["questions"].as_array().cloned().unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "{} {}",
+        style.warn("?"),
+        style.bold(if asked.len() == 1 {
+            "The model asks:"
+        } else {
+            "The model asks (one question at a time):"
+        })
+    );
+    let mut replies = Vec::new();
+    for q in &asked {
+        let options = q["options"].as_array().cloned().unwrap_or_default();
+        let header = q["header"]
+            .as_str()
+            .filter(|h| !h.is_empty())
+            .map(|h| style.dim(&format!("[{h}] ")))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{header}{}",
+            style.bold(q["question"].as_str().unwrap_or_default())
+        );
+        for (i, o) in options.iter().enumerate() {
+            let description = o["description"]
+                .as_str()
+                .filter(|d| !d.is_empty())
+                .map(|d| style.dim(&format!(" — {d}")))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {}. {}{description}",
+                i + 1,
+                o["label"].as_str().unwrap_or_default()
+            );
+        }
+        let other = options.len() + 1;
+        let _ = writeln!(out, "  {other}. {}", style.dim("Other: in your own words"));
+        let _ = out.flush();
+        let reply = if q["multiSelect"] == true {
+            line(&format!(
+                "  choose one or more (e.g. 1,{}) or type: ",
+                options.len()
+            ))
+        } else {
+            loop {
+                match key(cancel)? {
+                    KeyCode::Esc => break String::new(),
+                    KeyCode::Char(c) => match c.to_digit(10).map(|d| d as usize) {
+                        Some(d) if d == other => break line("  your answer: "),
+                        Some(d) if (1..other).contains(&d) => break d.to_string(),
+                        _ => continue,
+                    },
+                    _ => continue,
+                }
+            }
+        };
+        if reply.is_empty() {
+            return Some(super::Answer {
+                decision: PermissionDecision::Deny,
+                message: None,
+                updated_input: None,
+            });
+        }
+        let _ = writeln!(
+            out,
+            "  {}",
+            style.ok(&format!("→ {}", resolve(&options, &reply)))
+        );
+        replies.push(reply);
+    }
+    Some(super::Answer {
+        decision: PermissionDecision::AllowOnce,
+        message: None,
+        updated_input: Some(with_answers(input, &replies)),
+    })
+}
+
+/// An option number (or several, `1,3`) as its label(s); anything else as typed.
+fn resolve(options: &[serde_json::Value], reply: &str) -> String {
+    let picks: Option<Vec<&str>> = reply
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<usize>()
+                .ok()
+                .and_then(|n| n.checked_sub(1))
+                .and_then(|i| options.get(i))
+                .and_then(|o| o["label"].as_str())
+        })
+        .collect();
+    match picks {
+        Some(labels) if !labels.is_empty() => labels.join(", "),
+        _ => reply.to_owned(),
+    }
+}
+
+/// The call's input with `answers` (question → answer) from one reply per question, as
+/// Claude Code's permission prompt fills it in.
+pub fn with_answers(input: &serde_json::Value, replies: &[String]) -> serde_json::Value {
+    let mut answers = serde_json::Map::new();
+    for (q, reply) in input["questions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(replies)
+    {
+        let options = q["options"].as_array().cloned().unwrap_or_default();
+        if let Some(question) = q["question"].as_str() {
+            answers.insert(question.to_owned(), resolve(&options, reply).into());
+        }
+    }
+    let mut out = input.clone();
+    out["answers"] = serde_json::Value::Object(answers);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn replies_become_answers_by_option_number_or_as_typed() {
+        let input = json!({"questions": [
+            {"question": "Which database?", "options": [{"label": "Postgres"}, {"label": "SQLite"}]},
+            {"question": "Which checks?", "multiSelect": true, "options": [{"label": "lint"}, {"label": "test"}, {"label": "fmt"}]},
+            {"question": "Name?", "options": [{"label": "a"}, {"label": "b"}]}
+        ]});
+        let out = with_answers(&input, &["2".into(), "1, 3".into(), "my own".into()]);
+        assert_eq!(
+            out["answers"],
+            json!({"Which database?": "SQLite", "Which checks?": "lint, fmt", "Name?": "my own"})
+        );
+        assert_eq!(out["questions"], input["questions"]);
+    }
 }

@@ -257,17 +257,24 @@ impl Dispatch<'_> {
                 v = self.sink.authorize(ask) => v?,
                 _ = self.cancel.cancelled() => super::sink::Verdict::Deny(INTERRUPTED.to_owned()),
             };
+            let mut updated = None;
+            let mut from = "the permission prompt tool";
             if verdict == super::sink::Verdict::Ask {
-                let (answer, updated) = self.ask_prompt_tool(&call, tool.name()).await;
+                let answer;
+                (answer, updated) = self.ask_prompt_tool(&call, tool.name()).await;
                 verdict = answer;
-                if let Some(updated) = updated {
-                    match self.ctx.tools.validate(&call.name, &updated) {
-                        Ok(()) => call.input = updated,
-                        Err(msg) => {
-                            verdict = super::sink::Verdict::Deny(format!(
-                                "the permission prompt tool's updatedInput is invalid: {msg}"
-                            ))
-                        }
+            } else if let super::sink::Verdict::AllowWith(input) = &verdict {
+                updated = Some(input.clone());
+                from = "the controller";
+                verdict = super::sink::Verdict::Allow;
+            }
+            if let Some(updated) = updated {
+                match self.ctx.tools.validate(&call.name, &updated) {
+                    Ok(()) => call.input = updated,
+                    Err(msg) => {
+                        verdict = super::sink::Verdict::Deny(format!(
+                            "{from}'s updatedInput is invalid: {msg}"
+                        ))
                     }
                 }
             }

@@ -46,6 +46,8 @@ pub struct PermissionAsk {
 pub enum Verdict {
     /// Run the call.
     Allow,
+    /// Run the call with this input instead (a controller's `updatedInput`).
+    AllowWith(serde_json::Value),
     /// Do not run it; the text goes to the model as the result.
     Deny(String),
     /// The rules would ask, and the turn answers itself (only for a `delegated` ask).

@@ -103,13 +103,22 @@ impl TurnContext {
     }
 
     /// What a sub-agent of this turn runs with: the same, without the Task tool (which bounds
-    /// recursion).
+    /// recursion) and the tools that talk to the user (a sub-agent reports to its caller).
     pub fn for_child(&self) -> Self {
         let names: Vec<String> = self
             .tools
             .names()
             .into_iter()
-            .filter(|n| *n != TASK_TOOL && *n != crate::tools::structured::NAME)
+            .filter(|n| {
+                ![
+                    TASK_TOOL,
+                    crate::tools::structured::NAME,
+                    "AskUserQuestion",
+                    "EnterPlanMode",
+                    "ExitPlanMode",
+                ]
+                .contains(n)
+            })
             .map(str::to_owned)
             .collect();
         Self {

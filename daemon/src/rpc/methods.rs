@@ -452,16 +452,25 @@ impl TetherRpcServer for RpcApi {
         request_id: String,
         decision: PermissionDecision,
         message: Option<String>,
+        updated_input: Option<serde_json::Value>,
     ) -> RpcResult<PermissionResponse> {
         if decision == PermissionDecision::Cancelled {
             return Err(invalid_params(
                 "decision must be allow_once, allow_session, allow_always or deny",
             ));
         }
+        if updated_input.as_ref().is_some_and(|v| !v.is_object()) {
+            return Err(invalid_params("updatedInput must be an object"));
+        }
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
         let by = self.connections.client_ref(connection_id(ext));
+        let answer = crate::session::Answer {
+            decision,
+            message,
+            updated_input,
+        };
         handle
-            .respond_permission(request_id, decision, message, by)
+            .respond_permission(request_id, answer, by)
             .await
             .map_err(rpc_error)
     }

@@ -22,8 +22,8 @@ use crate::tools::Workspace;
 use std::collections::HashSet;
 use std::sync::Arc;
 use tether_proto::{
-    ClientRef, DetachReason, EventKind, PermissionDecision, PermissionResponse, Role, SessionId,
-    SessionSnapshot, SessionStatus, SessionSummary, TurnId, TurnStarted,
+    ClientRef, DetachReason, EventKind, PermissionResponse, Role, SessionId, SessionSnapshot,
+    SessionStatus, SessionSummary, TurnId, TurnStarted,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -95,8 +95,7 @@ pub(super) enum Command {
     },
     RespondPermission {
         request_id: String,
-        decision: PermissionDecision,
-        message: Option<String>,
+        answer: super::Answer,
         by: ClientRef,
         reply: oneshot::Sender<Result<PermissionResponse, SessionError>>,
     },
@@ -229,14 +228,12 @@ impl SessionHandle {
     pub async fn respond_permission(
         &self,
         request_id: String,
-        decision: PermissionDecision,
-        message: Option<String>,
+        answer: super::Answer,
         by: ClientRef,
     ) -> Result<PermissionResponse, SessionError> {
         self.call(|reply| Command::RespondPermission {
             request_id,
-            decision,
-            message,
+            answer,
             by,
             reply,
         })
@@ -474,11 +471,10 @@ impl SessionActor {
             } => self.authorize(turn_id, ask, reply),
             Command::RespondPermission {
                 request_id,
-                decision,
-                message,
+                answer,
                 by,
                 reply,
-            } => drop(reply.send(self.respond_permission(request_id, decision, message, by))),
+            } => drop(reply.send(self.respond_permission(request_id, answer, by))),
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),
             Command::RecoverShells { shells } => self.recover_shells(shells),

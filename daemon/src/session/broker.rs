@@ -22,6 +22,35 @@ use tokio::time::{Duration, Instant};
 /// The answers a controller is offered.
 pub const OPTIONS: [&str; 4] = ["allow_once", "allow_session", "allow_always", "deny"];
 
+/// What the tools that talk to the user rather than the system need from the check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Special {
+    /// `AskUserQuestion`: always asked (no rule or mode answers for the user); the answer comes
+    /// back as `updatedInput`.
+    Question,
+    /// `ExitPlanMode` in plan mode: always asked; allowed once leaves plan mode for `default`,
+    /// for the session for `acceptEdits`.
+    PlanExit,
+}
+
+impl Special {
+    fn of(tool: &str, mode: PermissionMode) -> Option<Self> {
+        match tool {
+            "AskUserQuestion" => Some(Self::Question),
+            "ExitPlanMode" if mode == PermissionMode::Plan => Some(Self::PlanExit),
+            _ => None,
+        }
+    }
+
+    /// The answers offered: no rule can be saved for either.
+    fn options(self) -> Vec<String> {
+        match self {
+            Self::Question => vec!["allow_once".into(), "deny".into()],
+            Self::PlanExit => vec!["allow_once".into(), "allow_session".into(), "deny".into()],
+        }
+    }
+}
+
 /// A tool call held until its request is answered.
 pub struct Waiting {
     /// The turn the call belongs to.
@@ -32,6 +61,8 @@ pub struct Waiting {
     pub reply: oneshot::Sender<Result<Verdict, SinkError>>,
     /// When the `onNoController` policy decides, if it is armed.
     deadline: Option<Instant>,
+    /// A question or a plan rather than a tool call's permission.
+    pub special: Option<Special>,
 }
 
 impl Waiting {
@@ -46,6 +77,7 @@ impl Waiting {
             rules,
             reply,
             deadline: None,
+            special: None,
         }
     }
 
@@ -184,14 +216,21 @@ pub fn decide(
 }
 
 /// What a controller's answer lets the call do; a deny's message goes to the model.
-pub fn verdict(decision: PermissionDecision, message: Option<String>) -> Verdict {
+pub fn verdict(
+    decision: PermissionDecision,
+    message: Option<String>,
+    updated_input: Option<serde_json::Value>,
+) -> Verdict {
     match decision {
         PermissionDecision::Deny => Verdict::Deny(match message.filter(|m| !m.trim().is_empty()) {
             Some(m) => format!("The user denied this tool call and said: {m}"),
             None => "The user denied this tool call. Do not retry it unchanged; ask the user or take another approach.".into(),
         }),
         PermissionDecision::Cancelled => Verdict::Deny(crate::agent::INTERRUPTED.to_owned()),
-        _ => Verdict::Allow,
+        _ => match updated_input {
+            Some(input) => Verdict::AllowWith(input),
+            None => Verdict::Allow,
+        },
     }
 }
 
@@ -207,7 +246,9 @@ impl SessionActor {
     ) {
         if let Some((request_id, rules)) = self.ledger.open_request_for(&ask.tool_call_id) {
             // A request an earlier daemon logged (the turn was resumed) stays open as it was.
-            return self.hold(request_id, Waiting::new(turn_id, rules, reply));
+            let mut waiting = Waiting::new(turn_id, rules, reply);
+            waiting.special = Special::of(&ask.tool, self.journal.record.permission_mode);
+            return self.hold(request_id, waiting);
         }
         let rules = self.rules();
         let roots = [std::path::PathBuf::from(&self.journal.record.cwd)];
@@ -220,7 +261,32 @@ impl SessionActor {
             roots: &roots,
         };
         let mode = self.journal.record.permission_mode;
-        let (decision, source) = decide(mode, &rules, &call, ask.hook.as_ref());
+        let special = Special::of(&ask.tool, mode);
+        let (decision, source) = match (special, ask.tool.as_str()) {
+            // Entering plan mode only narrows what runs: no one is asked.
+            (_, "EnterPlanMode") => {
+                if mode != PermissionMode::Plan {
+                    self.switch_mode(PermissionMode::Plan);
+                }
+                (Decision::Allow, Source::Mode)
+            }
+            (None, "ExitPlanMode") => (
+                Decision::Deny(format!(
+                    "the session is not in plan mode (its mode is {}): there is no plan to approve, go ahead",
+                    mode.as_str()
+                )),
+                Source::Mode,
+            ),
+            // A question or a plan is for the user: a hook may refuse it, nothing may allow it.
+            (Some(_), _) => match ask.hook.as_ref() {
+                Some(HookPermission::Deny(why)) => (
+                    Decision::Deny(format!("denied by a PreToolUse hook: {why}")),
+                    Source::Hook,
+                ),
+                _ => (Decision::Ask, Source::Mode),
+            },
+            (None, _) => decide(mode, &rules, &call, ask.hook.as_ref()),
+        };
         match decision {
             Decision::Allow => {
                 crate::telemetry::permission_decision("allow", source.as_str());
@@ -233,7 +299,10 @@ impl SessionActor {
             Decision::Ask if ask.delegated => drop(reply.send(Ok(Verdict::Ask))),
             Decision::Ask => {
                 let request_id = format!("perm_{}", uuid::Uuid::new_v4().simple());
-                let suggested = crate::permissions::suggest_rules(&call, &rules);
+                let suggested = match special {
+                    Some(_) => Vec::new(),
+                    None => crate::permissions::suggest_rules(&call, &rules),
+                };
                 let preview = crate::tools::preview(&ask.tool, &ask.input, &cwd);
                 let tool = ask.tool.clone();
                 let event = EventKind::PermissionRequested {
@@ -242,7 +311,8 @@ impl SessionActor {
                     tool: ask.tool,
                     input: ask.input,
                     preview,
-                    options: OPTIONS.map(String::from).to_vec(),
+                    options: special
+                        .map_or_else(|| OPTIONS.map(String::from).to_vec(), Special::options),
                     rule: suggested.join(", "),
                     rules: suggested.clone(),
                 };
@@ -250,7 +320,9 @@ impl SessionActor {
                     let _ = reply.send(Err(SinkError::storage(e)));
                     return;
                 }
-                self.hold(request_id, Waiting::new(turn_id, suggested, reply));
+                let mut waiting = Waiting::new(turn_id, suggested, reply);
+                waiting.special = special;
+                self.hold(request_id, waiting);
                 self.notify(&tool, &cwd);
             }
         }
@@ -294,10 +366,14 @@ impl SessionActor {
     pub(super) fn respond_permission(
         &mut self,
         request_id: String,
-        decision: PermissionDecision,
-        message: Option<String>,
+        answer: super::Answer,
         by: ClientRef,
     ) -> Result<PermissionResponse, SessionError> {
+        let super::Answer {
+            decision,
+            message,
+            updated_input,
+        } = answer;
         if self.presence.observer_only(&by) {
             return Err(SessionError::NotController);
         }
@@ -312,7 +388,14 @@ impl SessionActor {
                 None => Err(SessionError::RequestNotFound(request_id)),
             };
         };
-        self.resolve(request_id, waiting, decision, message, Some(by))
+        self.resolve(
+            request_id,
+            waiting,
+            decision,
+            message,
+            updated_input,
+            Some(by),
+        )
     }
 
     /// With no controller attached and a policy that acts, gives each waiting request a
@@ -346,7 +429,7 @@ impl SessionActor {
                 "no controller was attached within {} ms; the session's onNoController policy decided",
                 policy.timeout_ms
             );
-            if let Err(e) = self.resolve(request_id, waiting, decision, Some(message), None) {
+            if let Err(e) = self.resolve(request_id, waiting, decision, Some(message), None, None) {
                 tracing::error!(session = %self.journal.record.id, "could not resolve a permission request: {e}");
             }
         }
@@ -359,12 +442,14 @@ impl SessionActor {
         waiting: Waiting,
         decision: PermissionDecision,
         message: Option<String>,
+        updated_input: Option<serde_json::Value>,
         by: Option<ClientRef>,
     ) -> Result<PermissionResponse, SessionError> {
-        let adds_rule = matches!(
-            decision,
-            PermissionDecision::AllowSession | PermissionDecision::AllowAlways
-        );
+        let adds_rule = waiting.special.is_none()
+            && matches!(
+                decision,
+                PermissionDecision::AllowSession | PermissionDecision::AllowAlways
+            );
         let source = if by.is_some() { "user" } else { "policy" };
         crate::telemetry::permission_decision(decision.as_str(), source);
         let event = EventKind::PermissionResolved {
@@ -395,8 +480,33 @@ impl SessionActor {
                 });
             }
         }
+        if waiting.special == Some(Special::PlanExit) {
+            match decision {
+                PermissionDecision::AllowOnce => self.switch_mode(PermissionMode::Default),
+                PermissionDecision::AllowSession | PermissionDecision::AllowAlways => {
+                    self.switch_mode(PermissionMode::AcceptEdits)
+                }
+                _ => {}
+            }
+        }
         let turn_id = waiting.turn_id.clone();
-        let verdict = verdict(decision, message);
+        let said = |m: &Option<String>| {
+            m.as_deref()
+                .filter(|m| !m.trim().is_empty())
+                .map(|m| format!(" They said: {m}"))
+                .unwrap_or_default()
+        };
+        let verdict = match (waiting.special, decision) {
+            (Some(Special::PlanExit), PermissionDecision::Deny) => Verdict::Deny(format!(
+                "The user did not approve the plan; stay in plan mode and revise it.{}",
+                said(&message)
+            )),
+            (Some(Special::Question), PermissionDecision::Deny) => Verdict::Deny(format!(
+                "The user declined to answer the questions.{}",
+                said(&message)
+            )),
+            _ => verdict(decision, message, updated_input),
+        };
         // The tool runs only once the decision is durable.
         self.journal.after_commit(move |err| {
             waiting.answer(match err {
@@ -428,7 +538,7 @@ impl SessionActor {
                 },
                 Some(w.turn_id.clone()),
             );
-            w.answer(Ok(verdict(PermissionDecision::Cancelled, None)));
+            w.answer(Ok(verdict(PermissionDecision::Cancelled, None, None)));
         }
     }
 }
@@ -589,15 +699,24 @@ mod tests {
     #[test]
     fn a_denial_tells_the_model_what_the_user_said() {
         assert_eq!(
-            verdict(PermissionDecision::AllowSession, None),
+            verdict(PermissionDecision::AllowSession, None, None),
             Verdict::Allow
         );
-        let Verdict::Deny(plain) = verdict(PermissionDecision::Deny, Some("  ".into())) else {
+        assert_eq!(
+            verdict(
+                PermissionDecision::AllowOnce,
+                None,
+                Some(serde_json::json!({"answers": {}}))
+            ),
+            Verdict::AllowWith(serde_json::json!({"answers": {}}))
+        );
+        let Verdict::Deny(plain) = verdict(PermissionDecision::Deny, Some("  ".into()), None)
+        else {
             panic!("deny");
         };
         assert!(plain.contains("Do not retry it unchanged"));
         assert_eq!(
-            verdict(PermissionDecision::Deny, Some("use git mv".into())),
+            verdict(PermissionDecision::Deny, Some("use git mv".into()), None),
             Verdict::Deny("The user denied this tool call and said: use git mv".into())
         );
     }

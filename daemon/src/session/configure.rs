@@ -76,6 +76,17 @@ impl SessionActor {
         }
     }
 
+    /// The session's own change of permission mode (plan mode entered or approved to leave),
+    /// logged as a `session_configured` with no client.
+    pub(super) fn switch_mode(&mut self, mode: tether_proto::PermissionMode) {
+        let change = Configure {
+            permission_mode: Some(mode),
+            ..Default::default()
+        };
+        let (reply, _) = oneshot::channel();
+        self.configure(change, None, reply);
+    }
+
     /// A generated title, unless the session got one meanwhile.
     pub(super) fn titled(&mut self, title: String) {
         self.titling = false;

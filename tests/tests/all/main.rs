@@ -2,6 +2,7 @@
 
 mod access;
 mod acp;
+mod asking;
 mod cache;
 mod chaos;
 mod exhaustion;

@@ -1008,3 +1008,43 @@ fn a_code_line_wider_than_the_terminal_is_on_the_screen_once_at_120_and_60_colum
     }
     Ok(())
 }
+
+#[test]
+fn the_terminal_answers_a_question_by_key_and_approves_a_plan() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("One question.").tool_use(
+                "AskUserQuestion",
+                json!({"questions": [{"question": "Which database?", "header": "Database",
+                    "options": [{"label": "Postgres", "description": "a server"}, {"label": "SQLite", "description": "a file"}]}]}),
+            ),
+            Step::text("Planning.").tool_use("EnterPlanMode", json!({})),
+            Step::default().tool_use("ExitPlanMode", json!({"plan": "1. Use **SQLite**"})),
+            Step::text("On it."),
+        ])
+        .titling("Questions"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "set it up"])?;
+    a.want("The model asks:")?;
+    a.want("2. SQLite — a file")?;
+    a.want("3. Other")?;
+    a.send("2")?;
+    a.want("→ SQLite")?;
+    a.want("answered")?;
+    a.want("The model's plan:")?;
+    a.want("Use SQLite")?;
+    a.want("(n)")?;
+    a.send("a")?;
+    a.want("plan approved (edits run without asking)")?;
+    a.want("On it.")?;
+    a.want("acceptEdits")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    let sent = turn_messages(&fake).join("\n");
+    assert!(
+        sent.contains(r#"\"Which database?\" = \"SQLite\""#),
+        "{sent}"
+    );
+    Ok(())
+}
