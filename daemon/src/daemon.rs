@@ -135,7 +135,10 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
         .and_then(|c| {
             AnthropicClient::new(
                 c,
-                Auth::from_env(std::env::var("TETHER_API_KEY_HELPER").ok()),
+                Auth::from_env(std::env::var("TETHER_API_KEY_HELPER").ok().or_else(|| {
+                    let home = std::env::var_os("HOME").map(std::path::PathBuf::from)?;
+                    crate::permissions::keys::api_key_helper(&home)
+                })),
             )
         })
         .and_then(|client| Ok(client.with_provider(provider(config)?)))

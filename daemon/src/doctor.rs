@@ -127,7 +127,7 @@ pub async fn checks(
             None => check(
                 "credentials",
                 CheckStatus::Fail,
-                "none: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, or TETHER_API_KEY_HELPER)",
+                "none: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, TETHER_API_KEY_HELPER, or apiKeyHelper in ~/.claude/settings.json)",
             ),
         },
         Err(why) => check("credentials", CheckStatus::Fail, why.to_owned()),

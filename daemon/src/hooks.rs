@@ -162,6 +162,8 @@ pub struct Hooks {
     entries: Vec<Entry>,
     /// Configuration problems, naming the file.
     pub problems: Vec<String>,
+    /// The settings files' `env`, set for every hook command.
+    env: Vec<(String, String)>,
 }
 
 impl Hooks {
@@ -169,7 +171,10 @@ impl Hooks {
     /// files' shape, and the file's name, as the configuration read it at start), then those of
     /// `~/.claude/settings.json` and the project's settings files.
     pub fn load(root: &Path, home: Option<&Path>, configured: Option<&(Value, String)>) -> Self {
-        let mut hooks = Self::default();
+        let mut hooks = Self {
+            env: crate::permissions::keys::env(root, home),
+            ..Self::default()
+        };
         let mut files = Vec::new();
         if let Some(h) = home {
             files.push(h.join(".claude/settings.json"));
@@ -272,19 +277,27 @@ impl Hooks {
                 }
             }
             for cmd in &entry.commands {
-                run_one(cmd, &stdin, cwd, event, &mut outcome).await;
+                run_one(cmd, &stdin, cwd, &self.env, event, &mut outcome).await;
             }
         }
         outcome
     }
 }
 
-async fn run_one(cmd: &Command, stdin: &str, cwd: &Path, event: HookEvent, outcome: &mut Outcome) {
+async fn run_one(
+    cmd: &Command,
+    stdin: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    event: HookEvent,
+    outcome: &mut Outcome,
+) {
     use tokio::io::AsyncWriteExt;
     let child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(&cmd.command)
         .current_dir(cwd)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("CLAUDE_PROJECT_DIR", cwd)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

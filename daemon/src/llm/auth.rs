@@ -82,7 +82,9 @@ impl Auth {
         match (&self.fixed, &self.helper) {
             (Some(Credential::Bearer(_)), _) => Some("ANTHROPIC_AUTH_TOKEN (bearer token)"),
             (Some(Credential::ApiKey(_)), _) => Some("ANTHROPIC_API_KEY"),
-            (None, Some(_)) => Some("TETHER_API_KEY_HELPER (key command)"),
+            (None, Some(_)) => Some(
+                "a key command (TETHER_API_KEY_HELPER or apiKeyHelper in ~/.claude/settings.json)",
+            ),
             (None, None) => None,
         }
     }

@@ -17,6 +17,11 @@ const USED: &[(&str, &str)] = &[
     ),
     ("hooks", "hooks"),
     ("model", "the model of new sessions"),
+    ("env", "environment of Bash commands and hooks"),
+    (
+        "apiKeyHelper",
+        "the command that prints the API key (read when tetherd starts)",
+    ),
     ("enableAllProjectMcpServers", "MCP server approval"),
     ("enabledMcpjsonServers", "MCP server approval"),
     ("disabledMcpjsonServers", "MCP server approval"),
@@ -79,13 +84,57 @@ pub fn defaults(root: &Path, home: Option<&Path>) -> Defaults {
     out
 }
 
+/// The `env` of the settings files (local over project over user): variables set for the
+/// session's Bash commands and hooks. Values that are not strings are written as JSON
+/// (`1`, `true`), as Claude Code's users write them by mistake.
+pub fn env(root: &Path, home: Option<&Path>) -> Vec<(String, String)> {
+    let mut vars = std::collections::BTreeMap::new();
+    for (_, v) in files(root, home) {
+        for (k, value) in v["env"].as_object().into_iter().flatten() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                continue;
+            }
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Null => continue,
+                other => other.to_string(),
+            };
+            if !text.contains('\0') {
+                vars.insert(k.clone(), text);
+            }
+        }
+    }
+    vars.into_iter().collect()
+}
+
+/// `apiKeyHelper` of `~/.claude/settings.json`: one API key serves every session of the
+/// daemon, so a project's settings cannot choose it.
+pub fn api_key_helper(home: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(home.join(".claude/settings.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["apiKeyHelper"]
+        .as_str()
+        .filter(|c| !c.trim().is_empty())
+        .map(str::to_owned)
+}
+
 /// Every key of the settings files, and whether tether uses it.
 pub fn report(root: &Path, home: Option<&Path>) -> Vec<SettingsKey> {
     let mut keys = Vec::new();
+    let user_file = home.map(|h| h.join(".claude/settings.json"));
     for (path, v) in files(root, home) {
         let source = path.display().to_string();
         let Some(map) = v.as_object() else { continue };
         for (key, value) in map {
+            if key == "apiKeyHelper" && Some(&path) != user_file.as_ref() {
+                keys.push(SettingsKey {
+                    source: source.clone(),
+                    key: key.clone(),
+                    used: false,
+                    note: "not used by tether here: one key serves the daemon, so only ~/.claude/settings.json's is read".into(),
+                });
+                continue;
+            }
             match USED.iter().find(|(k, _)| k == key) {
                 Some((_, what)) => keys.push(SettingsKey {
                     source: source.clone(),
@@ -132,17 +181,20 @@ mod tests {
         std::fs::create_dir_all(root.path().join(".claude")).expect("mkdir");
         std::fs::write(
             home.path().join(".claude/settings.json"),
-            r#"{"model": "haiku", "permissions": {"defaultMode": "plan"}, "statusLine": {}}"#,
+            r#"{"model": "haiku", "permissions": {"defaultMode": "plan"}, "statusLine": {}, "env": {"A": "user", "B": "user", "N": 1}}"#,
         )
         .expect("write");
         std::fs::write(
             root.path().join(".claude/settings.local.json"),
-            r#"{"permissions": {"defaultMode": "acceptEdits", "disableBypassPermissionsMode": "disable"}}"#,
+            r#"{"permissions": {"defaultMode": "acceptEdits", "disableBypassPermissionsMode": "disable"}, "env": {"B": "local", "=x": "no"}}"#,
         )
         .expect("write");
         let d = defaults(root.path(), Some(home.path()));
         assert_eq!(d.permission_mode, Some(PermissionMode::AcceptEdits));
         assert_eq!(d.model.as_deref(), Some("haiku"));
+        let vars = env(root.path(), Some(home.path()));
+        let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(pairs, [("A", "user"), ("B", "local"), ("N", "1")]);
         let report = report(root.path(), Some(home.path()));
         let find = |k: &str| report.iter().find(|r| r.key == k).cloned();
         assert!(find("model").expect("model").used);

@@ -299,11 +299,17 @@ pub(super) fn spawn(
     env: Arc<TurnEnv>,
 ) -> SessionHandle {
     let (tx, rx) = mpsc::unbounded_channel();
-    let workspace = Arc::new(Workspace::new(
-        std::path::PathBuf::from(&record.cwd),
-        Vec::new(),
-        env.data_dir.join("scratch").join(&record.id.0),
-    ));
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let settings_env =
+        crate::permissions::keys::env(std::path::Path::new(&record.cwd), home.as_deref());
+    let workspace = Arc::new(
+        Workspace::new(
+            std::path::PathBuf::from(&record.cwd),
+            Vec::new(),
+            env.data_dir.join("scratch").join(&record.id.0),
+        )
+        .with_env(settings_env),
+    );
     let me = tx.downgrade();
     workspace.jobs.on_end(Box::new(move |id, command, end| {
         if let Some(tx) = me.upgrade() {

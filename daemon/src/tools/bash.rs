@@ -101,12 +101,13 @@ struct Spawned {
     pipe: tokio::net::unix::pipe::Receiver,
 }
 
-fn spawn_shell(script: &str, cwd: &Path) -> std::io::Result<Spawned> {
+fn spawn_shell(script: &str, cwd: &Path, env: &[(String, String)]) -> std::io::Result<Spawned> {
     let (reader, writer) = std::io::pipe()?;
     let child = tokio::process::Command::new("bash")
         .arg("-c")
         .arg(script)
         .current_dir(cwd)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .stdout(writer.try_clone()?)
         .stderr(writer)
@@ -157,7 +158,7 @@ fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<(String
         mut child,
         pgid,
         mut pipe,
-    } = spawn_shell(command, &ctx.workspace.cwd())?;
+    } = spawn_shell(command, &ctx.workspace.cwd(), ctx.workspace.env())?;
     let (id, job) = ctx.workspace.jobs.start(command);
     tokio::spawn(async move {
         let mut buf = vec![0u8; 16 * 1024];
@@ -202,7 +203,7 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
         mut child,
         pgid,
         mut pipe,
-    } = spawn_shell(&script, &cwd)?;
+    } = spawn_shell(&script, &cwd, ctx.workspace.env())?;
 
     let deadline = Instant::now() + timeout;
     let mut output = Capture::new(scratch.join(format!("{id}.log")));

@@ -80,6 +80,8 @@ pub struct Workspace {
     stamps: std::sync::Mutex<std::collections::HashMap<PathBuf, FileStamp>>,
     /// Background jobs (shells started with `run_in_background`).
     pub jobs: super::jobs::Jobs,
+    /// Variables the settings files' `env` sets for commands.
+    env: Vec<(String, String)>,
 }
 
 impl Workspace {
@@ -93,7 +95,19 @@ impl Workspace {
             scratch,
             stamps: Default::default(),
             jobs: Default::default(),
+            env: Vec::new(),
         }
+    }
+
+    /// The same, with `env` set for every command it runs.
+    pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// The variables set for commands.
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
     }
 
     /// Remembers what a file looked like when it was read or written.

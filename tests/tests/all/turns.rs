@@ -1302,3 +1302,90 @@ fn claude_codes_tool_names_and_fields_are_understood() -> anyhow::Result<()> {
     no_rejections(&fake);
     Ok(())
 }
+
+#[test]
+fn the_settings_env_reaches_bash_commands_and_hooks() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "echo \"$DEPLOY_TARGET/$LEVEL\""})),
+        Step::text("done"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    // The local file wins over the project's; a number is written as Claude Code users do.
+    std::fs::write(
+        work.join(".claude/settings.json"),
+        json!({"env": {"DEPLOY_TARGET": "staging", "LEVEL": 2},
+            "hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command",
+                "command": "echo \"$DEPLOY_TARGET\" > hook-saw"}]}]}})
+        .to_string(),
+    )?;
+    std::fs::write(
+        work.join(".claude/settings.local.json"),
+        json!({"env": {"DEPLOY_TARGET": "local"}}).to_string(),
+    )?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.watch(&session)?;
+    let events = run_turn(&mut c, &session, "where to?")?;
+    let result = of_type(&events, "tool_result");
+    assert_eq!(result[0]["data"]["content"], "local/2\n", "{events:?}");
+    assert_eq!(std::fs::read_to_string(work.join("hook-saw"))?, "local\n");
+    Ok(())
+}
+
+#[test]
+fn the_users_api_key_helper_authenticates_and_a_projects_is_not_used() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Keyed.")]))?;
+    // Only the base URL: the key comes from the user's settings.
+    let env: Vec<(String, String)> = fake
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k != "ANTHROPIC_API_KEY")
+        .collect();
+    let mut daemon = Daemon::prepare(env)?;
+    let claude = daemon.dir.path().join("home/.claude");
+    std::fs::create_dir_all(&claude)?;
+    std::fs::write(
+        claude.join("settings.json"),
+        json!({"apiKeyHelper": "echo sk-ant-from-the-helper"}).to_string(),
+    )?;
+    let project = daemon.workdir().join(".claude");
+    std::fs::create_dir_all(&project)?;
+    std::fs::write(
+        project.join("settings.json"),
+        json!({"apiKeyHelper": "echo sk-ant-from-a-project"}).to_string(),
+    )?;
+    daemon.spawn()?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&daemon.workdir())?;
+    c.watch(&session)?;
+    let events = run_turn(&mut c, &session, "hi")?;
+    assert_eq!(stop_reason(&events), "end_turn", "{events:?}");
+    let sent = fake.server.message_requests();
+    assert_eq!(
+        sent[0].headers.get("x-api-key").map(String::as_str),
+        Some("sk-ant-from-the-helper")
+    );
+    let (checks, _) = daemon.doctor()?;
+    assert!(
+        checks["credentials"].1.contains("key command"),
+        "{checks:?}"
+    );
+    let keys = c.call("settings/list", json!({"cwd": daemon.workdir()}))?;
+    let reported = |source: &str| {
+        keys.as_array()
+            .into_iter()
+            .flatten()
+            .find(|k| {
+                k["key"] == "apiKeyHelper"
+                    && k["source"].as_str().is_some_and(|s| s.contains(source))
+            })
+            .cloned()
+    };
+    let project = reported("work").context("the project's apiKeyHelper is reported")?;
+    assert_eq!(project["used"], false, "{project}");
+    let user = reported("home").context("the user's apiKeyHelper is reported")?;
+    assert_eq!(user["used"], true, "{user}");
+    Ok(())
+}
