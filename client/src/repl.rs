@@ -9,6 +9,7 @@ mod editor;
 mod paste;
 mod prompt;
 mod quiet;
+mod status_line;
 
 pub use commands::{CLIENT_COMMANDS, DaemonCommands, ModelNames};
 
@@ -521,7 +522,23 @@ impl Repl {
         let Ok(snapshot) = self.conn.client.session_get(self.session.id.clone()).await else {
             return;
         };
+        // The settings' statusLine command, in the session's directory, replaces the status.
+        let cwd = PathBuf::from(&snapshot.summary.cwd);
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let custom = match status_line::StatusLine::load(&cwd, home.as_deref()) {
+            Some(command) => {
+                let percent = self
+                    .status
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .context_percent;
+                let input = status_line::input(&snapshot, &snapshot.summary.model, percent);
+                command.run(&input, &cwd).await
+            }
+            None => None,
+        };
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.custom = custom;
         s.title = snapshot.summary.title.clone();
         s.model = snapshot.summary.model.clone();
         s.mode = snapshot.summary.permission_mode.as_str().to_owned();

@@ -193,7 +193,7 @@ pub fn fit_visible(line: &str, width: usize) -> String {
     out
 }
 
-fn printable(line: &str) -> String {
+pub fn printable(line: &str) -> String {
     let line = line.rsplit('\r').find(|l| !l.is_empty()).unwrap_or("");
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();

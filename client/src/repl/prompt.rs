@@ -29,11 +29,16 @@ pub struct Status {
     pub others: usize,
     /// Whether this client only watches.
     pub observer: bool,
+    /// The settings' `statusLine` command's output, shown instead.
+    pub custom: Option<String>,
 }
 
 impl Status {
     /// `sonnet · default · 12% · $0.0123 · +1 attached`
     pub fn line(&self) -> String {
+        if let Some(custom) = &self.custom {
+            return custom.clone();
+        }
         let mut parts = vec![self.model.clone(), self.mode.clone()];
         if let Some(p) = self.context_percent {
             parts.push(format!("{p:.0}% context"));

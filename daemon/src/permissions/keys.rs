@@ -19,6 +19,10 @@ const USED: &[(&str, &str)] = &[
     ("model", "the model of new sessions"),
     ("env", "environment of Bash commands and hooks"),
     (
+        "statusLine",
+        "the terminal client's status line (the command's first line)",
+    ),
+    (
         "apiKeyHelper",
         "the command that prints the API key (read when tetherd starts)",
     ),
@@ -198,7 +202,7 @@ mod tests {
         let report = report(root.path(), Some(home.path()));
         let find = |k: &str| report.iter().find(|r| r.key == k).cloned();
         assert!(find("model").expect("model").used);
-        assert!(!find("statusLine").expect("statusLine").used);
+        assert!(find("statusLine").expect("statusLine").used);
         assert!(
             !find("permissions.disableBypassPermissionsMode")
                 .expect("nested")

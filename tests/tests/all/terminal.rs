@@ -1048,3 +1048,38 @@ fn the_terminal_answers_a_question_by_key_and_approves_a_plan() -> anyhow::Resul
     );
     Ok(())
 }
+
+#[test]
+fn a_status_line_command_from_the_settings_replaces_the_status() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Hello.")]).titling("Status line"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let claude = daemon.workdir().join(".claude");
+    std::fs::create_dir_all(&claude)?;
+    std::fs::write(
+        claude.join("settings.json"),
+        json!({"statusLine": {"type": "command",
+            "command": "cat > status-input.json; printf '\\033[32mbranch main\\033[0m · custom\\n'"}})
+        .to_string(),
+    )?;
+    let mut a = tether(&daemon, &["--", "hi"])?;
+    a.want("Hello.")?;
+    a.want("branch main · custom")?;
+    let screen = settled(&a);
+    let prompt = screen.lines().rfind(|l| l.starts_with('›')).unwrap_or("");
+    assert!(
+        prompt.ends_with("branch main · custom") && !prompt.contains("sonnet"),
+        "{screen}"
+    );
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(
+        daemon.workdir().join("status-input.json"),
+    )?)?;
+    assert_eq!(
+        input["session_id"].as_str(),
+        Some(only_session(&daemon)?.as_str())
+    );
+    assert_eq!(input["model"]["id"], "sonnet");
+    assert!(input["cost"]["total_cost_usd"].is_number(), "{input}");
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
