@@ -105,6 +105,18 @@ pub async fn gather(cwd: &Path, project_memory: Option<&Path>) -> Context {
         "Git repository: {}\n",
         if snapshot.is_some() { "yes" } else { "no" }
     ));
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let attribution = crate::permissions::keys::attribution(cwd, home.as_deref());
+    if let Some(commit) = &attribution.commit {
+        env.push_str(&format!(
+            "\nEnd every git commit message you write with a blank line and then:\n{commit}\n"
+        ));
+    }
+    if let Some(pr) = &attribution.pr {
+        env.push_str(&format!(
+            "\nEnd every pull request description you write with a blank line and then:\n{pr}\n"
+        ));
+    }
     let memory = (!memory.is_empty()).then(|| {
         let mut text = String::from(
             "# Memory\nInstructions the user keeps for you. Follow them; they override your defaults.\n",

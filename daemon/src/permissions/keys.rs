@@ -19,6 +19,14 @@ const USED: &[(&str, &str)] = &[
     ("model", "the model of new sessions"),
     ("env", "environment of Bash commands and hooks"),
     (
+        "attribution",
+        "the lines the model ends commits and pull requests with",
+    ),
+    (
+        "includeCoAuthoredBy",
+        "a Co-Authored-By trailer on commits (attribution.commit wins)",
+    ),
+    (
         "statusLine",
         "the terminal client's status line (the command's first line)",
     ),
@@ -111,6 +119,38 @@ pub fn env(root: &Path, home: Option<&Path>) -> Vec<(String, String)> {
     vars.into_iter().collect()
 }
 
+/// What the model adds to the commits and pull requests it writes, from `attribution`
+/// (`commit`, `pr`: the text, empty for none) or the older `includeCoAuthoredBy`. Tether adds
+/// nothing unless a settings file asks.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Attribution {
+    /// Lines that end a commit message.
+    pub commit: Option<String>,
+    /// Lines that end a pull request description.
+    pub pr: Option<String>,
+}
+
+/// The trailer `includeCoAuthoredBy: true` means.
+const CO_AUTHORED_BY: &str = "Co-Authored-By: Claude <noreply@anthropic.com>";
+
+/// The attribution of the most specific file that sets each part.
+pub fn attribution(root: &Path, home: Option<&Path>) -> Attribution {
+    let mut out = Attribution::default();
+    let text = |v: &str| (!v.trim().is_empty()).then(|| v.trim_end().to_owned());
+    for (_, v) in files(root, home) {
+        if let Some(on) = v["includeCoAuthoredBy"].as_bool() {
+            out.commit = on.then(|| CO_AUTHORED_BY.to_owned());
+        }
+        if let Some(commit) = v["attribution"]["commit"].as_str() {
+            out.commit = text(commit);
+        }
+        if let Some(pr) = v["attribution"]["pr"].as_str() {
+            out.pr = text(pr);
+        }
+    }
+    out
+}
+
 /// `apiKeyHelper` of `~/.claude/settings.json`: one API key serves every session of the
 /// daemon, so a project's settings cannot choose it.
 pub fn api_key_helper(home: &Path) -> Option<String> {
@@ -196,6 +236,22 @@ mod tests {
         let d = defaults(root.path(), Some(home.path()));
         assert_eq!(d.permission_mode, Some(PermissionMode::AcceptEdits));
         assert_eq!(d.model.as_deref(), Some("haiku"));
+        assert_eq!(
+            attribution(root.path(), Some(home.path())),
+            Attribution::default()
+        );
+        std::fs::write(
+            root.path().join(".claude/settings.json"),
+            r#"{"includeCoAuthoredBy": true, "attribution": {"pr": "Made with tether"}}"#,
+        )
+        .expect("write");
+        assert_eq!(
+            attribution(root.path(), Some(home.path())),
+            Attribution {
+                commit: Some(CO_AUTHORED_BY.into()),
+                pr: Some("Made with tether".into())
+            }
+        );
         let vars = env(root.path(), Some(home.path()));
         let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(pairs, [("A", "user"), ("B", "local"), ("N", "1")]);

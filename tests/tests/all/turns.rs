@@ -1304,7 +1304,8 @@ fn claude_codes_tool_names_and_fields_are_understood() -> anyhow::Result<()> {
 }
 
 #[test]
-fn the_settings_env_reaches_bash_commands_and_hooks() -> anyhow::Result<()> {
+fn the_settings_env_reaches_bash_commands_and_hooks_and_attribution_the_prompt()
+-> anyhow::Result<()> {
     let fake = Fake::start(Script::of([
         Step::default().tool_use("Bash", json!({"command": "echo \"$DEPLOY_TARGET/$LEVEL\""})),
         Step::text("done"),
@@ -1316,6 +1317,7 @@ fn the_settings_env_reaches_bash_commands_and_hooks() -> anyhow::Result<()> {
     std::fs::write(
         work.join(".claude/settings.json"),
         json!({"env": {"DEPLOY_TARGET": "staging", "LEVEL": 2},
+            "attribution": {"commit": "Assisted-by: tether"},
             "hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command",
                 "command": "echo \"$DEPLOY_TARGET\" > hook-saw"}]}]}})
         .to_string(),
@@ -1331,6 +1333,20 @@ fn the_settings_env_reaches_bash_commands_and_hooks() -> anyhow::Result<()> {
     let result = of_type(&events, "tool_result");
     assert_eq!(result[0]["data"]["content"], "local/2\n", "{events:?}");
     assert_eq!(std::fs::read_to_string(work.join("hook-saw"))?, "local\n");
+    // The settings' attribution is what the model is told to end commits with.
+    let system = fake
+        .server
+        .message_requests()
+        .iter()
+        .find(|r| r.body["tools"].is_array())
+        .context("a turn request")?
+        .body["system"]
+        .to_string();
+    assert!(
+        system.contains("End every git commit message you write with a blank line and then:\\nAssisted-by: tether"),
+        "{system}"
+    );
+    assert!(!system.contains("pull request"), "{system}");
     Ok(())
 }
 
