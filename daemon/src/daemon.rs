@@ -86,6 +86,29 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
+    // cleanupPeriodDays: now, then once a day (the setting is read each time).
+    let cleaner = {
+        let sessions = sessions.clone();
+        tokio::spawn(async move {
+            let mut day = tokio::time::interval(std::time::Duration::from_secs(86_400));
+            loop {
+                day.tick().await;
+                let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+                let Some(period) = home.and_then(|h| crate::permissions::keys::cleanup_period(&h))
+                else {
+                    continue;
+                };
+                let deleted = sessions.clean_up(period).await;
+                if deleted > 0 {
+                    tracing::info!(
+                        sessions = deleted,
+                        days = period.as_secs() / 86_400,
+                        "deleted sessions unused for longer than cleanupPeriodDays"
+                    );
+                }
+            }
+        })
+    };
     // Owned here and stopped with the daemon; never in a turn's way.
     let listing = sessions.env().llm.clone().ok().map(|llm| {
         let catalog = sessions.env().catalog.clone();
@@ -122,6 +145,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     if let Some(task) = listing {
         task.abort();
     }
+    cleaner.abort();
     store.flush().await?;
     drop(listener);
     tracing::info!("tetherd stopped");

@@ -19,6 +19,10 @@ const USED: &[(&str, &str)] = &[
     ("model", "the model of new sessions"),
     ("env", "environment of Bash commands and hooks"),
     (
+        "cleanupPeriodDays",
+        "idle sessions unused for longer are deleted (read from ~/.claude/settings.json, daily)",
+    ),
+    (
         "attribution",
         "the lines the model ends commits and pull requests with",
     ),
@@ -149,6 +153,23 @@ pub fn attribution(root: &Path, home: Option<&Path>) -> Attribution {
         }
     }
     out
+}
+
+/// `cleanupPeriodDays` of `~/.claude/settings.json`: idle sessions unused for longer are
+/// deleted. Only the user's file counts (the daemon's sessions are the user's); `0`, which
+/// in Claude Code turns persistence off, is refused: tether's sessions are what it keeps.
+pub fn cleanup_period(home: &Path) -> Option<std::time::Duration> {
+    let text = std::fs::read_to_string(home.join(".claude/settings.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    match v["cleanupPeriodDays"].as_u64()? {
+        0 => {
+            tracing::warn!(
+                "cleanupPeriodDays 0 is not used: tether keeps its sessions (delete them with tether rm)"
+            );
+            None
+        }
+        days => Some(std::time::Duration::from_secs(days.min(36_500) * 86_400)),
+    }
 }
 
 /// `apiKeyHelper` of `~/.claude/settings.json`: one API key serves every session of the

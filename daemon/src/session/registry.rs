@@ -236,6 +236,49 @@ impl Sessions {
         })
     }
 
+    /// Deletes the idle sessions nobody has used for `older_than` (Claude Code's
+    /// `cleanupPeriodDays`); a session that runs or has a client attached stays. Returns how
+    /// many were deleted.
+    pub async fn clean_up(&self, older_than: std::time::Duration) -> usize {
+        let Some(cutoff) = std::time::SystemTime::now().checked_sub(older_than) else {
+            return 0;
+        };
+        let records = match self.store.sessions() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("cannot scan sessions to clean up: {e}");
+                return 0;
+            }
+        };
+        let mut deleted = 0;
+        for record in records {
+            let Ok(updated) =
+                humantime::parse_rfc3339_weak(record.updated_at.trim_end_matches('Z'))
+            else {
+                continue;
+            };
+            if updated >= cutoff || record.status != SessionStatus::Idle {
+                continue;
+            }
+            let live = self.live().get(&record.id).cloned();
+            let in_use = match live {
+                Some(h) => h
+                    .summary()
+                    .await
+                    .map_or(true, |s| !s.attached_clients.is_empty()),
+                None => false,
+            };
+            if in_use {
+                continue;
+            }
+            match self.delete(&record.id, None).await {
+                Ok(()) => deleted += 1,
+                Err(e) => tracing::warn!(session = %record.id, "cannot clean up: {e}"),
+            }
+        }
+        deleted
+    }
+
     /// Deletes a session; its subscribers get `session_deleted` and their subscriptions end.
     pub async fn delete(&self, id: &SessionId, by: Option<ClientRef>) -> Result<(), SessionError> {
         let handle = self.get(id)?;
@@ -390,6 +433,35 @@ mod tests {
             cache_ttl: None,
             config_hooks: None,
         })
+    }
+
+    #[tokio::test]
+    async fn clean_up_deletes_only_the_idle_sessions_unused_for_longer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let sessions = Sessions::new(store.clone(), 1, env(dir.path()));
+        let new = || NewSession {
+            cwd: "/tmp".into(),
+            ..Default::default()
+        };
+        let old = sessions.create(new(), None).await.expect("created");
+        let recent = sessions.create(new(), None).await.expect("created");
+        sessions.shutdown().await;
+        let mut record = store.session(&old).expect("read").expect("record");
+        record.updated_at = "2020-01-01T00:00:00.000Z".into();
+        store.put_session(&record).expect("age it");
+
+        let sessions = Sessions::new(store.clone(), 2, env(dir.path()));
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(sessions.clean_up(30 * day).await, 1);
+        let left: Vec<SessionId> = store
+            .sessions()
+            .expect("list")
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(left, [recent]);
+        assert_eq!(sessions.clean_up(30 * day).await, 0);
     }
 
     #[tokio::test]
