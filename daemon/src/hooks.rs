@@ -1,7 +1,7 @@
 //! Hooks in Claude Code's configuration shape (`"hooks"` in the same settings files as the
 //! permission rules): `PreToolUse`, `PostToolUse`, `PostToolUseFailure`, `UserPromptSubmit`,
-//! `Stop`, `StopFailure`, `SubagentStart`, `SubagentStop`, `SessionStart`, `PreCompact`,
-//! `PostCompact`, `Notification`; each entry has a `matcher` (tool name, agent type, trigger or
+//! `Stop`, `StopFailure`, `SubagentStart`, `SubagentStop`, `SessionStart`, `SessionEnd`,
+//! `PreCompact`, `PostCompact`, `Notification`, `PermissionRequest`; each entry has a `matcher` (tool name, agent type, trigger or
 //! regex; empty or `*` for all) and command hooks. Claude Code's other events are reported as
 //! not used by tether, never as an error.
 //!
@@ -45,11 +45,16 @@ pub enum HookEvent {
     PostCompact,
     /// When the session waits for a permission answer.
     Notification,
+    /// When a permission request is opened: may answer it (`decision.behavior`), racing the
+    /// controllers; the first answer wins.
+    PermissionRequest,
+    /// When a session ends: cleared (`reason: clear`) or deleted (`other`).
+    SessionEnd,
 }
 
 impl HookEvent {
     /// Every event.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 14] = [
         Self::PreToolUse,
         Self::PostToolUse,
         Self::PostToolUseFailure,
@@ -62,13 +67,14 @@ impl HookEvent {
         Self::PreCompact,
         Self::PostCompact,
         Self::Notification,
+        Self::PermissionRequest,
+        Self::SessionEnd,
     ];
 
     /// Claude Code's events tether has no moment for (teams, worktrees, configuration
     /// watching, …): a settings file may name them; tether says it does not run them.
     pub const NOT_USED: &[&str] = &[
-        "SessionEnd",
-        "PermissionRequest",
+        // Fired by Claude Code's auto-mode classifier, which tether does not have.
         "PermissionDenied",
         "TeammateIdle",
         "TaskCompleted",
@@ -100,6 +106,8 @@ impl HookEvent {
             Self::PreCompact => "PreCompact",
             Self::PostCompact => "PostCompact",
             Self::Notification => "Notification",
+            Self::PermissionRequest => "PermissionRequest",
+            Self::SessionEnd => "SessionEnd",
         }
     }
 
@@ -380,6 +388,28 @@ async fn run_one(
                     && let Some(input) = specific.get("updatedInput").filter(|i| i.is_object())
                 {
                     outcome.updated_input = Some(input.clone());
+                }
+                // PermissionRequest: `decision: {behavior, updatedInput?, message?}`.
+                let decision = &specific["decision"];
+                if event == HookEvent::PermissionRequest {
+                    match decision["behavior"].as_str() {
+                        Some("allow") => {
+                            outcome.permission = Some(HookPermission::Allow);
+                            outcome.updated_input = decision
+                                .get("updatedInput")
+                                .filter(|i| i.is_object())
+                                .cloned();
+                        }
+                        Some("deny") => {
+                            outcome.permission = Some(HookPermission::Deny(
+                                decision["message"]
+                                    .as_str()
+                                    .unwrap_or("denied by a PermissionRequest hook")
+                                    .to_owned(),
+                            ))
+                        }
+                        _ => {}
+                    }
                 }
                 // `systemMessage`: shown to the user.
                 if let Some(message) = v["systemMessage"].as_str() {

@@ -99,6 +99,11 @@ pub(super) enum Command {
         by: ClientRef,
         reply: oneshot::Sender<Result<PermissionResponse, SessionError>>,
     },
+    /// A PermissionRequest hook answered a request.
+    HookAnswered {
+        request_id: String,
+        answer: super::Answer,
+    },
     /// Logs a notice.
     Note {
         message: String,
@@ -481,6 +486,7 @@ impl SessionActor {
                 by,
                 reply,
             } => drop(reply.send(self.respond_permission(request_id, answer, by))),
+            Command::HookAnswered { request_id, answer } => self.hook_answered(request_id, answer),
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),
             Command::RecoverShells { shells } => self.recover_shells(shells),
@@ -587,6 +593,7 @@ impl SessionActor {
         self.commit().await;
         let result = self.journal.delete().await;
         if result.is_ok() {
+            self.session_end("other");
             self.journal
                 .broadcast_control(EventKind::SessionDeleted { by });
         }

@@ -309,7 +309,7 @@ impl SessionActor {
                     request_id: request_id.clone(),
                     tool_call_id: ask.tool_call_id,
                     tool: ask.tool,
-                    input: ask.input,
+                    input: ask.input.clone(),
                     preview,
                     options: special
                         .map_or_else(|| OPTIONS.map(String::from).to_vec(), Special::options),
@@ -320,9 +320,10 @@ impl SessionActor {
                     let _ = reply.send(Err(SinkError::storage(e)));
                     return;
                 }
-                let mut waiting = Waiting::new(turn_id, suggested, reply);
+                let mut waiting = Waiting::new(turn_id, suggested.clone(), reply);
                 waiting.special = special;
-                self.hold(request_id, waiting);
+                self.hold(request_id.clone(), waiting);
+                self.permission_hooks(&request_id, &tool, &ask.input, &suggested, &cwd);
                 self.notify(&tool, &cwd);
             }
         }
@@ -335,14 +336,128 @@ impl SessionActor {
         self.arm_no_controller();
     }
 
-    /// Runs the Notification hooks, in the background, for a request that now waits.
-    fn notify(&mut self, tool: &str, cwd: &std::path::Path) {
+    /// The session's hooks, read now (settings edits apply at once).
+    pub(super) fn hooks(&self) -> crate::hooks::Hooks {
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        let hooks = crate::hooks::Hooks::load(
+        crate::hooks::Hooks::load(
             std::path::Path::new(&self.journal.record.cwd),
             home.as_deref(),
             self.env.config_hooks.as_ref(),
+        )
+    }
+
+    /// Runs the PermissionRequest hooks, in the background, for a request that now waits: an
+    /// answer they give resolves it as a controller's would (whichever comes first wins).
+    fn permission_hooks(
+        &mut self,
+        request_id: &str,
+        tool: &str,
+        input: &serde_json::Value,
+        suggested: &[String],
+        cwd: &std::path::Path,
+    ) {
+        let hooks = self.hooks();
+        if !hooks.has(HookEvent::PermissionRequest) {
+            return;
+        }
+        // Claude Code's shape for the rules an answer could add.
+        let suggestions: Vec<serde_json::Value> = suggested
+            .iter()
+            .map(|rule| {
+                let (tool, content) = match rule.split_once('(') {
+                    Some((t, rest)) => (t, Some(rest.trim_end_matches(')'))),
+                    None => (rule.as_str(), None),
+                };
+                serde_json::json!({"type": "addRules", "behavior": "allow",
+                    "destination": "session",
+                    "rules": [{"toolName": tool, "ruleContent": content}]})
+            })
+            .collect();
+        let hook_input = serde_json::json!({
+            "session_id": self.journal.record.id.0,
+            "cwd": cwd,
+            "permission_mode": self.journal.record.permission_mode.as_str(),
+            "tool_name": tool,
+            "tool_input": input,
+            "permission_suggestions": suggestions,
+        });
+        let (me, request_id, tool, cwd) = (
+            self.me.clone(),
+            request_id.to_owned(),
+            tool.to_owned(),
+            cwd.to_owned(),
         );
+        self.tasks.spawn(async move {
+            let outcome = hooks
+                .run(HookEvent::PermissionRequest, Some(&tool), hook_input, &cwd)
+                .await;
+            for n in outcome.notices {
+                tracing::warn!("{n}");
+            }
+            let answer = match outcome.permission {
+                Some(HookPermission::Allow) => super::Answer {
+                    decision: PermissionDecision::AllowOnce,
+                    message: Some("by a PermissionRequest hook".into()),
+                    updated_input: outcome.updated_input,
+                },
+                Some(HookPermission::Deny(why)) => super::Answer {
+                    decision: PermissionDecision::Deny,
+                    message: Some(format!("(a PermissionRequest hook answered) {why}")),
+                    updated_input: None,
+                },
+                _ => return,
+            };
+            if let Some(me) = me.upgrade() {
+                let _ = me.send(super::actor::Command::HookAnswered { request_id, answer });
+            }
+        });
+    }
+
+    /// Runs the SessionEnd hooks, detached (a deleted session's actor stops meanwhile):
+    /// `reason` is `clear` or `other` (deleted).
+    pub(super) fn session_end(&self, reason: &str) {
+        let hooks = self.hooks();
+        if !hooks.has(HookEvent::SessionEnd) {
+            return;
+        }
+        let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
+        let input = serde_json::json!({
+            "session_id": self.journal.record.id.0,
+            "cwd": cwd,
+            "permission_mode": self.journal.record.permission_mode.as_str(),
+            "reason": reason,
+        });
+        let reason = reason.to_owned();
+        tokio::spawn(async move {
+            let outcome = hooks
+                .run(HookEvent::SessionEnd, Some(&reason), input, &cwd)
+                .await;
+            for n in outcome.notices {
+                tracing::warn!("{n}");
+            }
+        });
+    }
+
+    /// A PermissionRequest hook's answer, if the request still waits.
+    pub(super) fn hook_answered(&mut self, request_id: String, answer: super::Answer) {
+        let Some(waiting) = self.broker.take(&request_id) else {
+            return;
+        };
+        if let Err(e) = self.resolve(
+            request_id,
+            waiting,
+            answer.decision,
+            answer.message,
+            answer.updated_input,
+            None,
+        ) {
+            tracing::error!(session = %self.journal.record.id, "could not resolve a permission request: {e}");
+        }
+    }
+
+    /// Runs the Notification hooks, in the background, for a request that now waits.
+    fn notify(&mut self, tool: &str, cwd: &std::path::Path) {
+        let hooks = self.hooks();
         if !hooks.has(HookEvent::Notification) {
             return;
         }

@@ -13,6 +13,7 @@ impl SessionActor {
     pub(super) fn run_command(&mut self, turn_id: TurnId, by: ClientRef, command: SlashCommand) {
         match command {
             SlashCommand::Clear => {
+                self.session_end("clear");
                 self.emit_in(EventKind::HistoryCleared {}, Some(turn_id.clone()));
                 self.finish_command(turn_id, None)
             }

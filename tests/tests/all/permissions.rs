@@ -758,3 +758,92 @@ fn settings_files_give_new_sessions_their_mode_and_model_and_every_key_is_listed
     assert_eq!(key("statusLine")["note"], "not used by tether");
     Ok(())
 }
+
+#[test]
+fn a_permission_request_hook_answers_and_session_end_hooks_run_on_clear_and_delete()
+-> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "xargs echo hook-allowed"})),
+        Step::default().tool_use("Bash", json!({"command": "rm -rf build"})),
+        Step::text("done"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    // Claude Code's PermissionRequest output: allow `xargs echo`, deny `rm`.
+    let decide = r#"import json, sys
+seen = json.load(sys.stdin)
+open("permission-hook.log", "a").write(json.dumps(seen) + "\n")
+allow = seen["tool_input"]["command"].startswith("xargs echo")
+decision = {"behavior": "allow"} if allow else {"behavior": "deny", "message": "no rm from hooks"}
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}}))
+"#;
+    std::fs::write(work.join("decide.py"), decide)?;
+    let settings = json!({"hooks": {
+        "PermissionRequest": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "python3 decide.py"}]}],
+        "SessionEnd": [{"hooks": [{"type": "command", "command": "cat >> session-end.log; echo >> session-end.log"}]}]
+    }});
+    std::fs::write(work.join(".claude/settings.json"), settings.to_string())?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&work, "default")?;
+    c.watch(&session)?;
+    // Nobody answers: the hook does.
+    c.start_turn(&session, "echo, then clean")?;
+    let events = c.events_until("turn_ended")?;
+    let resolved: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "permission_resolved")
+        .collect();
+    assert_eq!(resolved.len(), 2, "{events:?}");
+    assert_eq!(resolved[0]["data"]["decision"], "allow_once");
+    assert!(
+        resolved[0]["data"]
+            .get("resolvedBy")
+            .is_none_or(Value::is_null)
+    );
+    assert_eq!(resolved[1]["data"]["decision"], "deny");
+    let results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .collect();
+    assert_eq!(results[0]["data"]["content"], "hook-allowed\n");
+    assert!(
+        results[1]["data"]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("no rm from hooks")),
+        "{}",
+        results[1]
+    );
+    let seen: Value = serde_json::from_str(
+        std::fs::read_to_string(work.join("permission-hook.log"))?
+            .lines()
+            .next()
+            .context("the hook ran")?,
+    )?;
+    assert_eq!(seen["hook_event_name"], "PermissionRequest");
+    assert_eq!(seen["tool_name"], "Bash");
+    assert_eq!(
+        seen["permission_suggestions"][0]["rules"][0]["toolName"],
+        "Bash"
+    );
+
+    // SessionEnd: on /clear, then on delete.
+    c.start_turn(&session, "/clear")?;
+    c.events_until("turn_ended")?;
+    c.call("session/delete", json!({"sessionId": session}))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let reasons = loop {
+        let log = std::fs::read_to_string(work.join("session-end.log")).unwrap_or_default();
+        let reasons: Vec<String> = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v["reason"].as_str().map(str::to_owned))
+            .collect();
+        if reasons.len() >= 2 || std::time::Instant::now() > deadline {
+            break reasons;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(reasons, ["clear", "other"]);
+    Ok(())
+}
