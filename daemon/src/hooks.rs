@@ -438,6 +438,94 @@ async fn run_one(
     }
 }
 
+/// A successful call's `tool_response` as Claude Code shapes it for the tools hook scripts
+/// read most (Bash's `stdout`, the file tools' `filePath` and `structuredPatch`, Glob's
+/// `filenames`); other tools' result as its text or content blocks.
+pub fn tool_response(tool: &str, input: &Value, content: &Value, details: Option<&Value>) -> Value {
+    let text = tether_proto::content_text(content);
+    let patch = || {
+        details
+            .and_then(|d| d["diff"].as_str())
+            .map(structured_patch)
+            .unwrap_or_default()
+    };
+    match tool {
+        "Bash" => json!({"stdout": text, "stderr": "", "interrupted": false, "isImage": false}),
+        "Read" => {
+            // The file's lines without the numbers Read puts before them.
+            let lines: Vec<&str> = text
+                .lines()
+                .filter_map(|l| {
+                    let (n, rest) = l.split_once('\t')?;
+                    n.trim().parse::<u64>().ok().map(|_| rest)
+                })
+                .collect();
+            json!({"type": "text", "file": {
+            "filePath": input["file_path"],
+            "content": lines.join("\n"),
+            "numLines": lines.len(),
+            "startLine": input["offset"].as_u64().unwrap_or(1).max(1),
+            }})
+        }
+        "Write" => json!({
+            "type": if patch().iter().any(|h| h["oldLines"] != 0) { "update" } else { "create" },
+            "filePath": input["file_path"],
+            "content": input["content"],
+            "structuredPatch": patch(),
+        }),
+        "Edit" => json!({
+            "filePath": input["file_path"],
+            "oldString": input["old_string"],
+            "newString": input["new_string"],
+            "replaceAll": input["replace_all"].as_bool().unwrap_or(false),
+            "userModified": false,
+            "structuredPatch": patch(),
+        }),
+        "MultiEdit" => json!({
+            "filePath": input["file_path"],
+            "edits": input["edits"],
+            "userModified": false,
+            "structuredPatch": patch(),
+        }),
+        "Glob" => {
+            let filenames: Vec<&str> = text.lines().filter(|l| l.starts_with('/')).collect();
+            json!({"filenames": filenames, "numFiles": filenames.len(), "truncated": false})
+        }
+        _ => content.clone(),
+    }
+}
+
+/// A unified diff's hunks as Claude Code's `structuredPatch`.
+fn structured_patch(diff: &str) -> Vec<Value> {
+    let mut hunks: Vec<Value> = Vec::new();
+    for line in diff.lines() {
+        if let Some(header) = line.strip_prefix("@@ ") {
+            let mut nums = header.split_whitespace().take(2).map(|range| {
+                let range = range.trim_start_matches(['-', '+']);
+                let (start, len) = range.split_once(',').unwrap_or((range, "1"));
+                (
+                    start.parse::<u64>().unwrap_or(0),
+                    len.parse::<u64>().unwrap_or(1),
+                )
+            });
+            let (old, new) = (
+                nums.next().unwrap_or_default(),
+                nums.next().unwrap_or_default(),
+            );
+            hunks.push(
+                json!({"oldStart": old.0, "oldLines": old.1, "newStart": new.0,
+                "newLines": new.1, "lines": []}),
+            );
+        } else if let Some(lines) = hunks.last_mut().and_then(|h| h["lines"].as_array_mut())
+            && !line.starts_with("--- ")
+            && !line.starts_with("+++ ")
+        {
+            lines.push(json!(line));
+        }
+    }
+    hunks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +535,45 @@ mod tests {
         h.add(&v, "test");
         assert!(h.problems.is_empty(), "{:?}", h.problems);
         h
+    }
+
+    #[test]
+    fn tool_responses_take_claude_codes_shapes() {
+        let bash = tool_response("Bash", &json!({"command": "ls"}), &json!("a\nb\n"), None);
+        assert_eq!(bash["stdout"], "a\nb\n");
+        assert_eq!(bash["interrupted"], false);
+        let read = tool_response(
+            "Read",
+            &json!({"file_path": "/p/a"}),
+            &json!("     1\tfirst\n     2\tsecond\n"),
+            None,
+        );
+        assert_eq!(read["file"]["content"], "first\nsecond");
+        assert_eq!(read["file"]["numLines"], 2);
+        let diff = "--- a/x.rs\n+++ b/x.rs\n@@ -2,2 +2,3 @@\n one\n-two\n+deux\n+trois\n";
+        let edit = tool_response(
+            "Edit",
+            &json!({"file_path": "/p/x.rs", "old_string": "two", "new_string": "deux\ntrois"}),
+            &json!("edited"),
+            Some(&json!({"diff": diff})),
+        );
+        assert_eq!(edit["filePath"], "/p/x.rs");
+        assert_eq!(
+            edit["structuredPatch"],
+            json!([{"oldStart": 2, "oldLines": 2, "newStart": 2, "newLines": 3,
+                "lines": [" one", "-two", "+deux", "+trois"]}])
+        );
+        let created = tool_response(
+            "Write",
+            &json!({"file_path": "/p/new", "content": "x\n"}),
+            &json!("written"),
+            Some(&json!({"diff": "--- /dev/null\n+++ b/new\n@@ -0,0 +1 @@\n+x\n"})),
+        );
+        assert_eq!(created["type"], "create");
+        assert_eq!(
+            tool_response("WebFetch", &json!({}), &json!("page"), None),
+            json!("page")
+        );
     }
 
     #[tokio::test]

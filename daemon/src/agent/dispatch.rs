@@ -351,7 +351,12 @@ impl Dispatch<'_> {
                         input["error"] = json!(tether_proto::content_text(&out.content));
                         input["is_interrupt"] = json!(ctx.cancel.is_cancelled());
                     } else {
-                        input["tool_response"] = out.content.clone();
+                        input["tool_response"] = crate::hooks::tool_response(
+                            &name,
+                            &input["tool_input"],
+                            &out.content,
+                            out.details.as_ref(),
+                        );
                     }
                     let cwd = ctx.workspace.cwd();
                     let outcome = hooks.run(event, Some(&name), input, &cwd).await;

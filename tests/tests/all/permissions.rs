@@ -728,7 +728,8 @@ fn settings_files_give_new_sessions_their_mode_and_model_and_every_key_is_listed
     std::fs::write(
         work.join(".claude/settings.local.json"),
         json!({"permissions": {"defaultMode": "acceptEdits", "allow": []},
-            "model": "haiku", "statusLine": {"type": "command", "command": "echo hi"}})
+            "model": "haiku", "statusLine": {"type": "command", "command": "echo hi"},
+            "outputStyle": "Explanatory"})
         .to_string(),
     )?;
     let mut c = daemon.ndjson()?;
@@ -754,8 +755,9 @@ fn settings_files_give_new_sessions_their_mode_and_model_and_every_key_is_listed
             .unwrap_or_default()
     };
     assert_eq!(key("model")["used"], true, "{keys:?}");
-    assert_eq!(key("statusLine")["used"], false, "{keys:?}");
-    assert_eq!(key("statusLine")["note"], "not used by tether");
+    assert_eq!(key("statusLine")["used"], true, "{keys:?}");
+    assert_eq!(key("outputStyle")["used"], false, "{keys:?}");
+    assert_eq!(key("outputStyle")["note"], "not used by tether");
     Ok(())
 }
 
