@@ -17,6 +17,7 @@ mod grep;
 mod jobs;
 mod ls;
 mod notebook;
+mod pdf;
 mod plan;
 mod read;
 pub mod structured;

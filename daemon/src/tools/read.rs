@@ -1,5 +1,7 @@
-//! `Read {file_path, offset?, limit?}`: a text file as numbered lines (`cat -n` style), or an
-//! image as image content. Remembers what it read for the staleness rule of Write and Edit.
+//! `Read {file_path, offset?, limit?, pages?}`: a text file as numbered lines (`cat -n`
+//! style), an image as image content, a PDF as a document (whole when short, else the
+//! `pages` asked for, cut out by `pdf.rs`). Remembers what it read for the staleness rule of
+//! Write and Edit.
 
 use crate::tools::{FileStamp, Tool, ToolContext, ToolFuture, ToolOutput};
 use base64::Engine;
@@ -14,6 +16,8 @@ const DEFAULT_LIMIT: usize = 2000;
 const MAX_LINE: usize = 2000;
 /// The output stops before it grows past this many bytes (the rest is read with an offset).
 const MAX_OUTPUT_BYTES: usize = 256 * 1024;
+/// Largest PDF read (the API takes requests up to 32 MB, and base64 adds a third).
+const MAX_PDF_BYTES: u64 = 20 * 1024 * 1024;
 /// Notebooks up to this size are shown as cells; larger ones as text.
 const MAX_NOTEBOOK: u64 = 16 * 1024 * 1024;
 
@@ -29,7 +33,8 @@ impl Tool for Read {
         "Reads a text file and returns it with line numbers (cat -n format: the number, a tab, the line). \
          Give an absolute file_path. By default up to 2000 lines from the start; use offset (1-based first line) \
          and limit for longer files. Lines longer than 2000 characters are cut. Images (png, jpeg, gif, webp) \
-         are returned as images. Read a file before you Write or Edit it."
+         are returned as images. PDFs are returned as documents: whole up to 10 pages, otherwise give pages \
+         (\"3\", \"1-5\"; at most 20 per call). Read a file before you Write or Edit it."
     }
 
     fn input_schema(&self) -> Value {
@@ -38,7 +43,8 @@ impl Tool for Read {
             "properties": {
                 "file_path": {"type": "string", "description": "Absolute path of the file to read"},
                 "offset": {"type": "integer", "minimum": 0, "description": "First line to read (1-based; 0 reads from the start)"},
-                "limit": {"type": "integer", "minimum": 1, "description": "How many lines to read"}
+                "limit": {"type": "integer", "minimum": 1, "description": "How many lines to read"},
+                "pages": {"type": "string", "description": "For a PDF: the page or range to read, e.g. \"3\" or \"1-5\" (at most 20 pages)"}
             },
             "required": ["file_path"],
             "additionalProperties": false
@@ -87,6 +93,19 @@ impl Tool for Read {
                 return ToolOutput::blocks(vec![
                     json!({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}),
                 ]);
+            }
+            let pages = input["pages"].as_str().filter(|p| !p.trim().is_empty());
+            if path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("pdf"))
+            {
+                return read_pdf(&path, &meta, modified, pages, ctx).await;
+            }
+            if pages.is_some() {
+                return ToolOutput::error(format!(
+                    "pages is for PDF files; {} is read by lines (offset, limit)",
+                    path.display()
+                ));
             }
             if path.extension().is_some_and(|e| e == "ipynb") && meta.len() <= MAX_NOTEBOOK {
                 let bytes = match read_whole(&path, modified, ctx).await {
@@ -160,6 +179,69 @@ impl Tool for Read {
             }
             ToolOutput::text(text)
         })
+    }
+}
+
+/// A PDF as a document block: whole when it is short, else the `pages` asked for.
+async fn read_pdf(
+    path: &std::path::Path,
+    meta: &std::fs::Metadata,
+    modified: Option<std::time::SystemTime>,
+    pages: Option<&str>,
+    ctx: &ToolContext,
+) -> ToolOutput {
+    use super::pdf::{MAX_PAGES_PER_READ, MAX_WHOLE_PAGES, Pdf, parse_range};
+    let range = match pages.map(parse_range).transpose() {
+        Ok(r) => r,
+        Err(e) => return ToolOutput::error(e),
+    };
+    if meta.len() > MAX_PDF_BYTES {
+        return ToolOutput::error(format!(
+            "{} is {} MB, over the 20 MB PDF limit",
+            path.display(),
+            meta.len() / (1024 * 1024)
+        ));
+    }
+    let bytes = match read_whole(path, modified, ctx).await {
+        Ok(b) => b,
+        Err(out) => return out,
+    };
+    let shown = tokio::task::spawn_blocking(move || {
+        let pdf = Pdf::parse(&bytes)
+            .map_err(|e| format!("it cannot be read as a PDF ({e})"))?;
+        let total = pdf.pages();
+        match range {
+            None if total > MAX_WHOLE_PAGES => Err(format!(
+                "it has {total} pages; read it in parts with pages (e.g. \"1-{MAX_PAGES_PER_READ}\")"
+            )),
+            None => Ok((bytes, format!("all {total} pages"))),
+            Some((first, _)) if first > total => {
+                Err(format!("it has {total} pages; there is no page {first}"))
+            }
+            Some((first, last)) => {
+                let last = last.min(total);
+                if last - first + 1 > MAX_PAGES_PER_READ {
+                    return Err(format!(
+                        "{} pages asked for; read at most {MAX_PAGES_PER_READ} at a time",
+                        last - first + 1
+                    ));
+                }
+                let part = pdf.extract(first, last)?;
+                Ok((part, format!("pages {first}-{last} of {total}")))
+            }
+        }
+    })
+    .await;
+    match shown {
+        Ok(Ok((doc, what))) => {
+            let data = base64::engine::general_purpose::STANDARD.encode(&doc);
+            ToolOutput::blocks(vec![
+                json!({"type": "text", "text": format!("PDF {}: {what}", path.display())}),
+                json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data}}),
+            ])
+        }
+        Ok(Err(why)) => ToolOutput::error(format!("{}: {why}", path.display())),
+        Err(e) => ToolOutput::error(format!("reading {} failed: {e}", path.display())),
     }
 }
 

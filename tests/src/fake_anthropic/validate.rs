@@ -312,6 +312,43 @@ pub fn validate(
             .filter(|b| b["type"] == "tool_result")
             .filter_map(|b| b["tool_use_id"].as_str())
             .collect();
+        // What a tool_result may hold: text, images and documents (PDFs), as the API says.
+        for (j, b) in content.iter().enumerate() {
+            for (k, inner) in b["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .filter(|_| b["type"] == "tool_result")
+            {
+                let at = format!("messages.{i}.content.{j}.tool_result.content.{k}");
+                match inner["type"].as_str() {
+                    Some("text" | "image" | "search_result") => {}
+                    Some("document") => {
+                        let source = &inner["source"];
+                        let ok = match source["type"].as_str() {
+                            Some("base64") => {
+                                source["media_type"] == "application/pdf"
+                                    && source["data"].as_str().is_some_and(|d| !d.is_empty())
+                            }
+                            Some("text") => source["data"].is_string(),
+                            _ => false,
+                        };
+                        if !ok {
+                            return bad(format!(
+                                "{at}.document.source: a base64 `application/pdf` or a text source is required"
+                            ));
+                        }
+                    }
+                    other => {
+                        return bad(format!(
+                            "{at}: Input tag '{}' found using 'type' does not match any of the expected tags: 'text', 'image', 'search_result', 'document'",
+                            other.unwrap_or("")
+                        ));
+                    }
+                }
+            }
+        }
         if role == "user" {
             let leading = content
                 .iter()
@@ -415,9 +452,30 @@ mod tests {
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
         ]);
+        let with_result = |content: Value| {
+            req(json!([
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": content}]},
+            ]))
+        };
         let cases: Vec<(Value, Option<&str>)> = vec![
             (req(json!([{"role": "user", "content": "hi"}])), None),
             (req(tool_turn), None),
+            (
+                with_result(json!([{"type": "document", "source": {"type": "base64",
+                    "media_type": "application/pdf", "data": "JVBERg=="}}])),
+                None,
+            ),
+            (
+                with_result(json!([{"type": "document", "source": {"type": "base64",
+                    "media_type": "image/png", "data": "x"}}])),
+                Some("application/pdf"),
+            ),
+            (
+                with_result(json!([{"type": "tool_use", "id": "x", "name": "n", "input": {}}])),
+                Some("does not match any of the expected tags"),
+            ),
             (
                 req(json!([{"role": "assistant", "content": "hi"}])),
                 Some("alternate"),

@@ -89,6 +89,7 @@ fn each_heavy_dependency_is_named_only_by_its_owner() {
         ),
         ("git2", &["daemon/src/context/git.rs"]),
         ("gcp_auth", &["daemon/src/llm/provider.rs"]),
+        ("lopdf", &["daemon/src/tools/pdf.rs"]),
         ("aws_config", &["daemon/src/llm/bedrock.rs"]),
         ("aws_sigv4", &["daemon/src/llm/bedrock.rs"]),
         ("aws_smithy_eventstream", &["daemon/src/llm/bedrock.rs"]),
@@ -144,6 +145,7 @@ fn each_heavy_dependency_is_named_only_by_its_owner() {
         "reedline",
         "rmcp",
         "gcp_auth",
+        "lopdf",
         "aws_config",
         "aws_sigv4",
     ] {

@@ -1405,3 +1405,95 @@ fn the_users_api_key_helper_authenticates_and_a_projects_is_not_used() -> anyhow
     assert_eq!(user["used"], true, "{user}");
     Ok(())
 }
+
+/// A PDF of `pages` pages, written out by hand (objects, then the cross-reference table).
+fn tiny_pdf(pages: usize) -> Vec<u8> {
+    let mut objects = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+        format!(
+            "<< /Type /Pages /Kids [{}] /Count {pages} >>",
+            (0..pages)
+                .map(|i| format!("{} 0 R", 3 + 2 * i))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    ];
+    for i in 0..pages {
+        objects.push(format!(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {} 0 R >>",
+            4 + 2 * i
+        ));
+        let text = format!("BT 72 720 Td (Page {}) Tj ET", i + 1);
+        objects.push(format!(
+            "<< /Length {} >>\nstream\n{text}\nendstream",
+            text.len()
+        ));
+    }
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
+    for o in offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+#[test]
+fn read_sends_a_pdf_as_a_document_and_a_long_one_by_pages() -> anyhow::Result<()> {
+    let (fake, daemon, mut c, session) = setup(Script::of([
+        Step::default().tool_use("Read", json!({"file_path": "short.pdf"})),
+        Step::default().tool_use("Read", json!({"file_path": "long.pdf"})),
+        Step::default().tool_use("Read", json!({"file_path": "long.pdf", "pages": "2-3"})),
+        Step::text("Read them."),
+    ]))?;
+    std::fs::write(daemon.workdir().join("short.pdf"), tiny_pdf(3))?;
+    std::fs::write(daemon.workdir().join("long.pdf"), tiny_pdf(12))?;
+    let events = run_turn(&mut c, &session, "read the pdfs")?;
+    assert_eq!(stop_reason(&events), "end_turn");
+    no_rejections(&fake);
+    let results = of_type(&events, "tool_result");
+    let short = &results[0]["data"];
+    assert_eq!(short["isError"], false, "{short}");
+    assert_eq!(short["content"][1]["type"], "document");
+    assert_eq!(
+        short["content"][1]["source"]["media_type"],
+        "application/pdf"
+    );
+    assert!(
+        short["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("all 3 pages")),
+        "{short}"
+    );
+    let long = &results[1]["data"];
+    assert_eq!(long["isError"], true);
+    assert!(
+        long["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("has 12 pages") && t.contains("pages")),
+        "{long}"
+    );
+    let part = &results[2]["data"];
+    assert_eq!(part["content"][1]["type"], "document", "{part}");
+    assert!(
+        part["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("pages 2-3 of 12")),
+        "{part}"
+    );
+    Ok(())
+}
