@@ -106,7 +106,7 @@ pub async fn gather(cwd: &Path, project_memory: Option<&Path>) -> Context {
         if snapshot.is_some() { "yes" } else { "no" }
     ));
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let attribution = crate::permissions::keys::attribution(cwd, home.as_deref());
+    let attribution = crate::settings::attribution(cwd, home.as_deref());
     if let Some(commit) = &attribution.commit {
         env.push_str(&format!(
             "\nEnd every git commit message you write with a blank line and then:\n{commit}\n"

@@ -94,8 +94,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
             loop {
                 day.tick().await;
                 let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-                let Some(period) = home.and_then(|h| crate::permissions::keys::cleanup_period(&h))
-                else {
+                let Some(period) = home.and_then(|h| crate::settings::cleanup_period(&h)) else {
                     continue;
                 };
                 let deleted = sessions.clean_up(period).await;
@@ -161,7 +160,7 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
                 c,
                 Auth::from_env(std::env::var("TETHER_API_KEY_HELPER").ok().or_else(|| {
                     let home = std::env::var_os("HOME").map(std::path::PathBuf::from)?;
-                    crate::permissions::keys::api_key_helper(&home)
+                    crate::settings::api_key_helper(&home)
                 })),
             )
         })

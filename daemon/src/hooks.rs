@@ -180,7 +180,7 @@ impl Hooks {
     /// `~/.claude/settings.json` and the project's settings files.
     pub fn load(root: &Path, home: Option<&Path>, configured: Option<&(Value, String)>) -> Self {
         let mut hooks = Self {
-            env: crate::permissions::keys::env(root, home),
+            env: crate::settings::env(root, home),
             ..Self::default()
         };
         let mut files = Vec::new();

@@ -15,6 +15,7 @@ pub mod mcp;
 pub mod permissions;
 pub mod rpc;
 pub mod session;
+pub mod settings;
 pub mod store;
 pub mod telemetry;
 pub mod tools;

@@ -305,8 +305,7 @@ pub(super) fn spawn(
 ) -> SessionHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let settings_env =
-        crate::permissions::keys::env(std::path::Path::new(&record.cwd), home.as_deref());
+    let settings_env = crate::settings::env(std::path::Path::new(&record.cwd), home.as_deref());
     let workspace = Arc::new(
         Workspace::new(
             std::path::PathBuf::from(&record.cwd),

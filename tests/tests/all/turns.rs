@@ -127,7 +127,10 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             "NotebookEdit",
             "TodoWrite",
             "Task",
-            "WebFetch"
+            "WebFetch",
+            "AskUserQuestion",
+            "EnterPlanMode",
+            "ExitPlanMode"
         ]
     );
     no_rejections(&fake);
