@@ -26,6 +26,7 @@ mod todo;
 mod tool;
 mod walk;
 mod web_fetch;
+mod web_search;
 mod workspace;
 mod write;
 
@@ -57,6 +58,7 @@ pub fn builtin() -> Tools {
         Arc::new(todo::TodoWrite),
         Arc::new(task::Task::new(agents::Found::builtin())),
         Arc::new(web_fetch::WebFetch),
+        Arc::new(web_search::WebSearch),
         Arc::new(ask::AskUserQuestion),
         Arc::new(plan::EnterPlanMode),
         Arc::new(plan::ExitPlanMode),

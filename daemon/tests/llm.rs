@@ -416,6 +416,7 @@ async fn a_conversation_with_thinking_tools_and_results_passes_the_api_rules() {
         name: "Read".into(),
         description: "Reads a file".into(),
         input_schema: json!({"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}),
+        server: Default::default(),
         cache_control: None,
     };
     let mut messages = vec![Message::user_text("what is in /tmp/a.txt?")];

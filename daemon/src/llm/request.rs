@@ -96,18 +96,37 @@ impl SystemBlock {
     }
 }
 
-/// A tool the model may call.
+/// A tool the model may call: one of ours (name, description, schema), or a tool the API runs
+/// itself (`type` and its options in `server`, e.g. `web_search_20250305`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolDefinition {
     /// `^[a-zA-Z0-9_-]{1,128}$`
     pub name: String,
     /// What it does, for the model.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub description: String,
-    /// JSON schema of its input.
+    /// JSON schema of its input (none for a server tool).
+    #[serde(skip_serializing_if = "Value::is_null")]
     pub input_schema: Value,
+    /// A server tool's `type` and options.
+    #[serde(flatten)]
+    pub server: serde_json::Map<String, Value>,
     /// Set on the last tool by [`MessagesRequest::with_cache_breakpoints`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_control: Option<CacheControl>,
+}
+
+impl ToolDefinition {
+    /// A tool the API runs itself: `options` holds its `type` and settings.
+    pub fn server(name: &str, options: serde_json::Map<String, Value>) -> Self {
+        Self {
+            name: name.to_owned(),
+            description: String::new(),
+            input_schema: Value::Null,
+            server: options,
+            cache_control: None,
+        }
+    }
 }
 
 /// Extended thinking.
@@ -298,12 +317,14 @@ mod tests {
                 name: "A".into(),
                 description: "a".into(),
                 input_schema: json!({"type": "object"}),
+                server: Default::default(),
                 cache_control: None,
             },
             ToolDefinition {
                 name: "B".into(),
                 description: "b".into(),
                 input_schema: json!({"type": "object"}),
+                server: Default::default(),
                 cache_control: None,
             },
         ];

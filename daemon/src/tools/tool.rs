@@ -325,6 +325,7 @@ impl Tools {
                 name: e.tool.name().to_owned(),
                 description: e.tool.description().to_owned(),
                 input_schema: e.tool.input_schema(),
+                server: Default::default(),
                 cache_control: None,
             })
             .collect()

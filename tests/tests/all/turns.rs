@@ -128,6 +128,7 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             "TodoWrite",
             "Task",
             "WebFetch",
+            "WebSearch",
             "AskUserQuestion",
             "EnterPlanMode",
             "ExitPlanMode"
@@ -1497,6 +1498,67 @@ fn read_sends_a_pdf_as_a_document_and_a_long_one_by_pages() -> anyhow::Result<()
             .as_str()
             .is_some_and(|t| t.ends_with("pages 2-3 of 12")),
         "{part}"
+    );
+    Ok(())
+}
+
+#[test]
+fn web_search_runs_the_apis_search_tool_and_returns_the_cited_pages() -> anyhow::Result<()> {
+    // What the API streams for a request with its web search tool: the search it ran, the
+    // results, then the summary.
+    let search = Step {
+        events: Some(vec![
+            json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude-haiku-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 40, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"query\": \"tokio latest version\"}"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
+                {"type": "web_search_result", "title": "tokio - crates.io", "url": "https://crates.io/crates/tokio", "encrypted_content": "e1", "page_age": null},
+                {"type": "web_search_result", "title": "Tokio releases", "url": "https://github.com/tokio-rs/tokio/releases", "encrypted_content": "e2", "page_age": null}
+            ]}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "The latest tokio is 1.54."}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 12, "server_tool_use": {"web_search_requests": 1}}}),
+            json!({"type": "message_stop"}),
+        ]),
+        ..Default::default()
+    };
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::default().tool_use(
+            "WebSearch",
+            json!({"query": "tokio latest version", "allowed_domains": ["crates.io", "github.com"]}),
+        ),
+        search,
+        Step::text("It is 1.54."),
+    ]))?;
+    let events = run_turn(&mut c, &session, "which tokio is current?")?;
+    assert_eq!(stop_reason(&events), "end_turn");
+    no_rejections(&fake);
+    let requests = fake.server.message_requests();
+    let sub = requests
+        .iter()
+        .find(|r| r.body["tools"][0]["type"] == "web_search_20250305")
+        .context("the search request")?;
+    assert_eq!(sub.body["tools"][0]["name"], "web_search");
+    assert_eq!(
+        sub.body["tools"][0]["allowed_domains"],
+        json!(["crates.io", "github.com"])
+    );
+    let result = of_type(&events, "tool_result");
+    let text = result[0]["data"]["content"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("The latest tokio is 1.54.")
+            && text.contains("- tokio - crates.io — https://crates.io/crates/tokio")
+            && text.contains("https://github.com/tokio-rs/tokio/releases"),
+        "{text}"
+    );
+    // The search is billed: one search at $0.01 on top of the tokens.
+    let ended = events.last().context("end")?;
+    assert!(
+        ended["data"]["costUsd"].as_f64().is_some_and(|c| c > 0.01),
+        "{ended}"
     );
     Ok(())
 }
