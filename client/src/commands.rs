@@ -84,6 +84,48 @@ pub async fn new(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `tether rm`: deletes each session named; one that cannot be found or deleted is reported and
+/// the others still go.
+pub async fn remove(socket: &Path, out: Output, ids: &[String]) -> anyhow::Result<ExitCode> {
+    let conn = connection::connect(socket, true, ClientKind::Tui).await?;
+    let mut deleted = Vec::new();
+    let mut failed = false;
+    for id in ids {
+        let found = match resolve(&conn, id).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("tether: {e:#}");
+                failed = true;
+                continue;
+            }
+        };
+        match conn.client.session_delete(found.session_id.clone()).await {
+            Ok(_) => {
+                if !out.json {
+                    println!("deleted {}", found.session_id);
+                }
+                deleted.push(found.session_id.0);
+            }
+            Err(e) => {
+                eprintln!(
+                    "tether: cannot delete {}: {}",
+                    found.session_id,
+                    connection::call_error(&e)
+                );
+                failed = true;
+            }
+        }
+    }
+    if out.json {
+        print_json(&serde_json::json!({"deleted": deleted}))?;
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 /// Finds the session whose id is `id` or starts with it.
 pub async fn resolve(conn: &Connection, id: &str) -> anyhow::Result<SessionSummary> {
     if let Ok(snapshot) = conn.client.session_get(SessionId(id.to_owned())).await {

@@ -189,6 +189,12 @@ enum Cmd {
         #[arg(long, value_name = "MODE")]
         permission_mode: Option<String>,
     },
+    /// Delete sessions (their history too; attached terminals are told).
+    Rm {
+        /// Session ids or unique prefixes.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
     /// Follow a session's events as they happen (Ctrl+C detaches).
     Attach {
         /// Session id or a unique prefix of one.
@@ -517,6 +523,7 @@ fn main() -> ExitCode {
                 model,
                 permission_mode,
             }) => commands::new(&socket, out, title, model, permission_mode).await,
+            Some(Cmd::Rm { ids }) => commands::remove(&socket, out, &ids).await,
             Some(Cmd::Attach { id, observe, since }) => {
                 if repl::wants_interactive(out) && since == "0" {
                     let session = commands::pick_session(&socket, &id).await?;

@@ -433,3 +433,29 @@ fn a_failed_write_stops_the_turn_with_an_error_and_the_session_stays_readable() 
     );
     Ok(())
 }
+
+#[test]
+fn tether_rm_deletes_sessions_by_prefix_and_names_the_ones_it_cannot() -> anyhow::Result<()> {
+    let daemon = Daemon::start()?;
+    let new = daemon.run_tether(&["new", "--title", "to go"])?;
+    assert!(new.status.success(), "{new:?}");
+    let id = String::from_utf8(new.stdout)?.trim().to_owned();
+    let kept = daemon.run_tether(&["new", "--title", "to keep"])?;
+    let kept = String::from_utf8(kept.stdout)?.trim().to_owned();
+    let out = daemon.run_tether(&["rm", &id[..8], "no-such-session"])?;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(String::from_utf8(out.stdout)?, format!("deleted {id}\n"));
+    assert!(
+        String::from_utf8(out.stderr)?.contains("no session matches \"no-such-session\""),
+        "the one it cannot find is named"
+    );
+    let list = daemon.ndjson()?.call("session/list", json!({}))?;
+    let ids: Vec<&str> = list["sessions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["sessionId"].as_str())
+        .collect();
+    assert_eq!(ids, [kept.as_str()]);
+    Ok(())
+}
