@@ -46,6 +46,9 @@ pub struct History {
     pub told: Told,
     /// The last turn was interrupted: the next prompt says so first.
     interrupted: Option<Cow<'static, str>>,
+    /// Background shells that ended since the last prompt: the next prompt says so first.
+    #[serde(default)]
+    notes: Vec<String>,
 }
 
 /// A session's prompt prefix, as logged.
@@ -134,6 +137,9 @@ impl History {
                 if let Some(marker) = self.interrupted.take() {
                     self.push(Role::User, vec![json!({"type": "text", "text": marker})]);
                 }
+                for note in std::mem::take(&mut self.notes) {
+                    self.push(Role::User, vec![json!({"type": "text", "text": note})]);
+                }
                 self.push(Role::User, content.clone());
             }
             EventKind::AssistantBlockCompleted { block, .. } if !is_empty_text(block) => {
@@ -182,6 +188,11 @@ impl History {
                     self.interrupted = Some(marker.into());
                 }
             }
+            EventKind::BackgroundShellEnded {
+                shell_id, message, ..
+            } => self.notes.push(format!(
+                "<system-reminder>{message}. Read what it printed with BashOutput (bash_id {shell_id}).</system-reminder>"
+            )),
             EventKind::HistoryCleared {} => {
                 self.messages.clear();
                 self.pending.clear();

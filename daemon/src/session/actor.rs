@@ -284,6 +284,8 @@ pub(super) struct SessionActor {
     /// Dropping the actor aborts them.
     pub(super) tasks: JoinSet<()>,
     pub(super) me: mpsc::WeakUnboundedSender<Command>,
+    /// Turns started by the session itself since a client last started one.
+    pub(super) wakeups: u32,
     /// Whether this load has run the SessionStart hooks.
     pub(super) session_started: bool,
     /// A title is being generated.
@@ -339,6 +341,7 @@ pub(super) fn spawn(
         workspace,
         tasks: JoinSet::new(),
         me: tx.downgrade(),
+        wakeups: 0,
         session_started: false,
         titling: false,
         prune_due: false,

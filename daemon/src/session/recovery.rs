@@ -74,7 +74,11 @@ pub(super) fn interrupted_outcome() -> TurnOutcome {
 /// A load that replays more events than this past the session's checkpoint writes a new one.
 const CHECKPOINT_AFTER: Seq = 256;
 /// The checkpoint format; one of another version is ignored and the log replayed whole.
-const CHECKPOINT_VERSION: u32 = 1;
+const CHECKPOINT_VERSION: u32 = 2;
+
+/// Turns a session starts by itself in a row (for background shells that ended) before it
+/// waits for a person.
+const MAX_WAKEUPS: u32 = 3;
 
 /// A session's state as of `loaded.head`: exactly what replaying its log up to there yields.
 /// Valid because a log only grows (retention removes deltas of ended turns, which the state
@@ -351,6 +355,33 @@ impl SessionActor {
             state,
             exit_code,
         });
+        // The model learns of it with the next prompt; while a controller is here and the
+        // session idles, that prompt comes now (a few times in a row at most, so shells that
+        // start shells cannot keep it busy alone).
+        if end != crate::tools::JobEnd::Lost
+            && self.turns.is_idle()
+            && self.presence.has_controller()
+            && self.wakeups < MAX_WAKEUPS
+        {
+            self.wakeups += 1;
+            let request = super::TurnRequest {
+                input: vec![tether_proto::InputItem::Text {
+                    text: "A background shell ended (see above); go on with its result.".into(),
+                }],
+                client_turn_id: None,
+                mode: tether_proto::BusyMode::Queue,
+                options: Default::default(),
+                by: tether_proto::ClientRef {
+                    client_id: tether_proto::ConnectionId(0),
+                    kind: tether_proto::ClientKind::Script,
+                    name: Some("tetherd".into()),
+                },
+                command: None,
+            };
+            if let Err(e) = self.request_turn(request) {
+                tracing::warn!(session = %self.journal.record.id, "could not wake the model: {e}");
+            }
+        }
     }
 }
 

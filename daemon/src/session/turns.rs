@@ -207,6 +207,9 @@ impl SessionActor {
             return Err(SessionError::NotController);
         }
         self.journal.writable()?;
+        if request.by.client_id.0 != 0 {
+            self.wakeups = 0;
+        }
         let turn_id = TurnId(uuid::Uuid::new_v4().to_string());
         let busy = self.turns.running.is_some();
         if busy && request.mode == BusyMode::Reject {

@@ -1562,3 +1562,44 @@ fn web_search_runs_the_apis_search_tool_and_returns_the_cited_pages() -> anyhow:
     );
     Ok(())
 }
+
+#[test]
+fn a_background_shell_that_ends_wakes_the_model_while_someone_is_there() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::default().tool_use(
+            "Bash",
+            json!({"command": "sleep 0.5; echo bg-done", "run_in_background": true}),
+        ),
+        Step::text("Started it."),
+        Step::text("It printed bg-done."),
+    ]))?;
+    let first = run_turn(&mut c, &session, "build in the background")?;
+    assert_eq!(stop_reason(&first), "end_turn");
+    // The shell ends, and the session starts a turn of its own about it.
+    let mut woke = None;
+    for _ in 0..200 {
+        let e = c.next_event()?;
+        if e["type"] == "turn_started" {
+            woke = Some(e);
+            break;
+        }
+    }
+    let woke = woke.context("a turn after the shell ended")?;
+    assert_eq!(woke["data"]["by"]["name"], "tetherd", "{woke}");
+    let events = c.events_until("turn_ended")?;
+    assert_eq!(stop_reason(&events), "end_turn");
+    let last = fake
+        .server
+        .message_requests()
+        .into_iter()
+        .rfind(|r| r.body["tools"].is_array())
+        .context("the woken request")?;
+    let told = last.body["messages"].to_string();
+    assert!(
+        told.contains("<system-reminder>background shell bash_1")
+            && told.contains("exited with code 0"),
+        "{told}"
+    );
+    no_rejections(&fake);
+    Ok(())
+}
