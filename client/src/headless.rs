@@ -494,7 +494,11 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
     let result = totals.result(&session, started);
     match (format.as_str(), &claude) {
         (_, Some(t)) => writeln!(out, "{}", t.result(result))?,
-        ("json" | "events", _) => writeln!(out, "{result}")?,
+        ("json" | "events", _) => {
+            let mut result = result;
+            result["uuid"] = serde_json::json!(uuid::Uuid::new_v4().to_string());
+            writeln!(out, "{result}")?
+        }
         _ => {}
     }
     out.flush()?;

@@ -75,6 +75,8 @@ impl Translator {
             "permissionMode": init.permission_mode,
             "slash_commands": init.slash_commands,
             "output_style": "default",
+            // The daemon holds the credentials; which ones, `tether doctor` says.
+            "apiKeySource": "tetherd",
             "uuid": uuid(),
         })
     }

@@ -717,3 +717,84 @@ fn agent_runs_the_main_conversation_as_that_agent() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Where `got` lacks a field `want` has, or has it with another JSON type (null in `want`
+/// takes any value); arrays are compared by their first element.
+fn shape_differences(want: &Value, got: &Value, at: &str, out: &mut Vec<String>) {
+    match (want, got) {
+        (Value::Null, _) => {}
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, wv) in w {
+                match g.get(k) {
+                    Some(gv) => shape_differences(wv, gv, &format!("{at}.{k}"), out),
+                    None => out.push(format!("{at}.{k} is missing")),
+                }
+            }
+        }
+        (Value::Array(w), Value::Array(g)) => {
+            if let (Some(wf), Some(gf)) = (w.first(), g.first()) {
+                shape_differences(wf, gf, &format!("{at}[0]"), out);
+            }
+        }
+        (Value::Number(_), Value::Number(_))
+        | (Value::String(_), Value::String(_))
+        | (Value::Bool(_), Value::Bool(_)) => {}
+        (w, g) => out.push(format!("{at}: {w} in the documented example, {g} here")),
+    }
+}
+
+#[test]
+fn json_and_stream_json_have_every_field_of_claude_codes_documented_examples() -> anyhow::Result<()>
+{
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude-code");
+    let fake = Fake::start(Script::of([
+        Step::text("Let me look.").tool_use("Bash", json!({"command": "ls"})),
+        Step::text("It has files."),
+        Step::text("Again.").tool_use("Bash", json!({"command": "ls"})),
+        Step::text("Still files."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "what is here?",
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "Bash(ls)",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    let got: Value = serde_json::from_slice(&out.stdout)?;
+    let want: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("result.json"))?)?;
+    let mut diffs = Vec::new();
+    shape_differences(&want, &got, "result", &mut diffs);
+
+    let out = daemon.run_tether(&[
+        "-p",
+        "and now?",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--allowedTools",
+        "Bash(ls)",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<Value> = String::from_utf8(out.stdout)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let documented: Vec<Value> = std::fs::read_to_string(fixtures.join("stream.jsonl"))?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    for want in &documented {
+        let kind = want["type"].as_str().unwrap_or_default();
+        // The first line of each type tether wrote.
+        match lines.iter().find(|l| l["type"] == kind) {
+            Some(got) => shape_differences(want, got, kind, &mut diffs),
+            None => diffs.push(format!("no {kind} line")),
+        }
+    }
+    assert!(diffs.is_empty(), "{diffs:#?}");
+    Ok(())
+}
