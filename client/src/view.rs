@@ -525,18 +525,34 @@ impl View {
             }
             return out;
         }
-        let mut out = match &ev.kind {
-            EventKind::AssistantBlockCompleted { block, .. } if block["type"] == "text" => {
-                String::new()
-            }
+        match &ev.kind {
             EventKind::ThinkingDelta { .. }
             | EventKind::ToolInputDelta { .. }
             | EventKind::UsageUpdated { .. }
             | EventKind::SessionStatus { .. }
             | EventKind::AssistantMessageCompleted { .. }
             | EventKind::ReplayComplete { .. } => return String::new(),
-            _ => self.close_text(),
-        };
+            // A completed text block closes its own paragraph.
+            EventKind::AssistantBlockCompleted { block, .. } if block["type"] == "text" => {
+                return self.event_text(ev, turn);
+            }
+            _ => {}
+        }
+        // The paragraph being streamed ends only before something that prints: an event that
+        // shows nothing (a generated title, say) leaves it open.
+        let out = self.event_text(ev, turn);
+        if out.is_empty() {
+            return out;
+        }
+        let mut closed = self.close_text();
+        closed.push_str(&out);
+        closed
+    }
+
+    /// What `ev` prints by itself.
+    fn event_text(&mut self, ev: &Event, turn: Option<String>) -> String {
+        let s = self.style;
+        let mut out = String::new();
         match &ev.kind {
             EventKind::TurnStarted { input, by, .. } => {
                 self.turn_started = Some(ev.ts.clone());

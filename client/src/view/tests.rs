@@ -623,3 +623,45 @@ fn who_came_and_went_before_the_replay_ended_is_folded() {
     });
     assert_eq!(view.feed(&left(4)), "◦ zed #9 left\n");
 }
+
+#[test]
+fn an_event_that_prints_nothing_does_not_split_the_streaming_paragraph() {
+    let mut view = View::new(Style::plain(80), Some(ConnectionId(1)));
+    let delta = |seq, text: &str| {
+        at(
+            seq,
+            "2026-01-01T00:00:00Z",
+            EventKind::TextDelta {
+                index: 0,
+                text: text.into(),
+            },
+        )
+    };
+    let events = [
+        delta(1, "Haiku he"),
+        // The generated title lands mid-paragraph.
+        at(
+            2,
+            "2026-01-01T00:00:00Z",
+            EventKind::SessionConfigured {
+                title: Some("Haiku".into()),
+                model: None,
+                effort: None,
+                permission_mode: None,
+                on_no_controller: None,
+                by: None,
+            },
+        ),
+        delta(3, "re."),
+        at(
+            4,
+            "2026-01-01T00:00:00Z",
+            EventKind::AssistantBlockCompleted {
+                index: 0,
+                block: json!({"type": "text", "text": "Haiku here."}),
+            },
+        ),
+    ];
+    let shown: String = events.iter().map(|e| view.feed(e)).collect();
+    assert_eq!(shown, "Haiku here.\n");
+}
