@@ -144,22 +144,10 @@ pub fn permission(
     let _ = draw(&mut out, selected, rule, style);
     let rows = CHOICES.len() as u16;
     let choice = loop {
-        if cancel.load(Ordering::SeqCst) {
+        let Some(code) = next_key(cancel) else {
             break None;
-        }
-        match crossterm::event::poll(Duration::from_millis(50)) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(_) => break None,
-        }
-        let Ok(Event::Key(KeyEvent {
-            code, modifiers, ..
-        })) = crossterm::event::read()
-        else {
-            continue;
         };
         let pick = match code {
-            KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => Some(3),
             KeyCode::Char(c) => CHOICES
                 .iter()
                 .position(|(_, k)| *k == c.to_ascii_lowercase())
@@ -221,32 +209,37 @@ pub fn permission(
     })
 }
 
-/// Waits for one key in raw mode; `None` when `cancel` fires (answered elsewhere) or the
-/// terminal cannot be read. Ctrl+C reads as Esc.
-fn key(cancel: &AtomicBool) -> Option<KeyCode> {
-    if crossterm::terminal::enable_raw_mode().is_err() {
-        return None;
-    }
-    let got = loop {
+/// The next key, the terminal being in raw mode; `None` when `cancel` fires (answered
+/// elsewhere) or the terminal cannot be read. Ctrl+C reads as Esc.
+fn next_key(cancel: &AtomicBool) -> Option<KeyCode> {
+    loop {
         if cancel.load(Ordering::SeqCst) {
-            break None;
+            return None;
         }
         match crossterm::event::poll(Duration::from_millis(50)) {
             Ok(true) => {}
             Ok(false) => continue,
-            Err(_) => break None,
+            Err(_) => return None,
         }
         match crossterm::event::read() {
             Ok(Event::Key(KeyEvent {
                 code: KeyCode::Char('c'),
                 modifiers,
                 ..
-            })) if modifiers.contains(KeyModifiers::CONTROL) => break Some(KeyCode::Esc),
-            Ok(Event::Key(KeyEvent { code, .. })) => break Some(code),
+            })) if modifiers.contains(KeyModifiers::CONTROL) => return Some(KeyCode::Esc),
+            Ok(Event::Key(KeyEvent { code, .. })) => return Some(code),
             Ok(_) => continue,
-            Err(_) => break None,
+            Err(_) => return None,
         }
-    };
+    }
+}
+
+/// Waits for one key in raw mode (see [`next_key`]).
+fn key(cancel: &AtomicBool) -> Option<KeyCode> {
+    if crossterm::terminal::enable_raw_mode().is_err() {
+        return None;
+    }
+    let got = next_key(cancel);
     let _ = crossterm::terminal::disable_raw_mode();
     got
 }
