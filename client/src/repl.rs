@@ -643,9 +643,16 @@ impl Repl {
                 self.refresh_status().await;
                 self.edit();
             }
+            // Once per replay, not once per replayed join (each refresh asks the daemon, and
+            // runs the settings' statusLine command).
             EventKind::SessionConfigured { .. }
             | EventKind::ClientAttached { .. }
-            | EventKind::ClientDetached { .. } => self.refresh_status().await,
+            | EventKind::ClientDetached { .. }
+                if !self.view.replaying =>
+            {
+                self.refresh_status().await
+            }
+            EventKind::ReplayComplete { .. } => self.refresh_status().await,
             EventKind::SessionDeleted { .. } => return true,
             _ => {}
         }
