@@ -485,7 +485,18 @@ fn ask(editor: &Arc<Editor>, link: &Arc<Link>, conn: &Arc<Connection>, request: 
         .flatten()
         .filter_map(Value::as_str)
         .filter_map(|o| {
+            // A plan to approve (ExitPlanMode) rather than a call: its own words.
+            let plan = tool == "ExitPlanMode";
             let (name, kind) = match o {
+                "allow_once" if plan => (
+                    "Approve the plan (ask before each edit)".to_owned(),
+                    PermissionOptionKind::AllowOnce,
+                ),
+                "allow_session" if plan => (
+                    "Approve the plan and accept edits".to_owned(),
+                    PermissionOptionKind::AllowAlways,
+                ),
+                "deny" if plan => ("Keep planning".to_owned(), PermissionOptionKind::RejectOnce),
                 "allow_once" => ("Allow once".to_owned(), PermissionOptionKind::AllowOnce),
                 "allow_session" => (
                     format!("Allow {rule} for this session"),
