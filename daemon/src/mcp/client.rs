@@ -174,9 +174,11 @@ pub async fn connect(
         Transport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(args).envs(env).current_dir(cwd);
-            // Its own process group, so stopping it stops what it started.
+            // Its own process group, so stopping it stops what it started; and it dies with
+            // the daemon even when the daemon is killed outright.
             let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
             wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+            wrapped.wrap(DieWithDaemon);
             let (child, stderr) = rmcp::transport::TokioChildProcess::builder(wrapped)
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -319,5 +321,37 @@ impl Connection {
                 Err(stop)
             }
         }
+    }
+}
+
+/// Makes a stdio server die with the daemon, even when the daemon is killed with SIGKILL (no
+/// handler runs then): the kernel sends the child SIGKILL when the thread that spawned it
+/// ends. Servers are spawned from the runtime's worker threads, which live as long as the
+/// daemon.
+#[derive(Clone, Copy, Debug)]
+struct DieWithDaemon;
+
+impl process_wrap::tokio::CommandWrapper for DieWithDaemon {
+    fn pre_spawn(
+        &mut self,
+        command: &mut tokio::process::Command,
+        _core: &process_wrap::tokio::CommandWrap,
+    ) -> std::io::Result<()> {
+        let daemon = nix::unistd::getpid();
+        #[allow(unsafe_code)]
+        // SAFETY: the closure runs in the forked child before exec and makes only
+        // async-signal-safe system calls (prctl, getppid, _exit); it allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)?;
+                // The daemon died before the request took: go now.
+                if nix::unistd::getppid() != daemon {
+                    nix::libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! An MCP server on stdio for the MCP suite, on rmcp's server side. Tools: `pid` (its process
 //! id), `crash` (exits at once, as a crashing server does), `grow` (adds the tool `extra` and
-//! sends `notifications/tools/list_changed`), and `extra` once grown.
+//! sends `notifications/tools/list_changed`), and `extra` once grown. With `MCP_TEST_LINGER`
+//! set it does not exit when its stdin closes, as some servers do not.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InitializeResult,
@@ -104,5 +105,8 @@ async fn main() -> anyhow::Result<()> {
     .serve(rmcp::transport::stdio())
     .await?;
     server.waiting().await?;
+    if std::env::var_os("MCP_TEST_LINGER").is_some() {
+        std::future::pending::<()>().await;
+    }
     Ok(())
 }

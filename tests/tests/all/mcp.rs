@@ -560,3 +560,37 @@ fn a_permission_prompt_tool_answers_headless_permission_requests() -> anyhow::Re
     );
     Ok(())
 }
+
+#[test]
+fn a_stdio_server_dies_with_a_daemon_killed_outright() -> anyhow::Result<()> {
+    let (fake, mut daemon, mut c, session) = project_session(
+        Script::of([
+            Step::default().tool_use("mcp__probe__pid", json!({})),
+            Step::text("got it"),
+        ]),
+        // A server that would outlive its closed stdin.
+        json!({"probe": {"command": tether_tests::bin("mcp-test-server"),
+            "env": {"MCP_TEST_LINGER": "1"}}}),
+    )?;
+    c.start_turn(&session, "pid")?;
+    c.events_until("turn_ended")?;
+    let pid = result_text(&results(&fake.server.message_requests()[1].body)[0]);
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
+    assert!(proc_dir.exists(), "the server runs: {pid}");
+    daemon.kill9()?;
+    // SIGKILL runs no handler in the daemon: the kernel ends the server.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let gone = loop {
+        let state = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for init to reap it.
+        if state.is_empty() || state.split_whitespace().nth(2) == Some("Z") {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(gone, "the MCP server {pid} outlived the daemon");
+    Ok(())
+}
