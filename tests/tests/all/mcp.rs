@@ -1,5 +1,6 @@
 //! MCP servers as tools, against the official reference servers (`tests/run` installs them):
-//! the everything server over stdio and Streamable HTTP and SSE, the time server (Python), and
+//! the everything server over stdio and Streamable HTTP and SSE, the filesystem server, the time
+//! server (Python), and
 //! Claude Code's configuration files.
 
 use anyhow::Context;
@@ -592,5 +593,55 @@ fn a_stdio_server_dies_with_a_daemon_killed_outright() -> anyhow::Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     assert!(gone, "the MCP server {pid} outlived the daemon");
+    Ok(())
+}
+
+#[test]
+fn the_official_filesystem_server_reads_lists_and_refuses_outside_its_root() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default()
+            .tool_use("mcp__fs__read_text_file", json!({"path": "notes.txt"}))
+            .tool_use("mcp__fs__list_directory", json!({"path": "."})),
+        Step::default().tool_use("mcp__fs__read_text_file", json!({"path": "/etc/hostname"})),
+        Step::text("Read them."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::write(work.join("notes.txt"), "the filesystem server read this\n")?;
+    std::fs::create_dir_all(work.join("src"))?;
+    let config = json!({"mcpServers": {"fs": {
+        "command": mcp_server("mcp-server-filesystem"),
+        "args": [work.display().to_string()],
+    }}})
+    .to_string();
+    let out = daemon.run_tether(&[
+        "-p",
+        "read the notes",
+        "--mcp-config",
+        &config,
+        "--allowedTools",
+        "mcp__fs",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8(out.stdout)?, "Read them.\n");
+    let sent = fake.server.message_requests();
+    let first = results(&sent[1].body);
+    assert!(
+        result_text(&first[0]).contains("the filesystem server read this"),
+        "{first:?}"
+    );
+    let listing = result_text(&first[1]);
+    assert!(
+        listing.contains("notes.txt") && listing.contains("[DIR] src"),
+        "{listing}"
+    );
+    // Outside the directory it was given: the server refuses, as an error the model reads.
+    let outside = &results(&sent[2].body)[0];
+    assert_eq!(outside["is_error"], true, "{outside}");
+    assert!(
+        result_text(outside).contains("outside allowed directories")
+            || result_text(outside).contains("Access denied"),
+        "{outside}"
+    );
     Ok(())
 }
