@@ -783,7 +783,8 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "
     std::fs::write(work.join("decide.py"), decide)?;
     let settings = json!({"hooks": {
         "PermissionRequest": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "python3 decide.py"}]}],
-        "SessionEnd": [{"hooks": [{"type": "command", "command": "cat >> session-end.log; echo >> session-end.log"}]}]
+        // One write per run: the two runs may overlap.
+        "SessionEnd": [{"hooks": [{"type": "command", "command": "line=$(cat); printf '%s\\n' \"$line\" >> session-end.log"}]}]
     }});
     std::fs::write(work.join(".claude/settings.json"), settings.to_string())?;
     let mut c = daemon.ndjson()?;
@@ -846,6 +847,8 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
+    let mut reasons = reasons;
+    reasons.sort();
     assert_eq!(reasons, ["clear", "other"]);
     Ok(())
 }
