@@ -78,6 +78,20 @@ pub fn mcp_server(program: &str) -> PathBuf {
     })
 }
 
+/// Gives the project in `dir` these MCP servers (a `.mcp.json` of `{"mcpServers": servers}`)
+/// and approves them (`enableAllProjectMcpServers` in its settings).
+pub fn project_mcp_servers(dir: &Path, servers: Value) -> std::io::Result<()> {
+    std::fs::write(
+        dir.join(".mcp.json"),
+        json!({ "mcpServers": servers }).to_string(),
+    )?;
+    std::fs::create_dir_all(dir.join(".claude"))?;
+    std::fs::write(
+        dir.join(".claude/settings.json"),
+        json!({"enableAllProjectMcpServers": true}).to_string(),
+    )
+}
+
 /// The Python of the venv holding the ACP Python SDK.
 pub fn acp_python() -> PathBuf {
     cached(test_cache().join("acp/venv/bin/python"))

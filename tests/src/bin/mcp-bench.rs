@@ -57,16 +57,9 @@ fn main() -> anyhow::Result<()> {
     let fake = Fake::start(script)?;
     let daemon = Daemon::start_with(fake.env())?;
     let work = daemon.workdir();
-    std::fs::write(
-        work.join(".mcp.json"),
-        json!({"mcpServers": {"everything": {
-            "command": mcp_server("mcp-server-everything"), "args": ["stdio"]}}})
-        .to_string(),
-    )?;
-    std::fs::create_dir_all(work.join(".claude"))?;
-    std::fs::write(
-        work.join(".claude/settings.json"),
-        json!({"enableAllProjectMcpServers": true}).to_string(),
+    tether_tests::project_mcp_servers(
+        &work,
+        json!({"everything": {"command": mcp_server("mcp-server-everything"), "args": ["stdio"]}}),
     )?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&work)?;

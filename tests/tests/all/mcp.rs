@@ -300,15 +300,7 @@ fn project_session(
     let fake = Fake::start(script)?;
     let daemon = Daemon::start_with(fake.env())?;
     let work = daemon.workdir();
-    std::fs::write(
-        work.join(".mcp.json"),
-        json!({ "mcpServers": servers }).to_string(),
-    )?;
-    std::fs::create_dir_all(work.join(".claude"))?;
-    std::fs::write(
-        work.join(".claude/settings.json"),
-        json!({"enableAllProjectMcpServers": true}).to_string(),
-    )?;
+    tether_tests::project_mcp_servers(&work, servers)?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&work)?;
     c.watch(&session)?;
