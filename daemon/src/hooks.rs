@@ -179,26 +179,16 @@ impl Hooks {
     /// files' shape, and the file's name, as the configuration read it at start), then those of
     /// `~/.claude/settings.json` and the project's settings files.
     pub fn load(root: &Path, home: Option<&Path>, configured: Option<&(Value, String)>) -> Self {
+        // Each settings file is read once, for its hooks and its `env`.
+        let files = crate::settings::files(root, home);
         let mut hooks = Self {
-            env: crate::settings::env(root, home),
+            env: crate::settings::env_of(&files),
             ..Self::default()
         };
-        let mut files = Vec::new();
-        if let Some(h) = home {
-            files.push(h.join(".claude/settings.json"));
-        }
-        files.push(root.join(".claude/settings.json"));
-        files.push(root.join(".claude/settings.local.json"));
         if let Some((table, source)) = configured {
             hooks.add(table, source);
         }
-        for file in files {
-            let Ok(text) = std::fs::read_to_string(&file) else {
-                continue;
-            };
-            let Ok(v) = serde_json::from_str::<Value>(&text) else {
-                continue;
-            };
+        for (file, v) in &files {
             hooks.add(&v["hooks"], &file.display().to_string());
         }
         hooks

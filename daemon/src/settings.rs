@@ -30,8 +30,13 @@ pub fn files(root: &Path, home: Option<&Path>) -> Vec<(PathBuf, Value)> {
 /// session's Bash commands and hooks. Values that are not strings are written as JSON
 /// (`1`, `true`), as Claude Code's users write them by mistake.
 pub fn env(root: &Path, home: Option<&Path>) -> Vec<(String, String)> {
+    env_of(&files(root, home))
+}
+
+/// [`env`] of files already read by [`files`].
+pub fn env_of(files: &[(PathBuf, Value)]) -> Vec<(String, String)> {
     let mut vars = std::collections::BTreeMap::new();
-    for (_, v) in files(root, home) {
+    for (_, v) in files {
         for (k, value) in v["env"].as_object().into_iter().flatten() {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 continue;
