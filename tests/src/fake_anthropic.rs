@@ -13,7 +13,7 @@ mod script;
 mod validate;
 pub mod vertex;
 
-pub use script::{MidStreamError, Rule, Script, Step};
+pub use script::{MidStreamError, NOW_US, Rule, Script, Step};
 pub use validate::validate;
 
 use axum::Router;
@@ -419,11 +419,13 @@ fn serve_step(state: &Shared, step: Step, request: &Value, framing: Framing) -> 
     let stall = step.stall_after_chunk;
     let delay = step.chunk_delay_ms.map(Duration::from_millis);
     let burst = step.chunks_per_delay.unwrap_or(1).max(1);
+    let stamp = step.stamp_time;
     let stream =
         futures::stream::iter(chunks.into_iter().enumerate()).then(move |(i, chunk)| async move {
             if let Some(d) = delay.filter(|_| i % burst == 0) {
                 tokio::time::sleep(d).await;
             }
+            let chunk = if stamp { stamp_now(chunk) } else { chunk };
             if stall.is_some_and(|k| i >= k) {
                 futures::future::pending::<()>().await;
             }
@@ -456,4 +458,19 @@ fn serve_step(state: &Shared, step: Step, request: &Value, framing: Framing) -> 
     builder
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| Response::new(Body::from("fake-anthropic: bad response")))
+}
+
+/// `chunk` with [`script::NOW_US`] replaced by the time now, in microseconds since the epoch.
+fn stamp_now(chunk: Bytes) -> Bytes {
+    let Ok(text) = std::str::from_utf8(&chunk) else {
+        return chunk;
+    };
+    if !text.contains(script::NOW_US) {
+        return chunk;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    Bytes::from(text.replace(script::NOW_US, &now.to_string()))
 }

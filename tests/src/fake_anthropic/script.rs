@@ -144,7 +144,14 @@ pub struct Step {
     /// bursts rather than slowed to one event per delay.
     #[serde(default)]
     pub chunks_per_delay: Option<usize>,
+    /// Replace [`NOW_US`] in each event, as it is written, with the microseconds since the Unix
+    /// epoch: a client subtracts it from its own clock for the API-chunk-to-client latency.
+    #[serde(default)]
+    pub stamp_time: bool,
 }
+
+/// The placeholder [`Step::stamp_time`] replaces with the time an event is written.
+pub const NOW_US: &str = "@@NOW_US@@";
 
 impl Step {
     /// A complete reply with this text.
