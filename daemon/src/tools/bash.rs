@@ -108,6 +108,7 @@ fn spawn_shell(script: &str, cwd: &Path, env: &[(String, String)]) -> std::io::R
         .arg(script)
         .current_dir(cwd)
         .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PWD", cwd)
         .stdin(std::process::Stdio::null())
         .stdout(writer.try_clone()?)
         .stderr(writer)
@@ -195,8 +196,13 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
     tether_proto::private::create_dir_all(&scratch)?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let pwd_file = scratch.join(format!("{id}.pwd"));
+    // The shell starts with `PWD` = `cwd`; only a command that leaves it elsewhere pays for
+    // the file that says where.
     let script = format!(
-        "trap '__tether_rc=$?; pwd -P > {} 2>/dev/null; exit $__tether_rc' EXIT\n{command}\n",
+        "__tether_pwd={}; __tether_out={}\n\
+         trap '__tether_rc=$?; [ \"$PWD\" = \"$__tether_pwd\" ] || pwd -P > \"$__tether_out\" 2>/dev/null; exit $__tether_rc' EXIT\n\
+         {command}\n",
+        shell_quote(&cwd),
         shell_quote(&pwd_file)
     );
     let Spawned {
@@ -261,6 +267,7 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
     let mut text = output.finish(MAX_OUTPUT_CHARS);
     let mut notes = Vec::new();
     if let Ok(new_dir) = std::fs::read_to_string(&pwd_file) {
+        let _ = std::fs::remove_file(&pwd_file);
         let new_dir = Path::new(new_dir.trim()).to_owned();
         if !new_dir.as_os_str().is_empty()
             && new_dir != cwd
@@ -272,7 +279,6 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
             }
         }
     }
-    let _ = std::fs::remove_file(&pwd_file);
     match stopped {
         Some("timeout") => notes.push(format!(
             "(killed after {} ms: the command ran past its timeout; its child processes were killed too)",
@@ -504,6 +510,37 @@ mod tests {
             "{out:?}"
         );
         assert_eq!(ctx.workspace.cwd(), root.join("sub"));
+    }
+
+    #[tokio::test]
+    async fn the_directory_follows_cd_through_odd_names_and_leaves_no_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical").join("a b's");
+        let odd = root.join("it's \"here\" $x");
+        std::fs::create_dir_all(&odd).expect("mkdir");
+        let (ctx, _) = ctx(&root);
+        let out = Bash.run(json!({"command": "echo \"$PWD\""}), &ctx).await;
+        assert_eq!(
+            out.content.as_str().map(str::trim),
+            root.to_str(),
+            "the shell starts with PWD at the session's directory"
+        );
+        let out = Bash
+            .run(json!({"command": "cd \"it's \\\"here\\\" \\$x\""}), &ctx)
+            .await;
+        assert!(!out.is_error, "{out:?}");
+        assert_eq!(ctx.workspace.cwd(), odd);
+        // Away and back again within one command: nothing changes.
+        Bash.run(json!({"command": "cd / && cd -"}), &ctx).await;
+        assert_eq!(ctx.workspace.cwd(), odd);
+        Bash.run(json!({"command": "cd .."}), &ctx).await;
+        assert_eq!(ctx.workspace.cwd(), root);
+        let left: Vec<_> = std::fs::read_dir(root.join(".scratch"))
+            .expect("scratch")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "files left in scratch: {left:?}");
     }
 
     #[tokio::test]
