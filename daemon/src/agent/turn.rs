@@ -565,20 +565,6 @@ impl Turn {
                 stop_reason: Some(stop_reason.clone()),
             };
             history.apply(&done);
-            sink.commit(done).await?;
-            let (mut session, before) = self.ctx.spent_before;
-            session.add(&tally.usage);
-            let session_cost = match (before, tally.cost) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
-            sink.send(EventKind::UsageUpdated {
-                session,
-                session_cost_usd: session_cost,
-                context_percent: window
-                    .map(|w| 100.0 * message.usage.context_tokens() as f64 / w as f64),
-            });
-
             let calls: Vec<Call> = message
                 .content()
                 .iter()
@@ -594,6 +580,26 @@ impl Turn {
                         .unwrap_or(Value::Object(Default::default())),
                 })
                 .collect();
+            if calls.is_empty() {
+                sink.commit(done).await?;
+            } else {
+                // The first call's write-ahead commit makes the message durable with it: one
+                // flush, not two, between a reply and its tools.
+                sink.send(done);
+            }
+            let (mut session, before) = self.ctx.spent_before;
+            session.add(&tally.usage);
+            let session_cost = match (before, tally.cost) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+            sink.send(EventKind::UsageUpdated {
+                session,
+                session_cost_usd: session_cost,
+                context_percent: window
+                    .map(|w| 100.0 * message.usage.context_tokens() as f64 / w as f64),
+            });
+
             if !calls.is_empty() && self.run_calls(calls, history, &sink, tally).await? {
                 return Ok(tally.outcome(StopReason::Cancelled, None));
             }
