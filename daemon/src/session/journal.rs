@@ -12,8 +12,9 @@ use std::sync::Arc;
 use tether_proto::{AttachedClient, Event, EventKind, Seq, SessionSummary, TurnId};
 use tokio::sync::{broadcast, oneshot};
 
-/// How many events a subscriber may fall behind before it gets `lagged`.
-pub const FANOUT_CAPACITY: usize = 8192;
+/// How many events a subscriber may fall behind before it gets `lagged`. The channel allocates
+/// all its slots at once (about 40 bytes each), so it exists only while someone subscribes.
+pub const FANOUT_CAPACITY: usize = 1024;
 
 /// An event on its way to subscribers: its encoded JSON, exactly as logged.
 #[derive(Debug)]
@@ -63,7 +64,8 @@ pub struct Journal {
     head: Seq,
     /// Seq of the last broadcast (durable) event.
     committed: Seq,
-    fanout: broadcast::Sender<Arc<LiveEvent>>,
+    /// The channel to subscribers; `None` while nobody subscribes.
+    fanout: Option<broadcast::Sender<Arc<LiveEvent>>>,
     /// Appended but not yet broadcast.
     unsent: Vec<Arc<LiveEvent>>,
     /// Answers to give once the batch is durable.
@@ -76,7 +78,6 @@ pub struct Journal {
 impl Journal {
     /// The journal of a session whose log ends at `head`.
     pub fn new(record: SessionRecord, store: Store, log: EventLog, epoch: u64, head: Seq) -> Self {
-        let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
         Self {
             record,
             store,
@@ -84,7 +85,7 @@ impl Journal {
             epoch,
             head,
             committed: head,
-            fanout,
+            fanout: None,
             unsent: Vec::new(),
             deferred: Vec::new(),
             record_dirty: false,
@@ -122,8 +123,15 @@ impl Journal {
 
     /// Registers a subscriber, then reads the watermark: everything after it will be broadcast
     /// to the returned receiver, everything up to it is in the log.
-    pub fn subscribe(&self, attached: Vec<AttachedClient>) -> Attachment {
-        let events = self.fanout.subscribe();
+    pub fn subscribe(&mut self, attached: Vec<AttachedClient>) -> Attachment {
+        let events = match &self.fanout {
+            Some(fanout) => fanout.subscribe(),
+            None => {
+                let (fanout, events) = broadcast::channel(FANOUT_CAPACITY);
+                self.fanout = Some(fanout);
+                events
+            }
+        };
         Attachment {
             events,
             watermark: self.committed,
@@ -193,13 +201,34 @@ impl Journal {
         let event = self.envelope(None, None, kind);
         match serde_json::to_string(&event) {
             Ok(json) => {
-                let _ = self.fanout.send(Arc::new(LiveEvent {
+                self.send(Arc::new(LiveEvent {
                     seq: None,
                     json: json.into_boxed_str(),
                     ends_stream,
                 }));
             }
             Err(e) => tracing::error!("could not encode a stream-control event: {e}"),
+        }
+    }
+
+    /// Broadcasts `event` to the subscribers, if there are any; with none left, the channel and
+    /// its slots go (the event is in the log for later replays).
+    fn send(&mut self, event: Arc<LiveEvent>) {
+        if let Some(fanout) = &self.fanout
+            && fanout.send(event).is_err()
+        {
+            self.fanout = None;
+        }
+    }
+
+    /// Drops the channel to subscribers once nobody holds a receiver (the last one left).
+    pub fn release_fanout(&mut self) {
+        if self
+            .fanout
+            .as_ref()
+            .is_some_and(|f| f.receiver_count() == 0)
+        {
+            self.fanout = None;
         }
     }
 
@@ -238,9 +267,8 @@ impl Journal {
             Ok(()) => {
                 self.record_dirty = false;
                 self.committed = self.head;
-                for ev in self.unsent.drain(..) {
-                    // No receivers is fine: the event is in the log for later replays.
-                    let _ = self.fanout.send(ev);
+                for ev in std::mem::take(&mut self.unsent) {
+                    self.send(ev);
                 }
                 for d in deferred {
                     d(None);
