@@ -66,8 +66,10 @@ pub(super) enum Command {
     Rules {
         reply: oneshot::Sender<tether_proto::PermissionRules>,
     },
+    // Boxed, as `Prepared`'s queue entry: every slot of the actor's channel is as large as the
+    // largest command.
     StartTurn {
-        request: TurnRequest,
+        request: Box<TurnRequest>,
         reply: oneshot::Sender<Result<TurnStarted, SessionError>>,
     },
     CancelTurn {
@@ -76,7 +78,7 @@ pub(super) enum Command {
     },
     /// A turn's input has been read and passed through the prompt hooks.
     Prepared {
-        queued: Queued,
+        queued: Box<Queued>,
         preparation: Preparation,
     },
     TurnEvent {
@@ -225,8 +227,11 @@ impl SessionHandle {
 
     /// Starts (or queues) a turn; a repeated `client_turn_id` returns the turn it started.
     pub async fn start_turn(&self, request: TurnRequest) -> Result<TurnStarted, SessionError> {
-        self.call(|reply| Command::StartTurn { request, reply })
-            .await?
+        self.call(|reply| Command::StartTurn {
+            request: Box::new(request),
+            reply,
+        })
+        .await?
     }
 
     /// Answers a permission request; the first answer wins.
@@ -294,7 +299,13 @@ pub(super) struct SessionActor {
     pub(super) prune_due: bool,
     /// Settings problems already reported.
     pub(super) reported: HashSet<String>,
+    /// The last client to leave was a script (`tether -p`, a raw connection): nobody is likely
+    /// to come back soon, so the session unloads once idle after [`SCRIPT_IDLE_UNLOAD`].
+    pub(super) left_by_script: bool,
 }
+
+/// How long a session a script left stays loaded once idle (at most `idle_unload`).
+const SCRIPT_IDLE_UNLOAD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts the actor of a session whose log is `loaded`.
 pub(super) fn spawn(
@@ -304,6 +315,7 @@ pub(super) fn spawn(
     epoch: u64,
     loaded: Loaded,
     env: Arc<TurnEnv>,
+    on_stop: Box<dyn FnOnce() + Send>,
 ) -> SessionHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -346,6 +358,7 @@ pub(super) fn spawn(
         titling: false,
         prune_due: false,
         reported: HashSet::new(),
+        left_by_script: false,
     };
     // The recovery runs before anything a client asks.
     if !loaded.damaged.is_empty() {
@@ -366,7 +379,11 @@ pub(super) fn spawn(
             shells: loaded.shells,
         });
     }
-    tokio::spawn(actor.run(rx));
+    tokio::spawn(async move {
+        // `run` drops the receiver, so the handle reads as stopped when `on_stop` runs.
+        actor.run(rx).await;
+        on_stop();
+    });
     handle
 }
 
@@ -386,12 +403,23 @@ impl SessionActor {
             && !self.workspace.jobs.any_running()
     }
 
+    /// How long the session stays loaded from now if nothing happens; `None` while it is busy
+    /// (or unloading is off).
+    fn unload_after(&self) -> Option<std::time::Duration> {
+        let after = self.env.idle_unload.filter(|_| self.idle())?;
+        Some(if self.left_by_script {
+            after.min(SCRIPT_IDLE_UNLOAD)
+        } else {
+            after
+        })
+    }
+
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         // What `spawn` logged (a damaged log's notice) is durable before anything else.
         self.commit().await;
         loop {
             let deadline = self.broker.next_deadline();
-            let unload_after = self.env.idle_unload.filter(|_| self.idle());
+            let unload_after = self.unload_after();
             let first = tokio::select! {
                 cmd = rx.recv() => match cmd {
                     Some(cmd) => Some(cmd),
@@ -429,6 +457,7 @@ impl SessionActor {
                 }
             }
             self.commit().await;
+            self.journal.release_fanout();
             if matches!(flow, Flow::Stop) {
                 break;
             }
@@ -458,7 +487,7 @@ impl SessionActor {
                 let _ = reply.send(());
             }),
             Command::Rules { reply } => drop(reply.send(self.rules_report())),
-            Command::StartTurn { request, reply } => drop(reply.send(self.request_turn(request))),
+            Command::StartTurn { request, reply } => drop(reply.send(self.request_turn(*request))),
             Command::CancelTurn { by, reply } => {
                 let observer = by.as_ref().is_some_and(|b| self.presence.observer_only(b));
                 drop(reply.send(if observer {
@@ -470,7 +499,7 @@ impl SessionActor {
             Command::Prepared {
                 queued,
                 preparation,
-            } => self.prepared(queued, preparation),
+            } => self.prepared(*queued, preparation),
             Command::TurnEvent {
                 turn_id,
                 event,
@@ -527,6 +556,7 @@ impl SessionActor {
         reply: oneshot::Sender<Result<Attachment, SessionError>>,
     ) {
         self.presence.attach(client.clone(), role);
+        self.left_by_script = false;
         let attachment = self.journal.subscribe(self.presence.list());
         if role == Role::Controller {
             self.broker.disarm();
@@ -544,6 +574,8 @@ impl SessionActor {
 
     fn detach(&mut self, client: ClientRef, role: Role, reason: DetachReason) {
         self.presence.detach(&client, role);
+        self.left_by_script =
+            client.kind == tether_proto::ClientKind::Script && self.presence.is_empty();
         self.arm_no_controller();
         self.emit(EventKind::ClientDetached {
             client,

@@ -17,12 +17,21 @@ use tether_proto::{
     ClientRef, ExportFormat, SessionId, SessionList, SessionStatus, SessionSummary,
 };
 
+fn lock_live(
+    live: &Mutex<HashMap<SessionId, SessionHandle>>,
+) -> std::sync::MutexGuard<'_, HashMap<SessionId, SessionHandle>> {
+    // A panic while holding this lock cannot leave the map half-updated (single inserts and
+    // removes), so a poisoned lock is still usable.
+    live.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Every session of the daemon: the stored ones, and the loaded ones with a running actor.
 pub struct Sessions {
     store: Store,
     epoch: u64,
     env: Arc<TurnEnv>,
-    live: Mutex<HashMap<SessionId, SessionHandle>>,
+    /// Handles of the loaded sessions; an actor that stops removes its own.
+    live: Arc<Mutex<HashMap<SessionId, SessionHandle>>>,
 }
 
 impl Sessions {
@@ -32,14 +41,12 @@ impl Sessions {
             store,
             epoch,
             env,
-            live: Mutex::new(HashMap::new()),
+            live: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, SessionHandle>> {
-        // A panic while holding this lock cannot leave the map half-updated (single inserts and
-        // removes), so a poisoned lock is still usable.
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+        lock_live(&self.live)
     }
 
     /// Creates a session; its first event (`session_created`, seq 1) is durable on return.
@@ -125,6 +132,18 @@ impl Sessions {
 
     /// Starts the actor of a session whose log says `loaded`.
     fn start(&self, record: SessionRecord, log: EventLog, loaded: Loaded) -> SessionHandle {
+        let id = record.id.clone();
+        let live = Arc::downgrade(&self.live);
+        // An unloaded session's handle would keep its channel's memory: the actor removes it
+        // when it stops, unless a newer actor of the session has taken its place.
+        let on_stop = Box::new(move || {
+            if let Some(live) = live.upgrade() {
+                let mut live = lock_live(&live);
+                if live.get(&id).is_some_and(SessionHandle::is_stopped) {
+                    live.remove(&id);
+                }
+            }
+        });
         actor::spawn(
             record,
             self.store.clone(),
@@ -132,6 +151,7 @@ impl Sessions {
             self.epoch,
             loaded,
             self.env.clone(),
+            on_stop,
         )
     }
 
@@ -462,6 +482,34 @@ mod tests {
             .collect();
         assert_eq!(left, [recent]);
         assert_eq!(sessions.clean_up(30 * day).await, 0);
+    }
+
+    #[tokio::test]
+    async fn an_unloaded_session_leaves_nothing_behind_and_loads_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut env = env(dir.path());
+        Arc::get_mut(&mut env).expect("sole owner").idle_unload =
+            Some(std::time::Duration::from_millis(20));
+        let sessions = Sessions::new(store, 1, env);
+        let new = NewSession {
+            cwd: "/tmp".into(),
+            ..Default::default()
+        };
+        let id = sessions.create(new, None).await.expect("created");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Not only stopped: gone from the map, with the channel its handle held.
+        while sessions.live().contains_key(&id) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the idle session's handle stayed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let again = sessions.get(&id).expect("loads again");
+        assert!(!again.is_stopped());
+        assert_eq!(sessions.counts().1, 1);
+        sessions.shutdown().await;
     }
 
     #[tokio::test]

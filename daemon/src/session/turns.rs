@@ -263,7 +263,7 @@ impl SessionActor {
                 Err(panic) => Preparation::Failed(panic_text(&*panic)),
             };
             let _ = tx.send(Command::Prepared {
-                queued,
+                queued: Box::new(queued),
                 preparation,
             });
         });

@@ -479,6 +479,50 @@ fn the_client_autostarts_a_daemon_that_outlives_it() -> anyhow::Result<()> {
 }
 
 #[test]
+fn a_session_a_script_left_unloads_at_once_one_a_terminal_left_stays() -> anyhow::Result<()> {
+    // The default idle_unload (15 minutes) applies to what a person may come back to.
+    let daemon = Daemon::start()?;
+    let loaded = |c: &mut tether_tests::Ndjson| -> anyhow::Result<Value> {
+        Ok(c.call("daemon/status", json!({}))?["loadedSessions"].clone())
+    };
+    let mut status = daemon.ndjson()?;
+    {
+        let mut terminal = daemon.ndjson()?.as_terminal()?;
+        let session = terminal.new_session("by hand")?;
+        terminal.watch(&session)?;
+    }
+    {
+        let mut script = daemon.ndjson()?;
+        let session = script.new_session("scripted")?;
+        script.watch(&session)?;
+    }
+    assert_eq!(loaded(&mut status)?, 2);
+    let deadline = std::time::Instant::now() + WAIT;
+    while loaded(&mut status)? != 1 {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the session the script left stayed loaded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        loaded(&mut status)?,
+        1,
+        "the terminal's session was unloaded"
+    );
+    let list = status.call("session/list", json!({}))?;
+    let titles: Vec<&str> = list["sessions"]
+        .as_array()
+        .context("sessions")?
+        .iter()
+        .filter_map(|s| s["title"].as_str())
+        .collect();
+    assert_eq!(titles.len(), 2, "both are kept: {titles:?}");
+    Ok(())
+}
+
+#[test]
 fn idle_sessions_are_unloaded_and_reload_transparently() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(vec![("TETHER_IDLE_UNLOAD_MS".into(), "100".into())])?;
     let mut c = daemon.ndjson()?;
