@@ -139,6 +139,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// Lines the log file's writer holds before it drops new ones.
+const LOG_QUEUE_LINES: usize = 8 * 1024;
+
 type BoxedLayer = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
 
 /// stderr (text or JSON; journald reads it under systemd) and, when not under systemd, a
@@ -184,7 +187,11 @@ fn init_logging(
                     data_dir.join("logs").display()
                 )
             })?;
-        let (writer, g) = tracing_appender::non_blocking(PrivateLog::new(appender, dir));
+        // The writer's queue is allocated and written whole up front (128k lines, 4 MB, by
+        // default); 8k lines hold any burst the log levels in use produce.
+        let (writer, g) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .buffered_lines_limit(LOG_QUEUE_LINES)
+            .finish(PrivateLog::new(appender, dir));
         guard = Some(g);
         let layer = tracing_subscriber::fmt::layer()
             .with_writer(writer)

@@ -14,6 +14,9 @@ pub const SCHEMA_VERSION: u64 = 1;
 const META_SCHEMA: &str = "schema_version";
 const META_EPOCH: &str = "epoch";
 const LOG_PREFIX: &str = "log/";
+/// What sled may keep of the database in memory. Its default (1 GiB) let the daemon grow with
+/// every event it ever wrote; a replay reads from the kernel's page cache instead.
+const CACHE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// What can go wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +109,7 @@ impl Store {
         let db = sled::Config::new()
             .path(&path)
             .mode(sled::Mode::LowSpace)
+            .cache_capacity(CACHE_BYTES)
             .open()
             .map_err(err)?;
         let sessions = db.open_tree("sessions").map_err(err)?;
