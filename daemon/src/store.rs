@@ -89,6 +89,31 @@ pub struct Store {
     /// Per session: its state as of some seq of its log, so loading replays only what follows.
     checkpoints: sled::Tree,
     path: PathBuf,
+    flusher: std::sync::Arc<Flusher>,
+}
+
+/// Flushes of the database, grouped: one runs at a time, and a flush asked for meanwhile waits
+/// for the next, which covers every write before it. (sled's own `flush_async` blocks a thread
+/// of its small IO pool per caller, and a few dozen sessions flushing at once wedged them.)
+#[derive(Default)]
+struct Flusher {
+    state: std::sync::Mutex<FlushState>,
+    done: tokio::sync::watch::Sender<Flushed>,
+}
+
+#[derive(Default)]
+struct FlushState {
+    /// Flushes asked for so far; each caller's ticket.
+    asked: u64,
+    /// A flush task is running.
+    running: bool,
+}
+
+/// The last flush that ended: every ticket up to `through` is covered by it.
+#[derive(Clone, Default)]
+struct Flushed {
+    through: u64,
+    error: Option<sled::Error>,
 }
 
 /// One session's append-only event log.
@@ -121,6 +146,7 @@ impl Store {
             meta,
             checkpoints,
             path,
+            flusher: Default::default(),
         };
         match store.meta_u64(META_SCHEMA)? {
             Some(found) if found > SCHEMA_VERSION => {
@@ -237,13 +263,57 @@ impl Store {
         })
     }
 
-    /// Makes everything written so far durable.
+    /// Makes everything written so far durable (with other callers' writes, in one flush).
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.db
-            .flush_async()
+        let mut done = self.flusher.done.subscribe();
+        let ticket = {
+            let mut state = self.flush_state();
+            state.asked += 1;
+            if !state.running {
+                state.running = true;
+                self.spawn_flusher();
+            }
+            state.asked
+        };
+        let flushed = done
+            .wait_for(|f| f.through >= ticket)
             .await
-            .map(|_| ())
-            .map_err(|e| self.sled_err(e))
+            .map_err(|_| self.sled_err(sled::Error::ReportableBug("the flush task ended".into())))?
+            .clone();
+        match flushed.error {
+            Some(e) => Err(self.sled_err(e)),
+            None => Ok(()),
+        }
+    }
+
+    fn flush_state(&self) -> std::sync::MutexGuard<'_, FlushState> {
+        // Two integers, each written whole: a panic elsewhere cannot leave them torn.
+        self.flusher.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Flushes until no caller waits: each round covers the tickets taken before it started.
+    fn spawn_flusher(&self) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let target = store.flush_state().asked;
+                let db = store.db.clone();
+                let error = match tokio::task::spawn_blocking(move || db.flush()).await {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(e),
+                    Err(e) => Some(sled::Error::ReportableBug(format!("flush task: {e}"))),
+                };
+                store.flusher.done.send_modify(|f| {
+                    f.through = target;
+                    f.error = error;
+                });
+                let mut state = store.flush_state();
+                if state.asked == target {
+                    state.running = false;
+                    break;
+                }
+            }
+        });
     }
 
     /// Makes everything written so far durable, blocking the calling thread.
@@ -339,6 +409,33 @@ mod tests {
             }
         }
         Store::open(dir)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_sessions_flushing_at_once_all_get_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..64 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                let log = store.log(&SessionId(format!("s{i}"))).expect("log");
+                for seq in 1..=20 {
+                    log.append(seq, &[b'x'; 600]).expect("append");
+                    store.flush().await.expect("flush");
+                }
+            });
+        }
+        let all = async {
+            while let Some(done) = tasks.join_next().await {
+                done.expect("task");
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(60), all)
+            .await
+            .expect("the flushes never finished");
+        let log = store.log(&SessionId("s7".into())).expect("log");
+        assert_eq!(log.head().expect("head"), 20);
     }
 
     #[test]
