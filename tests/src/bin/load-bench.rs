@@ -321,7 +321,9 @@ fn many_sessions(n: usize, turns: usize, deltas: usize, pace_ms: u64) -> anyhow:
                 for _ in 0..turns {
                     c.start_turn(&session, "stream")?;
                     loop {
-                        let e = c.next_event()?;
+                        let e = c.next_event().with_context(|| {
+                            format!("session {session}: no event after {events} events")
+                        })?;
                         events += 1;
                         match e["type"].as_str() {
                             Some("text_delta") => {
@@ -355,7 +357,12 @@ fn many_sessions(n: usize, turns: usize, deltas: usize, pace_ms: u64) -> anyhow:
     for h in handles {
         let (l, e) = h
             .join()
-            .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
+            .map_err(|_| anyhow::anyhow!("client thread panicked"))?
+            .map_err(|e| {
+                let log = daemon.log();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                e.context(format!("the daemon's log ends:\n{}", tail.join("\n")))
+            })?;
         latencies.extend(l);
         events += e;
     }
