@@ -459,3 +459,48 @@ fn tether_rm_deletes_sessions_by_prefix_and_names_the_ones_it_cannot() -> anyhow
     assert_eq!(ids, [kept.as_str()]);
     Ok(())
 }
+
+#[test]
+fn forty_sessions_streaming_at_once_all_finish() -> anyhow::Result<()> {
+    const SESSIONS: usize = 40;
+    let mut steps = Step::text("streamed in small pieces, each of which is made durable");
+    steps.chunk_delay_ms = Some(5);
+    let mut script = Script::default().titling("t");
+    script.rules.push(Rule {
+        last_user_matches: None,
+        has_tool_result: None,
+        times: None,
+        step: steps,
+    });
+    let fake = Fake::start(script)?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut clients = Vec::new();
+    for _ in 0..SESSIONS {
+        let mut c = daemon.ndjson()?;
+        let session = c.new_session("side by side")?;
+        c.watch(&session)?;
+        clients.push((c, session));
+    }
+    for (c, session) in &mut clients {
+        c.start_turn(session, "go")?;
+    }
+    // Each session commits its events as they stream; together they once wedged the store.
+    let threads: Vec<_> = clients
+        .into_iter()
+        .map(|(mut c, session)| {
+            std::thread::spawn(move || -> anyhow::Result<Value> {
+                let events = c
+                    .events_until("turn_ended")
+                    .with_context(|| format!("session {session} never ended its turn"))?;
+                events.last().cloned().context("turn_ended")
+            })
+        })
+        .collect();
+    for t in threads {
+        let ended = t
+            .join()
+            .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
+        assert_eq!(ended["data"]["stopReason"], "end_turn", "{ended}");
+    }
+    Ok(())
+}
