@@ -394,6 +394,10 @@ fn many_sessions(n: usize, turns: usize, deltas: usize, pace_ms: u64) -> anyhow:
     println!("daemon peak {} KiB", daemon.peak_rss_kib()?);
     std::thread::sleep(Duration::from_secs(8));
     println!("daemon idle after: {} KiB", daemon.rss_kib()?);
+    if let Some(secs) = std::env::var("LB_LATER").ok().and_then(|s| s.parse().ok()) {
+        std::thread::sleep(Duration::from_secs(secs));
+        println!("daemon {secs} s later: {} KiB", daemon.rss_kib()?);
+    }
     Ok(())
 }
 
