@@ -1,19 +1,25 @@
-//! Typed sled trees: session metadata, one event log per session, daemon metadata.
+//! Typed sled trees: session metadata, every session's event log, daemon metadata.
 //!
-//! Invariant: the only module that imports sled. Values are serde_json (readable when debugging);
-//! log keys are big-endian seqs, so a tree's order is the log's order. Nothing written here is
-//! durable until [`Store::flush`] returns.
+//! Invariant: the only module that imports sled. Values are serde_json (readable when debugging).
+//! All logs share one tree, keyed by the session's id (length first, so no id is a prefix of
+//! another's keys) and the big-endian seq, so a session's keys are contiguous and in the log's
+//! order. (A tree per session, as schema 1 had, cost memory for every session ever created:
+//! sled keeps every tree open and rewrites a catalogue of all of them for each new one.)
+//! Nothing written here is durable until [`Store::flush`] returns.
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use tether_proto::{PermissionMode, Seq, SessionId, SessionStatus};
 
 /// Version of the on-disk layout; a daemon refuses a store written by a newer layout.
-pub const SCHEMA_VERSION: u64 = 1;
+pub const SCHEMA_VERSION: u64 = 2;
 
 const META_SCHEMA: &str = "schema_version";
 const META_EPOCH: &str = "epoch";
-const LOG_PREFIX: &str = "log/";
+/// Schema 1's per-session log trees were named this and the session's id.
+const OLD_LOG_PREFIX: &str = "log/";
+/// The tree of every session's log.
+const LOGS: &str = "logs";
 /// What sled may keep of the database in memory. Its default (1 GiB) let the daemon grow with
 /// every event it ever wrote; a replay reads from the kernel's page cache instead.
 const CACHE_BYTES: u64 = 4 * 1024 * 1024;
@@ -88,6 +94,7 @@ pub struct Store {
     meta: sled::Tree,
     /// Per session: its state as of some seq of its log, so loading replays only what follows.
     checkpoints: sled::Tree,
+    logs: sled::Tree,
     path: PathBuf,
     flusher: std::sync::Arc<Flusher>,
 }
@@ -116,10 +123,12 @@ struct Flushed {
     error: Option<sled::Error>,
 }
 
-/// One session's append-only event log.
+/// One session's append-only event log: its keys in the shared log tree.
 #[derive(Clone)]
 pub struct EventLog {
     tree: sled::Tree,
+    /// The session's id, length first: every key of this log starts with it.
+    prefix: Vec<u8>,
     path: PathBuf,
 }
 
@@ -140,11 +149,13 @@ impl Store {
         let sessions = db.open_tree("sessions").map_err(err)?;
         let meta = db.open_tree("meta").map_err(err)?;
         let checkpoints = db.open_tree("checkpoints").map_err(err)?;
+        let logs = db.open_tree(LOGS).map_err(err)?;
         let store = Self {
             db,
             sessions,
             meta,
             checkpoints,
+            logs,
             path,
             flusher: Default::default(),
         };
@@ -155,10 +166,47 @@ impl Store {
                     found,
                 });
             }
-            Some(_) => {}
+            Some(SCHEMA_VERSION) => {}
+            Some(_) => store.migrate_logs()?,
             None => store.put_meta_u64(META_SCHEMA, SCHEMA_VERSION)?,
         }
         Ok(store)
+    }
+
+    /// Schema 1 → 2: moves each per-session log tree into the shared one. Safe to interrupt:
+    /// the copies are flushed before any old tree is dropped, and the version is written last,
+    /// so a second run copies again what is left (the same keys, the same values).
+    fn migrate_logs(&self) -> Result<(), StoreError> {
+        let old: Vec<sled::IVec> = self
+            .db
+            .tree_names()
+            .into_iter()
+            .filter(|name| name.starts_with(OLD_LOG_PREFIX.as_bytes()))
+            .collect();
+        for name in &old {
+            let id = String::from_utf8_lossy(&name[OLD_LOG_PREFIX.len()..]).into_owned();
+            let tree = self.db.open_tree(name).map_err(|e| self.sled_err(e))?;
+            let log = self.log(&SessionId(id));
+            let mut batch = sled::Batch::default();
+            for kv in tree.iter() {
+                let (key, value) = kv.map_err(|e| self.sled_err(e))?;
+                batch.insert(log.key(seq_of(&key)), value);
+            }
+            self.logs.apply_batch(batch).map_err(|e| self.sled_err(e))?;
+        }
+        self.flush_blocking()?;
+        for name in &old {
+            self.db.drop_tree(name).map_err(|e| self.sled_err(e))?;
+        }
+        self.put_meta_u64(META_SCHEMA, SCHEMA_VERSION)?;
+        self.flush_blocking()?;
+        if !old.is_empty() {
+            tracing::info!(
+                sessions = old.len(),
+                "moved the sessions' logs into one tree"
+            );
+        }
+        Ok(())
     }
 
     fn sled_err(&self, source: sled::Error) -> StoreError {
@@ -239,28 +287,35 @@ impl Store {
         Ok(())
     }
 
-    /// Removes a session's record, checkpoint and log, durably.
+    /// Removes a session's log, then its record and checkpoint, durably. The log goes in one
+    /// atomic batch: a stop in between leaves the session listed with an empty log, never
+    /// half of one.
     pub async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
+        let log = self.log(id);
+        let mut batch = sled::Batch::default();
+        for key in self.logs.scan_prefix(&log.prefix).keys() {
+            batch.remove(key.map_err(|e| self.sled_err(e))?);
+        }
+        self.logs.apply_batch(batch).map_err(|e| self.sled_err(e))?;
         self.sessions.remove(&id.0).map_err(|e| self.sled_err(e))?;
         self.checkpoints
             .remove(&id.0)
-            .map_err(|e| self.sled_err(e))?;
-        self.db
-            .drop_tree(format!("{LOG_PREFIX}{id}"))
             .map_err(|e| self.sled_err(e))?;
         self.flush().await
     }
 
     /// The event log of a session.
-    pub fn log(&self, id: &SessionId) -> Result<EventLog, StoreError> {
-        let tree = self
-            .db
-            .open_tree(format!("{LOG_PREFIX}{id}"))
-            .map_err(|e| self.sled_err(e))?;
-        Ok(EventLog {
-            tree,
+    pub fn log(&self, id: &SessionId) -> EventLog {
+        let id = id.0.as_bytes();
+        let mut prefix = Vec::with_capacity(4 + id.len());
+        // Ids are short; one that is not still gets a prefix no other id shares.
+        prefix.extend_from_slice(&u32::try_from(id.len()).unwrap_or(u32::MAX).to_be_bytes());
+        prefix.extend_from_slice(id);
+        EventLog {
+            tree: self.logs.clone(),
+            prefix,
             path: self.path.clone(),
-        })
+        }
     }
 
     /// Makes everything written so far durable (with other callers' writes, in one flush).
@@ -330,16 +385,29 @@ impl EventLog {
         }
     }
 
+    /// The key of the event at `seq`.
+    fn key(&self, seq: Seq) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.prefix.len() + 8);
+        key.extend_from_slice(&self.prefix);
+        key.extend_from_slice(&seq.to_be_bytes());
+        key
+    }
+
     /// The seq of the last event, 0 when empty.
     pub fn head(&self) -> Result<Seq, StoreError> {
-        let last = self.tree.last().map_err(|e| self.sled_err(e))?;
+        let last = self
+            .tree
+            .range(self.key(0)..=self.key(Seq::MAX))
+            .next_back()
+            .transpose()
+            .map_err(|e| self.sled_err(e))?;
         Ok(last.map(|(k, _)| seq_of(&k)).unwrap_or(0))
     }
 
     /// Appends the encoded event at `seq` (not flushed).
     pub fn append(&self, seq: Seq, json: &[u8]) -> Result<(), StoreError> {
         self.tree
-            .insert(seq.to_be_bytes(), json)
+            .insert(self.key(seq), json)
             .map_err(|e| self.sled_err(e))?;
         Ok(())
     }
@@ -348,7 +416,7 @@ impl EventLog {
     pub fn remove(&self, seqs: &[Seq]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for seq in seqs {
-            batch.remove(&seq.to_be_bytes());
+            batch.remove(self.key(*seq));
         }
         self.tree.apply_batch(batch).map_err(|e| self.sled_err(e))
     }
@@ -359,10 +427,7 @@ impl EventLog {
         after: Seq,
         upto: Seq,
     ) -> impl Iterator<Item = Result<(Seq, Vec<u8>), StoreError>> + '_ {
-        let range = (after < upto).then(|| {
-            self.tree
-                .range((after + 1).to_be_bytes()..=upto.to_be_bytes())
-        });
+        let range = (after < upto).then(|| self.tree.range(self.key(after + 1)..=self.key(upto)));
         range.into_iter().flatten().map(move |kv| {
             let (k, v) = kv.map_err(|e| self.sled_err(e))?;
             Ok((seq_of(&k), v.to_vec()))
@@ -419,7 +484,7 @@ mod tests {
         for i in 0..64 {
             let store = store.clone();
             tasks.spawn(async move {
-                let log = store.log(&SessionId(format!("s{i}"))).expect("log");
+                let log = store.log(&SessionId(format!("s{i}")));
                 for seq in 1..=20 {
                     log.append(seq, &[b'x'; 600]).expect("append");
                     store.flush().await.expect("flush");
@@ -434,7 +499,7 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(60), all)
             .await
             .expect("the flushes never finished");
-        let log = store.log(&SessionId("s7".into())).expect("log");
+        let log = store.log(&SessionId("s7".into()));
         assert_eq!(log.head().expect("head"), 20);
     }
 
@@ -456,7 +521,7 @@ mod tests {
     fn log_reads_ranges_in_seq_order() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
-        let log = store.log(&"s".into()).expect("log");
+        let log = store.log(&"s".into());
         assert_eq!(log.head().expect("head"), 0);
         // Past 255 so big-endian ordering matters.
         for seq in 1..=300u64 {
@@ -473,6 +538,90 @@ mod tests {
         assert_eq!(got, (251..=260).collect::<Vec<_>>());
         assert_eq!(log.read(0, 300, 5).expect("read").len(), 5);
         assert!(log.read(300, 300, 5).expect("read").is_empty());
+    }
+
+    #[test]
+    fn logs_of_ids_that_share_a_beginning_stay_apart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let (short, long) = (store.log(&"ab".into()), store.log(&"ab\0\0".into()));
+        short.append(1, b"short").expect("append");
+        long.append(1, b"long").expect("append");
+        long.append(2, b"long").expect("append");
+        assert_eq!(short.head().expect("head"), 1);
+        assert_eq!(
+            short.read(0, 9, 9).expect("read"),
+            vec![(1, b"short".to_vec())]
+        );
+        assert_eq!(long.head().expect("head"), 2);
+        assert!(
+            store
+                .log(&"a".into())
+                .read(0, 9, 9)
+                .expect("read")
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deleted_sessions_log_is_gone_and_its_neighbours_stay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        for id in ["a", "b", "c"] {
+            for seq in 1..=50 {
+                store.log(&id.into()).append(seq, b"x").expect("append");
+            }
+        }
+        store.delete_session(&"b".into()).await.expect("delete");
+        assert_eq!(store.log(&"b".into()).head().expect("head"), 0);
+        assert_eq!(store.log(&"a".into()).head().expect("head"), 50);
+        assert_eq!(
+            store.log(&"c".into()).read(0, 50, 99).expect("read").len(),
+            50
+        );
+    }
+
+    #[test]
+    fn schema_1_logs_move_into_one_tree_with_nothing_lost() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let db = sled::open(dir.path().join("db")).expect("sled");
+            let meta = db.open_tree("meta").expect("meta");
+            meta.insert(META_SCHEMA, b"1").expect("insert");
+            for (id, n) in [("one", 3u64), ("two", 300)] {
+                let tree = db.open_tree(format!("{OLD_LOG_PREFIX}{id}")).expect("tree");
+                for seq in 1..=n {
+                    tree.insert(seq.to_be_bytes(), format!("{id}{seq}").as_bytes())
+                        .expect("insert");
+                }
+            }
+            db.flush().expect("flush");
+        }
+        let store = reopen(dir.path()).expect("migrated");
+        assert_eq!(
+            store.meta_u64(META_SCHEMA).expect("meta"),
+            Some(SCHEMA_VERSION)
+        );
+        let two = store.log(&"two".into());
+        assert_eq!(two.head().expect("head"), 300);
+        let events = two.read(255, 258, 9).expect("read");
+        assert_eq!(events[0], (256, b"two256".to_vec()));
+        assert_eq!(events.len(), 3);
+        assert_eq!(
+            store.log(&"one".into()).read(0, 3, 9).expect("read").len(),
+            3
+        );
+        assert!(
+            !store
+                .db
+                .tree_names()
+                .iter()
+                .any(|n| n.starts_with(OLD_LOG_PREFIX.as_bytes())),
+            "the old trees are dropped"
+        );
+        drop((two, store));
+        let again = reopen(dir.path()).expect("reopen");
+        assert_eq!(again.log(&"one".into()).head().expect("head"), 3);
     }
 
     #[test]

@@ -331,7 +331,7 @@ mod tests {
             updated_at: String::new(),
             pruned_through: 0,
         };
-        let log = store.log(&id).expect("log");
+        let log = store.log(&id);
         Journal::new(record, store, log, 7, 0)
     }
 

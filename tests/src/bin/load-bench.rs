@@ -222,7 +222,7 @@ fn headless(turns: usize, every: usize) -> anyhow::Result<()> {
     let fake = Fake::start(headless_script())?;
     let daemon = Daemon::start_with(fake.env())?;
     std::thread::sleep(Duration::from_secs(1));
-    println!("daemon idle at start: {} KiB", daemon.rss_kib()?);
+    println!("daemon idle at start: {}", rss(&daemon)?);
     let started = Instant::now();
     for i in 1..=turns {
         tether_p(&daemon, "roundtrip")?;
@@ -230,9 +230,9 @@ fn headless(turns: usize, every: usize) -> anyhow::Result<()> {
         fake.server.take_requests();
         if i % every == 0 {
             println!(
-                "after {i:>5} turns ({:>6.1} s): daemon {} KiB",
+                "after {i:>5} turns ({:>6.1} s): daemon {}",
                 started.elapsed().as_secs_f64(),
-                daemon.rss_kib()?
+                rss(&daemon)?
             );
         }
     }
@@ -245,10 +245,35 @@ fn headless(turns: usize, every: usize) -> anyhow::Result<()> {
     std::thread::sleep(Duration::from_secs(8));
     let idle = daemon.rss_kib()?;
     println!(
-        "daemon idle after: {idle} KiB; client peak + daemon idle = {} KiB",
+        "daemon idle after: {}; client peak + daemon idle = {} KiB",
+        rss(&daemon)?,
         client_peak + idle
     );
     Ok(())
+}
+
+/// The daemon's RSS, and how much of it is its own memory and how much mapped files (its
+/// binary's code, mostly), in KiB.
+fn rss(daemon: &Daemon) -> anyhow::Result<String> {
+    let pid = daemon
+        .child
+        .as_ref()
+        .context("the daemon is not running")?
+        .id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map_or("?", |v| v.trim().trim_end_matches("kB").trim())
+            .to_owned()
+    };
+    Ok(format!(
+        "{} KiB (anon {}, file {})",
+        field("VmRSS"),
+        field("RssAnon"),
+        field("RssFile")
+    ))
 }
 
 /// The largest peak RSS of any child process waited for so far, in KiB.
@@ -282,7 +307,7 @@ fn many_sessions(n: usize, turns: usize, deltas: usize, pace_ms: u64) -> anyhow:
     let fake = Fake::start(script)?;
     let daemon = Daemon::start_with(fake.env())?;
     std::thread::sleep(Duration::from_secs(1));
-    println!("daemon idle at start: {} KiB", daemon.rss_kib()?);
+    println!("daemon idle at start: {}", rss(&daemon)?);
 
     let mut clients = Vec::with_capacity(n);
     for _ in 0..n {
@@ -393,10 +418,10 @@ fn many_sessions(n: usize, turns: usize, deltas: usize, pace_ms: u64) -> anyhow:
     println!("daemon RSS during the run: {}", line.join(", "));
     println!("daemon peak {} KiB", daemon.peak_rss_kib()?);
     std::thread::sleep(Duration::from_secs(8));
-    println!("daemon idle after: {} KiB", daemon.rss_kib()?);
+    println!("daemon idle after: {}", rss(&daemon)?);
     if let Some(secs) = std::env::var("LB_LATER").ok().and_then(|s| s.parse().ok()) {
         std::thread::sleep(Duration::from_secs(secs));
-        println!("daemon {secs} s later: {} KiB", daemon.rss_kib()?);
+        println!("daemon {secs} s later: {}", rss(&daemon)?);
     }
     Ok(())
 }
