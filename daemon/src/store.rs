@@ -291,12 +291,7 @@ impl Store {
     /// atomic batch: a stop in between leaves the session listed with an empty log, never
     /// half of one.
     pub async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
-        let log = self.log(id);
-        let mut batch = sled::Batch::default();
-        for key in self.logs.scan_prefix(&log.prefix).keys() {
-            batch.remove(key.map_err(|e| self.sled_err(e))?);
-        }
-        self.logs.apply_batch(batch).map_err(|e| self.sled_err(e))?;
+        self.log(id).clear()?;
         self.sessions.remove(&id.0).map_err(|e| self.sled_err(e))?;
         self.checkpoints
             .remove(&id.0)
@@ -417,6 +412,15 @@ impl EventLog {
         let mut batch = sled::Batch::default();
         for seq in seqs {
             batch.remove(self.key(*seq));
+        }
+        self.tree.apply_batch(batch).map_err(|e| self.sled_err(e))
+    }
+
+    /// Removes every event in one atomic batch (not flushed).
+    fn clear(&self) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for key in self.tree.scan_prefix(&self.prefix).keys() {
+            batch.remove(key.map_err(|e| self.sled_err(e))?);
         }
         self.tree.apply_batch(batch).map_err(|e| self.sled_err(e))
     }

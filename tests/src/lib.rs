@@ -317,8 +317,13 @@ impl Daemon {
 
     /// The daemon's peak resident memory in KiB (`VmHWM`: the most it ever held).
     pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        self.status_kib("VmHWM")
+    }
+
+    /// A size field of the daemon's `/proc/<pid>/status` in KiB (`RssAnon`, `RssFile`, …).
+    pub fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
         let pid = self.child.as_ref().context("daemon is not running")?.id();
-        status_kib(pid, "VmHWM")
+        status_kib(pid, field)
     }
 
     /// `tether doctor --online --json`: each check's name → (status, detail), and the raw

@@ -61,6 +61,10 @@ enum Bench {
         /// Milliseconds between deltas (the pace of a real stream).
         #[arg(long, default_value_t = 20)]
         pace_ms: u64,
+        /// Print the daemon's RSS once more this many seconds after the run (idle connection
+        /// pools expire).
+        #[arg(long)]
+        later: Option<u64>,
     },
 }
 
@@ -73,7 +77,8 @@ fn main() -> anyhow::Result<()> {
             turns,
             deltas,
             pace_ms,
-        } => many_sessions(sessions, turns, deltas, pace_ms),
+            later,
+        } => many_sessions(sessions, turns, deltas, pace_ms, later),
     }
 }
 
@@ -255,24 +260,11 @@ fn headless(turns: usize, every: usize) -> anyhow::Result<()> {
 /// The daemon's RSS, and how much of it is its own memory and how much mapped files (its
 /// binary's code, mostly), in KiB.
 fn rss(daemon: &Daemon) -> anyhow::Result<String> {
-    let pid = daemon
-        .child
-        .as_ref()
-        .context("the daemon is not running")?
-        .id();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map_or("?", |v| v.trim().trim_end_matches("kB").trim())
-            .to_owned()
-    };
     Ok(format!(
         "{} KiB (anon {}, file {})",
-        field("VmRSS"),
-        field("RssAnon"),
-        field("RssFile")
+        daemon.rss_kib()?,
+        daemon.status_kib("RssAnon")?,
+        daemon.status_kib("RssFile")?
     ))
 }
 
@@ -282,7 +274,13 @@ fn children_peak_rss_kib() -> anyhow::Result<u64> {
     Ok(u64::try_from(usage.max_rss()).unwrap_or(0))
 }
 
-fn many_sessions(n: usize, turns: usize, deltas: usize, pace_ms: u64) -> anyhow::Result<()> {
+fn many_sessions(
+    n: usize,
+    turns: usize,
+    deltas: usize,
+    pace_ms: u64,
+    later: Option<u64>,
+) -> anyhow::Result<()> {
     let mut events = vec![
         json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
@@ -419,7 +417,7 @@ fn many_sessions(n: usize, turns: usize, deltas: usize, pace_ms: u64) -> anyhow:
     println!("daemon peak {} KiB", daemon.peak_rss_kib()?);
     std::thread::sleep(Duration::from_secs(8));
     println!("daemon idle after: {}", rss(&daemon)?);
-    if let Some(secs) = std::env::var("LB_LATER").ok().and_then(|s| s.parse().ok()) {
+    if let Some(secs) = later {
         std::thread::sleep(Duration::from_secs(secs));
         println!("daemon {secs} s later: {}", rss(&daemon)?);
     }
