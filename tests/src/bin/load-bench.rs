@@ -3,7 +3,9 @@
 //!
 //! - `roundtrip [--runs N]`: `tether -p` of a text reply and of a Bash tool round trip (the
 //!   model calls `true`, then answers), each against its curl floor: one `curl` process sending
-//!   the very requests tether sent (one for the reply, two for the round trip) in turn.
+//!   the very requests tether sent (one for the reply, two for the round trip) in turn. The
+//!   round trip also gets the floor of a client that runs the tool too: the two requests plus
+//!   a `bash -c true` (the command the model asks for), since no client runs Bash for free.
 //! - `headless [--turns N]`: N `tether -p` tool round trips in a row; prints the daemon's RSS
 //!   as it goes, the client's peak RSS, and the daemon's RSS once idle.
 //! - `sessions [--sessions N] [--turns K]`: N sessions, each with its own subscribed client,
@@ -155,6 +157,7 @@ fn roundtrip(runs: usize) -> anyhow::Result<()> {
         }
         // In turn, so a drift of the machine's speed touches all three alike.
         let (mut tether, mut apart, mut together) = (Vec::new(), Vec::new(), Vec::new());
+        let mut with_tool = Vec::new();
         let ms = |started: Instant| started.elapsed().as_secs_f64() * 1000.0;
         for _ in 0..runs {
             let started = Instant::now();
@@ -169,10 +172,19 @@ fn roundtrip(runs: usize) -> anyhow::Result<()> {
             let started = Instant::now();
             curl(&url, &files)?;
             together.push(ms(started));
+            if files.len() > 1 {
+                let started = Instant::now();
+                let status = Command::new("bash").args(["-c", "true"]).status()?;
+                if !status.success() {
+                    bail!("bash -c true failed: {status}");
+                }
+                with_tool.push(together[together.len() - 1] + ms(started));
+            }
         }
         let ratios =
             |floor: &[f64]| -> Vec<f64> { tether.iter().zip(floor).map(|(t, f)| t / f).collect() };
         let (mut r_apart, mut r_together) = (ratios(&apart), ratios(&together));
+        let mut r_with_tool = ratios(&with_tool);
         let (t50, t10) = summary(&mut tether);
         let (a50, _) = summary(&mut apart);
         let (g50, _) = summary(&mut together);
@@ -191,6 +203,14 @@ fn roundtrip(runs: usize) -> anyhow::Result<()> {
             files.len(),
             if files.len() == 1 { "" } else { "s" }
         );
+        if !with_tool.is_empty() {
+            let (w50, _) = summary(&mut with_tool);
+            let (rw50, _) = summary(&mut r_with_tool);
+            println!(
+                "{:>9}  that, plus `bash -c true`: median {w50:.2} ms → ratio {rw50:.2}×",
+                ""
+            );
+        }
     }
     Ok(())
 }
