@@ -415,7 +415,7 @@ async fn a_conversation_with_thinking_tools_and_results_passes_the_api_rules() {
     let tool = ToolDefinition {
         name: "Read".into(),
         description: "Reads a file".into(),
-        input_schema: json!({"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}),
+        input_schema: json!({"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}).into(),
         server: Default::default(),
         cache_control: None,
     };
@@ -444,13 +444,14 @@ async fn a_conversation_with_thinking_tools_and_results_passes_the_api_rules() {
     assert_eq!(tool_use["input"]["file_path"], "/tmp/a.txt");
     messages.push(Message {
         role: Role::Assistant,
-        content: first.content().to_vec(),
+        content: first.content().to_vec().into(),
     });
     messages.push(Message {
         role: Role::User,
         content: vec![
             json!({"type": "tool_result", "tool_use_id": tool_use["id"], "content": "hello"}),
-        ],
+        ]
+        .into(),
     });
     req.messages = messages;
     let second = client

@@ -57,10 +57,10 @@ pub async fn compact(
     }
     let ask = json!({"type": "text", "text": ask});
     match messages.last_mut() {
-        Some(last) if last.role == Role::User => last.content.push(ask),
+        Some(last) if last.role == Role::User => Arc::make_mut(&mut last.content).push(ask),
         _ => messages.push(Message {
             role: Role::User,
-            content: vec![ask],
+            content: Arc::new(vec![ask]),
         }),
     }
     let mut request = MessagesRequest::new(model_id, 8192, messages);

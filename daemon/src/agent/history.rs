@@ -10,6 +10,7 @@ use crate::llm::{Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::borrow::Cow;
+use std::sync::Arc;
 use tether_proto::{EventKind, StopReason};
 
 /// How a summary opens the history after compaction.
@@ -256,8 +257,11 @@ impl History {
             return;
         }
         match self.messages.last_mut() {
-            Some(last) if last.role == role => last.content.extend(content),
-            _ => self.messages.push(Message { role, content }),
+            Some(last) if last.role == role => Arc::make_mut(&mut last.content).extend(content),
+            _ => self.messages.push(Message {
+                role,
+                content: Arc::new(content),
+            }),
         }
     }
 
@@ -290,7 +294,7 @@ impl History {
                             i + 1,
                             Message {
                                 role: Role::User,
-                                content: Vec::new(),
+                                content: Arc::default(),
                             },
                         );
                     }
@@ -315,9 +319,11 @@ impl History {
                     })
                     .cloned()
                     .collect();
-                out[i].content = keep;
-            } else {
-                out[i].content.retain(|b| b["type"] != "tool_result");
+                if keep.len() != out[i].content.len() {
+                    out[i].content = Arc::new(keep);
+                }
+            } else if out[i].content.iter().any(|b| b["type"] == "tool_result") {
+                Arc::make_mut(&mut out[i].content).retain(|b| b["type"] != "tool_result");
             }
             i += 1;
         }
@@ -326,7 +332,9 @@ impl History {
         let mut merged: Vec<Message> = Vec::with_capacity(out.len());
         for m in out {
             match merged.last_mut() {
-                Some(last) if last.role == m.role => last.content.extend(m.content),
+                Some(last) if last.role == m.role => {
+                    Arc::make_mut(&mut last.content).extend(m.content.iter().cloned())
+                }
                 _ => merged.push(m),
             }
         }
@@ -335,7 +343,20 @@ impl History {
 }
 
 /// Puts one `tool_result` per id first in `content`, in the calls' order, filling missing ones.
-fn answer_in_order(content: &mut Vec<Value>, ids: &[String]) {
+fn answer_in_order(content: &mut Arc<Vec<Value>>, ids: &[String]) {
+    let in_order = content.len() >= ids.len()
+        && ids
+            .iter()
+            .zip(content.iter())
+            .all(|(id, b)| b["type"] == "tool_result" && b["tool_use_id"] == id.as_str())
+        && content[ids.len()..]
+            .iter()
+            .all(|b| b["type"] != "tool_result");
+    if in_order {
+        // The common case: the shared copy is sent as it is.
+        return;
+    }
+    let content = Arc::make_mut(content);
     let (mut results, rest): (Vec<Value>, Vec<Value>) =
         content.drain(..).partition(|b| b["type"] == "tool_result");
     let mut ordered = Vec::with_capacity(ids.len() + rest.len());
@@ -444,6 +465,44 @@ mod tests {
     }
 
     #[test]
+    fn requests_share_the_history_and_a_breakpoint_copies_only_the_last_message() {
+        let mut h = History::default();
+        for e in [
+            turn("go"),
+            block(json!({"type": "tool_use", "id": "a", "name": "Read", "input": {}})),
+            block(json!({"type": "tool_use", "id": "b", "name": "Read", "input": {}})),
+            done(),
+            result("a"),
+            result("b"),
+            block(json!({"type": "text", "text": "read both"})),
+            done(),
+            turn("next"),
+        ] {
+            h.apply(&e);
+        }
+        let first = h.messages();
+        let second = h.messages();
+        assert_eq!(first.len(), 5);
+        for (a, b) in first.iter().zip(&second) {
+            assert!(Arc::ptr_eq(&a.content, &b.content), "{a:?} was copied");
+        }
+        let request = crate::llm::MessagesRequest::new("m", 1, second)
+            .with_cache_breakpoints(crate::llm::CacheTtl::FiveMinutes);
+        for i in 0..4 {
+            assert!(Arc::ptr_eq(&first[i].content, &request.messages[i].content));
+        }
+        assert!(!Arc::ptr_eq(
+            &first[4].content,
+            &request.messages[4].content
+        ));
+        assert_eq!(
+            request.messages[4].content[0]["cache_control"]["type"],
+            "ephemeral"
+        );
+        assert!(first[4].content[0].get("cache_control").is_none());
+    }
+
+    #[test]
     fn failed_attempts_leave_no_trace_and_an_interrupted_reply_keeps_its_text() {
         let mut h = History::default();
         h.apply(&turn("one"));
@@ -475,11 +534,11 @@ mod tests {
         assert_eq!(msgs.len(), 5, "{msgs:?}");
         assert_eq!(
             msgs[1].content,
-            vec![json!({"type": "text", "text": "second"})]
+            vec![json!({"type": "text", "text": "second"})].into()
         );
         assert_eq!(
             msgs[3].content,
-            vec![json!({"type": "text", "text": "cut"})],
+            vec![json!({"type": "text", "text": "cut"})].into(),
             "the text it got to, never a call without its result"
         );
         assert_eq!(
@@ -488,6 +547,7 @@ mod tests {
                 json!({"type": "text", "text": INTERRUPTED_BY_USER}),
                 json!({"type": "text", "text": "three"})
             ]
+            .into()
         );
         // A failed turn leaves nothing; the next prompt joins the failed one's.
         h.apply(&block(json!({"type": "text", "text": "doomed"})));

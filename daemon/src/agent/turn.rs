@@ -193,7 +193,7 @@ impl Turn {
             let summary = history
                 .messages()
                 .first()
-                .map(|m| tether_proto::content_text(&Value::Array(m.content.clone())))
+                .map(|m| tether_proto::content_text(&Value::Array(m.content.to_vec())))
                 .unwrap_or_default();
             input["compact_summary"] = serde_json::json!(summary);
             self.hook(HookEvent::PostCompact, Some(trigger), input, sink)

@@ -8,6 +8,7 @@ use super::error::LlmError;
 use super::provider::{Provider, Vertex};
 use super::request::MessagesRequest;
 use super::retry::RetryPolicy;
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::future::Future;
@@ -136,30 +137,32 @@ impl AnthropicClient {
         &self.provider
     }
 
-    /// Where a request for `model` goes, and its body.
-    fn target(&self, request: &MessagesRequest) -> Result<(String, Vec<u8>), LlmError> {
+    /// Where a request for `model` goes, and its body (encoded once; every attempt sends the
+    /// same bytes).
+    fn target(&self, request: &MessagesRequest) -> Result<(String, Bytes), LlmError> {
         let encode =
             |e: serde_json::Error| LlmError::Config(format!("cannot encode the request: {e}"));
-        match &self.provider {
-            Provider::Anthropic => Ok((
+        let (url, body) = match &self.provider {
+            Provider::Anthropic => (
                 self.endpoint.clone(),
                 serde_json::to_vec(request).map_err(encode)?,
-            )),
+            ),
             Provider::Vertex(v) => {
                 let value = serde_json::to_value(request).map_err(encode)?;
-                Ok((
+                (
                     v.endpoint(&request.model),
                     serde_json::to_vec(&Vertex::body(&value)).map_err(encode)?,
-                ))
+                )
             }
             Provider::Bedrock(b) => {
                 let value = serde_json::to_value(request).map_err(encode)?;
-                Ok((
+                (
                     b.endpoint(&request.model),
                     serde_json::to_vec(&Bedrock::body(&value, &request.betas)).map_err(encode)?,
-                ))
+                )
             }
-        }
+        };
+        Ok((url, Bytes::from(body)))
     }
 
     /// Streams `request`, retrying what is retryable, handing each piece to `on_update` (retries
@@ -373,7 +376,7 @@ impl AnthropicClient {
     async fn attempt(
         &self,
         url: &str,
-        body: &[u8],
+        body: &Bytes,
         betas: &str,
         on_update: &mut (dyn FnMut(StreamUpdate) + Send),
         streamed: &mut bool,
@@ -382,7 +385,7 @@ impl AnthropicClient {
             .http
             .post(url)
             .headers(self.headers.clone())
-            .body(body.to_vec());
+            .body(body.clone());
         if let Provider::Bedrock(b) = &self.provider {
             // Betas travel in the body; the request is signed as sent.
             for (name, value) in b.auth_headers(url, "application/json", body).await? {

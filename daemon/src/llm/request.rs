@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -21,8 +22,9 @@ pub enum Role {
 pub struct Message {
     /// Its author.
     pub role: Role,
-    /// Its content blocks.
-    pub content: Vec<Value>,
+    /// Its content blocks, shared: every request of a conversation reuses the history's copy
+    /// (`Arc::make_mut` before a change).
+    pub content: Arc<Vec<Value>>,
 }
 
 impl Message {
@@ -30,7 +32,7 @@ impl Message {
     pub fn user_text(text: impl Into<String>) -> Self {
         Self {
             role: Role::User,
-            content: vec![json!({"type": "text", "text": text.into()})],
+            content: Arc::new(vec![json!({"type": "text", "text": text.into()})]),
         }
     }
 }
@@ -97,17 +99,18 @@ impl SystemBlock {
 }
 
 /// A tool the model may call: one of ours (name, description, schema), or a tool the API runs
-/// itself (`type` and its options in `server`, e.g. `web_search_20250305`).
+/// itself (`type` and its options in `server`, e.g. `web_search_20250305`). The description and
+/// schema are shared, so every request of every turn reuses the tool's own copy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolDefinition {
     /// `^[a-zA-Z0-9_-]{1,128}$`
     pub name: String,
     /// What it does, for the model.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub description: String,
+    #[serde(skip_serializing_if = "no_text")]
+    pub description: Arc<str>,
     /// JSON schema of its input (none for a server tool).
-    #[serde(skip_serializing_if = "Value::is_null")]
-    pub input_schema: Value,
+    #[serde(skip_serializing_if = "no_value")]
+    pub input_schema: Arc<Value>,
     /// A server tool's `type` and options.
     #[serde(flatten)]
     pub server: serde_json::Map<String, Value>,
@@ -121,12 +124,20 @@ impl ToolDefinition {
     pub fn server(name: &str, options: serde_json::Map<String, Value>) -> Self {
         Self {
             name: name.to_owned(),
-            description: String::new(),
-            input_schema: Value::Null,
+            description: Arc::from(""),
+            input_schema: Arc::new(Value::Null),
             server: options,
             cache_control: None,
         }
     }
+}
+
+fn no_text(text: &Arc<str>) -> bool {
+    text.is_empty()
+}
+
+fn no_value(value: &Arc<Value>) -> bool {
+    value.is_null()
 }
 
 /// Extended thinking.
@@ -244,15 +255,22 @@ impl MessagesRequest {
         if let Some(last) = self.tools.last_mut() {
             last.cache_control = Some(prefix);
         }
+        // Only a message that carries a breakpoint is copied out of the shared history.
         for message in &mut self.messages {
-            for block in &mut message.content {
-                if let Some(obj) = block.as_object_mut() {
-                    obj.remove("cache_control");
+            if message
+                .content
+                .iter()
+                .any(|b| b.get("cache_control").is_some())
+            {
+                for block in Arc::make_mut(&mut message.content) {
+                    if let Some(obj) = block.as_object_mut() {
+                        obj.remove("cache_control");
+                    }
                 }
             }
         }
         if let Some(last) = self.messages.last_mut() {
-            let target = last.content.iter_mut().rev().find(|b| {
+            let target = Arc::make_mut(&mut last.content).iter_mut().rev().find(|b| {
                 b.get("type")
                     .and_then(|t| t.as_str())
                     .is_some_and(|t| CACHEABLE.contains(&t))
@@ -296,18 +314,18 @@ mod tests {
                     role: Role::User,
                     content: vec![
                         json!({"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}),
-                    ],
+                    ].into(),
                 },
                 Message {
                     role: Role::Assistant,
-                    content: vec![json!({"type": "text", "text": "b"})],
+                    content: vec![json!({"type": "text", "text": "b"})].into(),
                 },
                 Message {
                     role: Role::User,
                     content: vec![
                         json!({"type": "tool_result", "tool_use_id": "t", "content": "x"}),
                         json!({"type": "text", "text": "c"}),
-                    ],
+                    ].into(),
                 },
             ],
         );
@@ -316,14 +334,14 @@ mod tests {
             ToolDefinition {
                 name: "A".into(),
                 description: "a".into(),
-                input_schema: json!({"type": "object"}),
+                input_schema: Arc::new(json!({"type": "object"})),
                 server: Default::default(),
                 cache_control: None,
             },
             ToolDefinition {
                 name: "B".into(),
                 description: "b".into(),
-                input_schema: json!({"type": "object"}),
+                input_schema: Arc::new(json!({"type": "object"})),
                 server: Default::default(),
                 cache_control: None,
             },

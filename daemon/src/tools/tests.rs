@@ -438,3 +438,16 @@ mod search {
         assert_eq!(seen.lock().expect("lock").len(), 1);
     }
 }
+
+#[test]
+fn definitions_share_each_tool_s_text_and_schema() {
+    let tools = crate::tools::builtin();
+    let (a, b) = (tools.definitions(), tools.definitions());
+    assert!(!a.is_empty());
+    for (x, y) in a.iter().zip(&b) {
+        assert!(Arc::ptr_eq(&x.input_schema, &y.input_schema), "{}", x.name);
+        assert!(Arc::ptr_eq(&x.description, &y.description), "{}", x.name);
+        let find = tools.find(&x.name).expect("listed tools exist");
+        assert_eq!(*x.input_schema, find.input_schema());
+    }
+}

@@ -202,6 +202,25 @@ pub trait Tool: Send + Sync + 'static {
 struct Entry {
     tool: Arc<dyn Tool>,
     validator: Option<jsonschema::Validator>,
+    /// What the API is told about it, built once: requests share its text and schema.
+    definition: ToolDefinition,
+}
+
+impl Entry {
+    fn new(tool: Arc<dyn Tool>, schema: Value, validator: Option<jsonschema::Validator>) -> Self {
+        let definition = ToolDefinition {
+            name: tool.name().to_owned(),
+            description: Arc::from(tool.description()),
+            input_schema: Arc::new(schema),
+            server: Default::default(),
+            cache_control: None,
+        };
+        Self {
+            tool,
+            validator,
+            definition,
+        }
+    }
 }
 
 /// The tools of a session (or a sub-agent's subset).
@@ -217,7 +236,8 @@ impl Tools {
         let entries = tools
             .into_iter()
             .map(|tool| {
-                let validator = match jsonschema::validator_for(&tool.input_schema()) {
+                let schema = tool.input_schema();
+                let validator = match jsonschema::validator_for(&schema) {
                     Ok(v) => Some(v),
                     Err(e) => {
                         tracing::error!(
@@ -227,7 +247,7 @@ impl Tools {
                         None
                     }
                 };
-                Arc::new(Entry { tool, validator })
+                Arc::new(Entry::new(tool, schema, validator))
             })
             .collect();
         Self { entries }
@@ -240,11 +260,9 @@ impl Tools {
         let mut entries = Vec::new();
         let mut refused = Vec::new();
         for tool in tools {
-            match jsonschema::validator_for(&tool.input_schema()) {
-                Ok(v) => entries.push(Arc::new(Entry {
-                    tool,
-                    validator: Some(v),
-                })),
+            let schema = tool.input_schema();
+            match jsonschema::validator_for(&schema) {
+                Ok(v) => entries.push(Arc::new(Entry::new(tool, schema, Some(v)))),
                 Err(e) => refused.push((tool.name().to_owned(), e.to_string())),
             }
         }
@@ -305,10 +323,9 @@ impl Tools {
             .iter()
             .map(|e| {
                 if e.tool.name() == tool.name() {
-                    Arc::new(Entry {
-                        tool: tool.clone(),
-                        validator: jsonschema::validator_for(&tool.input_schema()).ok(),
-                    })
+                    let schema = tool.input_schema();
+                    let validator = jsonschema::validator_for(&schema).ok();
+                    Arc::new(Entry::new(tool.clone(), schema, validator))
                 } else {
                     e.clone()
                 }
@@ -319,16 +336,7 @@ impl Tools {
 
     /// The definitions sent to the API, in a stable order.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.entries
-            .iter()
-            .map(|e| ToolDefinition {
-                name: e.tool.name().to_owned(),
-                description: e.tool.description().to_owned(),
-                input_schema: e.tool.input_schema(),
-                server: Default::default(),
-                cache_control: None,
-            })
-            .collect()
+        self.entries.iter().map(|e| e.definition.clone()).collect()
     }
 
     /// Checks `input` against the tool's schema; the error names the offending field.

@@ -134,7 +134,7 @@ impl Tool for WebSearch {
                 }
                 messages.push(Message {
                     role: Role::Assistant,
-                    content: message.content().to_vec(),
+                    content: std::sync::Arc::new(message.content().to_vec()),
                 });
             }
             let mut out = format!("Web search results for {query:?}:\n\n{}\n", text.trim());
