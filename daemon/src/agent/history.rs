@@ -488,8 +488,8 @@ mod tests {
         }
         let request = crate::llm::MessagesRequest::new("m", 1, second)
             .with_cache_breakpoints(crate::llm::CacheTtl::FiveMinutes);
-        for i in 0..4 {
-            assert!(Arc::ptr_eq(&first[i].content, &request.messages[i].content));
+        for (a, b) in first.iter().zip(&request.messages).take(4) {
+            assert!(Arc::ptr_eq(&a.content, &b.content));
         }
         assert!(!Arc::ptr_eq(
             &first[4].content,
