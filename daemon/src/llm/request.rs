@@ -63,6 +63,14 @@ impl CacheControl {
             },
         }
     }
+
+    /// As a content block's `cache_control` value.
+    fn to_json(self) -> Value {
+        match self.ttl {
+            Some(ttl) => json!({"type": self.kind, "ttl": ttl}),
+            None => json!({"type": self.kind}),
+        }
+    }
 }
 
 /// How long a cache entry lives: 5 minutes (writes 1.25× input) or an hour (writes 2×).
@@ -215,6 +223,46 @@ pub struct MessagesRequest {
 /// Block types that accept a `cache_control` breakpoint.
 const CACHEABLE: &[&str] = &["text", "image", "document", "tool_use", "tool_result"];
 
+/// Whether `message` is a prompt: a user message that answers no tool call, so a turn (or a
+/// continuation) starts with it.
+fn is_prompt(message: &Message) -> bool {
+    message.role == Role::User
+        && !message
+            .content
+            .iter()
+            .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+}
+
+/// The messages that get a breakpoint, in order, with their lifetimes: the last message (5
+/// minutes, unless it is a prompt under a one-hour prefix) and, under a one-hour prefix, the
+/// turn's prompt, or the previous turn's when the last message is the prompt.
+fn message_breakpoints(messages: &[Message], prefix_ttl: CacheTtl) -> Vec<(usize, CacheTtl)> {
+    let Some(last) = messages.len().checked_sub(1) else {
+        return Vec::new();
+    };
+    if prefix_ttl == CacheTtl::FiveMinutes {
+        return vec![(last, CacheTtl::FiveMinutes)];
+    }
+    let mut prompts = messages
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, m)| is_prompt(m));
+    match prompts.next().map(|(i, _)| i) {
+        Some(turn) if turn == last => {
+            let mut marks: Vec<_> = prompts
+                .next()
+                .map(|(i, _)| (i, CacheTtl::OneHour))
+                .into_iter()
+                .collect();
+            marks.push((last, CacheTtl::OneHour));
+            marks
+        }
+        Some(turn) => vec![(turn, CacheTtl::OneHour), (last, CacheTtl::FiveMinutes)],
+        None => vec![(last, CacheTtl::FiveMinutes)],
+    }
+}
+
 impl MessagesRequest {
     /// A streaming request with no system prompt, tools or options.
     pub fn new(model: impl Into<String>, max_tokens: u32, messages: Vec<Message>) -> Self {
@@ -238,9 +286,13 @@ impl MessagesRequest {
 
     /// Places the prompt-caching breakpoints: the last tool and the last system block (the
     /// stable prefix, cached for `prefix_ttl`), and the last cacheable block of the last message
-    /// (the moving tail, 5 minutes); any other breakpoint in the messages is removed, so a
-    /// request never carries more than 3 (the API allows 4). Longer lifetimes come first in the
-    /// prefix order (tools, system, messages), as the API requires.
+    /// (the moving tail, 5 minutes). With a one-hour prefix the conversation up to the prompt
+    /// that started the turn is kept for the hour too, since pauses fall between turns: the
+    /// turn's prompt is a breakpoint, and a request that ends with its prompt also marks the
+    /// previous turn's, so the next turn reads what the last one wrote however many blocks its
+    /// tool calls added. Any other breakpoint in the messages is removed, so a request never
+    /// carries more than the API's 4. Longer lifetimes come first in the prefix order (tools,
+    /// system, messages), as the API requires.
     pub fn with_cache_breakpoints(mut self, prefix_ttl: CacheTtl) -> Self {
         let prefix = CacheControl::with(prefix_ttl);
         for block in &mut self.system {
@@ -269,14 +321,17 @@ impl MessagesRequest {
                 }
             }
         }
-        if let Some(last) = self.messages.last_mut() {
-            let target = Arc::make_mut(&mut last.content).iter_mut().rev().find(|b| {
-                b.get("type")
-                    .and_then(|t| t.as_str())
-                    .is_some_and(|t| CACHEABLE.contains(&t))
-            });
+        for (index, ttl) in message_breakpoints(&self.messages, prefix_ttl) {
+            let target = Arc::make_mut(&mut self.messages[index].content)
+                .iter_mut()
+                .rev()
+                .find(|b| {
+                    b.get("type")
+                        .and_then(|t| t.as_str())
+                        .is_some_and(|t| CACHEABLE.contains(&t))
+                });
             if let Some(obj) = target.and_then(|b| b.as_object_mut()) {
-                obj.insert("cache_control".into(), json!({"type": "ephemeral"}));
+                obj.insert("cache_control".into(), CacheControl::with(ttl).to_json());
             }
         }
         self
@@ -305,7 +360,7 @@ mod tests {
     }
 
     #[test]
-    fn breakpoints_go_on_the_last_system_block_tool_and_message_block() {
+    fn breakpoints_go_on_the_last_tool_system_block_turn_prompt_and_tail() {
         let mut req = MessagesRequest::new(
             "m",
             100,
@@ -348,7 +403,7 @@ mod tests {
         ];
         let req = req.with_cache_breakpoints(CacheTtl::OneHour);
         let v = serde_json::to_value(&req).expect("serializes");
-        assert_eq!(count_breakpoints(&v), 3);
+        assert_eq!(count_breakpoints(&v), 4);
         assert_eq!(
             v["system"][1]["cache_control"],
             json!({"type": "ephemeral", "ttl": "1h"})
@@ -362,11 +417,78 @@ mod tests {
             json!({"type": "ephemeral"}),
             "the tail keeps 5 minutes"
         );
-        assert!(
-            v["messages"][0]["content"][0]
-                .get("cache_control")
-                .is_none()
+        assert_eq!(
+            v["messages"][0]["content"][0]["cache_control"],
+            json!({"type": "ephemeral", "ttl": "1h"}),
+            "the turn's prompt keeps the hour"
         );
         assert_eq!(v["stream"], true);
+    }
+
+    fn text(role: Role, text: &str) -> Message {
+        Message {
+            role,
+            content: vec![json!({"type": "text", "text": text})].into(),
+        }
+    }
+
+    fn tool_result(id: &str) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![json!({"type": "tool_result", "tool_use_id": id, "content": "x"})].into(),
+        }
+    }
+
+    /// Where the breakpoints of `messages` go: (message, ttl) pairs.
+    fn marks(messages: Vec<Message>, ttl: CacheTtl) -> Vec<(usize, Value)> {
+        let req = MessagesRequest::new("m", 100, messages).with_cache_breakpoints(ttl);
+        req.messages
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| {
+                m.content
+                    .iter()
+                    .filter_map(move |b| b.get("cache_control").map(|c| (i, c.clone())))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_hour_long_prefix_keeps_the_conversation_up_to_the_turns_prompt() {
+        let hour = json!({"type": "ephemeral", "ttl": "1h"});
+        let five = json!({"type": "ephemeral"});
+        let assistant_tool = |id: &str| Message {
+            role: Role::Assistant,
+            content: vec![json!({"type": "tool_use", "id": id, "name": "Bash", "input": {}})]
+                .into(),
+        };
+        // A turn's first request: the previous turn's prompt and this one, both for the hour.
+        let first = vec![
+            text(Role::User, "one"),
+            assistant_tool("a"),
+            tool_result("a"),
+            text(Role::Assistant, "done"),
+            text(Role::User, "two"),
+        ];
+        assert_eq!(
+            marks(first.clone(), CacheTtl::OneHour),
+            vec![(0, hour.clone()), (4, hour.clone())]
+        );
+        // Within the turn: its prompt for the hour, the moving tail for 5 minutes.
+        let mut later = first.clone();
+        later.extend([assistant_tool("b"), tool_result("b")]);
+        assert_eq!(
+            marks(later.clone(), CacheTtl::OneHour),
+            vec![(4, hour.clone()), (6, five.clone())]
+        );
+        // The very first prompt has no earlier one.
+        assert_eq!(
+            marks(vec![text(Role::User, "one")], CacheTtl::OneHour),
+            vec![(0, hour)]
+        );
+        // A five-minute prefix marks only the tail.
+        assert_eq!(marks(first, CacheTtl::FiveMinutes), vec![(4, five.clone())]);
+        assert_eq!(marks(later, CacheTtl::FiveMinutes), vec![(6, five)]);
+        assert!(marks(Vec::new(), CacheTtl::OneHour).is_empty());
     }
 }

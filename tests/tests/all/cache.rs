@@ -162,7 +162,11 @@ fn the_prompt_prefix_is_byte_identical_across_restart_unload_and_model_change() 
 #[test]
 fn interactive_turns_cache_the_prefix_for_an_hour_and_scripts_for_five_minutes()
 -> anyhow::Result<()> {
-    let fake = Fake::start(Script::of([Step::text("a"), Step::text("b")]))?;
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Glob", json!({"pattern": "*"})),
+        Step::text("a"),
+        Step::text("b"),
+    ]))?;
     let daemon = Daemon::start_with(fake.env())?;
     let mut c = terminal(&daemon)?;
     let session = c.new_session_in(&daemon.workdir())?;
@@ -174,27 +178,37 @@ fn interactive_turns_cache_the_prefix_for_an_hour_and_scripts_for_five_minutes()
     let reqs = fake.server.message_requests();
     let one_hour = json!({"type": "ephemeral", "ttl": "1h"});
     let five_minutes = json!({"type": "ephemeral"});
+    let last_of = |v: &Value, key: &str| -> anyhow::Result<Value> {
+        let last = v[key].as_array().and_then(|a| a.last()).context("tools")?;
+        Ok(last["cache_control"].clone())
+    };
     let t = request_for(&reqs, "from a terminal")?;
-    let last_tool = t["tools"]
-        .as_array()
-        .and_then(|a| a.last())
-        .context("tools")?;
-    let last_system = t["system"]
-        .as_array()
-        .and_then(|a| a.last())
-        .context("system")?;
-    assert_eq!(last_tool["cache_control"], one_hour);
-    assert_eq!(last_system["cache_control"], one_hour);
+    assert_eq!(last_of(t, "tools")?, one_hour);
+    assert_eq!(last_of(t, "system")?, one_hour);
     assert_eq!(
-        t["messages"][0]["content"][0]["cache_control"], five_minutes,
+        t["messages"][0]["content"][0]["cache_control"], one_hour,
+        "a turn's prompt is kept for the hour a pause may take"
+    );
+    // The request after the tool call: the prompt for the hour, the moving tail 5 minutes.
+    let after_tool = reqs
+        .iter()
+        .map(|r| &r.body)
+        .find(|b| b["messages"].as_array().is_some_and(|m| m.len() == 3))
+        .context("the request with the tool's result")?;
+    assert_eq!(
+        after_tool["messages"][0]["content"][0]["cache_control"],
+        one_hour
+    );
+    assert_eq!(
+        after_tool["messages"][2]["content"][0]["cache_control"], five_minutes,
         "the moving tail keeps 5 minutes"
     );
     let s = request_for(&reqs, "from a script")?;
-    let last_system = s["system"]
-        .as_array()
-        .and_then(|a| a.last())
-        .context("system")?;
-    assert_eq!(last_system["cache_control"], five_minutes);
+    assert_eq!(last_of(s, "system")?, five_minutes);
+    assert_eq!(
+        s["messages"][0]["content"][0]["cache_control"],
+        five_minutes
+    );
     for r in &reqs {
         assert!(r.rejected.is_none(), "{:?}", r.rejected);
     }
@@ -239,14 +253,21 @@ fn the_prefix_is_read_from_the_cache_after_a_restart_and_after_a_six_minute_paus
     daemon.spawn()?;
     let mut c = terminal(&daemon)?;
     c.watch(&session)?;
-    let (_, _, read) = usage_of(&turn(&mut c, &session, "after a restart")?)?;
-    assert!(read >= written, "a restart keeps the prefix cached: {read}");
+    let (_, _, read_before) = usage_of(&turn(&mut c, &session, "after a restart")?)?;
+    assert!(
+        read_before >= written,
+        "a restart keeps the prefix cached: {read_before}"
+    );
 
     fake.server.advance(Duration::from_secs(6 * 60));
     let (_, rewritten, read) = usage_of(&turn(&mut c, &session, "after a pause")?)?;
     assert!(
         read >= written / 2 && rewritten < written,
         "the hour-long prefix outlives a 6-minute pause: read {read}, wrote {rewritten}"
+    );
+    assert!(
+        read > read_before,
+        "the conversation up to the last prompt outlives the pause too: read {read}, {read_before} before it"
     );
     let cost = turn(&mut c, &session, "/cost")?;
     let said = cost
