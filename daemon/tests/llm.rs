@@ -150,6 +150,29 @@ fn a_stream_cut_before_its_stop_reason_is_truncated_and_bad_tool_json_is_reporte
     assert_eq!(got.truncated_tool_inputs[0].name, "get_weather");
 }
 
+#[test]
+fn a_block_index_far_out_of_range_is_a_malformed_stream_not_an_allocation() {
+    let start = r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}"#;
+    for index in [u64::MAX, 1 << 40, 4096] {
+        let mut acc = Accumulator::new();
+        acc.apply(start).expect("message_start");
+        let block = json!({"type": "content_block_start", "index": index,
+            "content_block": {"type": "text", "text": ""}});
+        match acc.apply(&block.to_string()) {
+            Err(LlmError::Malformed(why)) => assert!(why.contains("out of range"), "{why}"),
+            other => panic!("index {index}: {other:?}"),
+        }
+    }
+    let mut acc = Accumulator::new();
+    acc.apply(start).expect("message_start");
+    let block = json!({"type": "content_block_start", "index": 3,
+        "content_block": {"type": "text", "text": ""}});
+    assert!(
+        acc.apply(&block.to_string()).is_ok(),
+        "a gap of a few is fine"
+    );
+}
+
 // ---- against the fake server ----
 
 fn fast_config(url: &str) -> LlmConfig {

@@ -125,6 +125,10 @@ struct BlockState {
     stopped: bool,
 }
 
+/// The most content blocks a message may have: indexes count up from 0, and one far beyond
+/// this would have the accumulator allocate for every index below it.
+const MAX_BLOCKS: usize = 4096;
+
 /// Assembles one message from its stream events.
 #[derive(Debug, Default)]
 pub struct Accumulator {
@@ -190,6 +194,9 @@ impl Accumulator {
                 let Some(Value::Object(block)) = event.remove("content_block") else {
                     return Err(malformed("content_block_start without a block"));
                 };
+                if index >= MAX_BLOCKS {
+                    return Err(malformed(format!("block index {index} out of range")));
+                }
                 if self.blocks.len() <= index {
                     self.blocks.resize_with(index + 1, || None);
                 }
