@@ -20,6 +20,7 @@ mod notebook;
 mod pdf;
 mod plan;
 mod read;
+mod shell;
 pub mod structured;
 mod task;
 mod todo;
@@ -44,7 +45,7 @@ use std::sync::Arc;
 /// Every built-in tool.
 pub fn builtin() -> Tools {
     let tools: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(bash::Bash),
+        Arc::new(bash::Bash::default()),
         Arc::new(bash::BashOutput),
         Arc::new(bash::KillShell),
         Arc::new(read::Read),

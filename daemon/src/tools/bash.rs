@@ -4,12 +4,12 @@
 //! included; a `cd` persists for later calls as long as it stays inside the working directories.
 
 use crate::tools::capture::{self, Capture, Progress, cut_middle};
+use crate::tools::shell::{self, Spawned, kill_group};
 use crate::tools::{JobEnd, Tool, ToolContext, ToolFuture, ToolOutput, jobs};
 use grep_matcher::Matcher as _;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
-use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -25,7 +25,10 @@ pub const MAX_OUTPUT_CHARS: usize = 30_000;
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
 
 /// Runs shell commands.
-pub struct Bash;
+#[derive(Default)]
+pub struct Bash {
+    spare: shell::Spare,
+}
 
 impl Tool for Bash {
     fn name(&self) -> &'static str {
@@ -86,7 +89,7 @@ impl Tool for Bash {
                     .unwrap_or(DEFAULT_TIMEOUT_MS)
                     .min(MAX_TIMEOUT_MS),
             );
-            match run(&command, timeout, ctx).await {
+            match run(&command, timeout, ctx, &self.spare).await {
                 Ok(out) => out,
                 Err(e) => ToolOutput::error(format!("could not run the command: {e}")),
             }
@@ -94,41 +97,12 @@ impl Tool for Bash {
     }
 }
 
-/// A shell in its own process group whose stdout and stderr share one pipe.
-struct Spawned {
-    child: tokio::process::Child,
-    pgid: Option<Pid>,
-    pipe: tokio::net::unix::pipe::Receiver,
-}
+/// A file removed when this goes out of scope.
+struct RemoveOnDrop(std::path::PathBuf);
 
-fn spawn_shell(script: &str, cwd: &Path, env: &[(String, String)]) -> std::io::Result<Spawned> {
-    let (reader, writer) = std::io::pipe()?;
-    let child = tokio::process::Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .current_dir(cwd)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("PWD", cwd)
-        .stdin(std::process::Stdio::null())
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
-    let pgid = child.id().map(|p| Pid::from_raw(p as i32));
-    let fd: OwnedFd = reader.into();
-    nix::fcntl::fcntl(
-        &fd,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-    )
-    .map_err(std::io::Error::from)?;
-    let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?;
-    Ok(Spawned { child, pgid, pipe })
-}
-
-fn kill_group(pgid: Option<Pid>) {
-    if let Some(pg) = pgid {
-        let _ = killpg(pg, Signal::SIGKILL);
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -159,7 +133,7 @@ fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<(String
         mut child,
         pgid,
         mut pipe,
-    } = spawn_shell(command, &ctx.workspace.cwd(), ctx.workspace.env())?;
+    } = shell::spawn(command, &ctx.workspace.cwd(), ctx.workspace.env())?;
     let (id, job) = ctx.workspace.jobs.start(command);
     tokio::spawn(async move {
         let mut buf = vec![0u8; 16 * 1024];
@@ -190,7 +164,12 @@ fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<(String
     Ok((id, pgid.map(Pid::as_raw)))
 }
 
-async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Result<ToolOutput> {
+async fn run(
+    command: &str,
+    timeout: Duration,
+    ctx: &ToolContext,
+    spare: &shell::Spare,
+) -> std::io::Result<ToolOutput> {
     let cwd = ctx.workspace.cwd();
     let scratch = ctx.workspace.scratch().to_owned();
     tether_proto::private::create_dir_all(&scratch)?;
@@ -205,12 +184,29 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
         shell_quote(&cwd),
         shell_quote(&pwd_file)
     );
+    let env = ctx.workspace.env();
+    // The spare sources the script from a file, moving to the directory first if it started
+    // elsewhere (then `OLDPWD` is where it started).
+    let script_file = scratch.join(format!("{id}.sh"));
+    let in_spare = std::fs::write(
+        &script_file,
+        format!(
+            "[ \"$PWD\" = {dir} ] || cd -- {dir} || exit 1\n{script}",
+            dir = shell_quote(&cwd)
+        ),
+    )
+    .ok()
+    .and_then(|()| spare.run(&script_file, env));
+    let spawned = match in_spare {
+        Some(spawned) => spawned,
+        None => shell::spawn(&script, &cwd, env),
+    };
+    let _script_file = RemoveOnDrop(script_file);
     let Spawned {
         mut child,
         pgid,
         mut pipe,
-    } = spawn_shell(&script, &cwd, ctx.workspace.env())?;
-
+    } = spawned?;
     let deadline = Instant::now() + timeout;
     let mut output = Capture::new(scratch.join(format!("{id}.log")));
     let mut progress = Progress::default();
@@ -263,6 +259,7 @@ async fn run(command: &str, timeout: Duration, ctx: &ToolContext) -> std::io::Re
         // Whatever is left of the group goes too.
         kill(pgid);
     }
+    spare.refill(&ctx.workspace.cwd(), env);
     let code = status.and_then(|s| s.code());
     let mut text = output.finish(MAX_OUTPUT_CHARS);
     let mut notes = Vec::new();
@@ -478,16 +475,17 @@ mod tests {
 
     #[tokio::test]
     async fn output_exit_codes_and_cd_persistence() {
+        let bash = Bash::default();
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().canonicalize().expect("canonical");
         std::fs::create_dir(root.join("sub")).expect("mkdir");
         let (ctx, progress) = ctx(&root);
-        let out = Bash
+        let out = bash
             .run(json!({"command": "echo out; echo err >&2"}), &ctx)
             .await;
         assert_eq!(out, ToolOutput::text("out\nerr\n"));
         assert_eq!(*progress.lock().expect("lock"), "out\nerr\n");
-        let out = Bash.run(json!({"command": "exit 3"}), &ctx).await;
+        let out = bash.run(json!({"command": "exit 3"}), &ctx).await;
         assert!(
             out.is_error
                 && out
@@ -495,14 +493,14 @@ mod tests {
                     .as_str()
                     .is_some_and(|s| s.contains("exit code 3"))
         );
-        Bash.run(json!({"command": "cd sub"}), &ctx).await;
+        bash.run(json!({"command": "cd sub"}), &ctx).await;
         assert_eq!(ctx.workspace.cwd(), root.join("sub"));
-        let out = Bash.run(json!({"command": "pwd"}), &ctx).await;
+        let out = bash.run(json!({"command": "pwd"}), &ctx).await;
         assert_eq!(
             out.content.as_str().map(str::trim),
             Some(root.join("sub").to_str().expect("utf8"))
         );
-        let out = Bash.run(json!({"command": "cd /"}), &ctx).await;
+        let out = bash.run(json!({"command": "cd /"}), &ctx).await;
         assert!(
             out.content
                 .as_str()
@@ -512,28 +510,120 @@ mod tests {
         assert_eq!(ctx.workspace.cwd(), root.join("sub"));
     }
 
+    /// Waits until `bash` has a spare shell waiting; returns its pid.
+    async fn spare_pid(bash: &Bash) -> u32 {
+        for _ in 0..500 {
+            if let Some(pid) = bash.spare.pid() {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no spare shell started");
+    }
+
+    #[tokio::test]
+    async fn a_call_after_the_first_runs_in_the_spare_shell_as_if_it_were_fresh() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        std::fs::create_dir(root.join("sub")).expect("mkdir");
+        let (ctx, _) = ctx(&root);
+        let bash = Bash::default();
+        bash.run(json!({"command": "true"}), &ctx).await;
+        let pid = spare_pid(&bash).await;
+        let out = bash
+            .run(
+                json!({"command": "echo $$ \"$PWD\"; read -r line; echo \"read: $line\"; exit 4"}),
+                &ctx,
+            )
+            .await;
+        let text = out.content.as_str().unwrap_or_default();
+        assert!(
+            text.starts_with(&format!("{pid} {}\nread: \n", root.display())),
+            "the spare ran it, in the session's directory, stdin empty: {text}"
+        );
+        assert!(out.is_error && text.contains("exit code 4"), "{text}");
+        // A cd in the spare persists, and the next spare starts there.
+        bash.run(json!({"command": "cd sub"}), &ctx).await;
+        assert_eq!(ctx.workspace.cwd(), root.join("sub"));
+        let pid = spare_pid(&bash).await;
+        let out = bash.run(json!({"command": "echo $$; pwd"}), &ctx).await;
+        assert_eq!(
+            out.content.as_str(),
+            Some(format!("{pid}\n{}\n", root.join("sub").display()).as_str())
+        );
+        // A spare started elsewhere moves to the session's directory first.
+        ctx.workspace
+            .set_cwd(root.clone())
+            .expect("back to the root");
+        spare_pid(&bash).await;
+        let out = bash.run(json!({"command": "pwd"}), &ctx).await;
+        assert_eq!(
+            out.content.as_str(),
+            Some(format!("{}\n", root.display()).as_str())
+        );
+        // A syntax error is reported as bash reports it, and nothing is left in scratch.
+        spare_pid(&bash).await;
+        let out = bash.run(json!({"command": "if then fi"}), &ctx).await;
+        assert!(
+            out.is_error
+                && out
+                    .content
+                    .as_str()
+                    .is_some_and(|s| s.contains("syntax error")),
+            "{out:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(root.join(".scratch"))
+            .expect("scratch")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "files left in scratch: {left:?}");
+    }
+
+    #[tokio::test]
+    async fn a_spare_with_another_environment_is_not_used() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        let (ctx, _) = ctx(&root);
+        let bash = Bash::default();
+        bash.run(json!({"command": "true"}), &ctx).await;
+        let pid = spare_pid(&bash).await;
+        let mut other = ToolContext::detached(Arc::new(
+            Workspace::new(root.clone(), Vec::new(), root.join(".scratch"))
+                .with_env(vec![("TETHER_SPARE_TEST".into(), "set".into())]),
+        ));
+        other.progress = Arc::new(|_| {});
+        let out = bash
+            .run(json!({"command": "echo $$ $TETHER_SPARE_TEST"}), &other)
+            .await;
+        let text = out.content.as_str().unwrap_or_default().to_owned();
+        assert!(text.ends_with(" set\n"), "{text}");
+        assert_ne!(text, format!("{pid} set\n"), "a fresh shell ran it");
+    }
+
     #[tokio::test]
     async fn the_directory_follows_cd_through_odd_names_and_leaves_no_files() {
+        let bash = Bash::default();
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().canonicalize().expect("canonical").join("a b's");
         let odd = root.join("it's \"here\" $x");
         std::fs::create_dir_all(&odd).expect("mkdir");
         let (ctx, _) = ctx(&root);
-        let out = Bash.run(json!({"command": "echo \"$PWD\""}), &ctx).await;
+        let out = bash.run(json!({"command": "echo \"$PWD\""}), &ctx).await;
         assert_eq!(
             out.content.as_str().map(str::trim),
             root.to_str(),
             "the shell starts with PWD at the session's directory"
         );
-        let out = Bash
+        let out = bash
             .run(json!({"command": "cd \"it's \\\"here\\\" \\$x\""}), &ctx)
             .await;
         assert!(!out.is_error, "{out:?}");
         assert_eq!(ctx.workspace.cwd(), odd);
         // Away and back again within one command: nothing changes.
-        Bash.run(json!({"command": "cd / && cd -"}), &ctx).await;
+        bash.run(json!({"command": "cd / && cd -"}), &ctx).await;
         assert_eq!(ctx.workspace.cwd(), odd);
-        Bash.run(json!({"command": "cd .."}), &ctx).await;
+        bash.run(json!({"command": "cd .."}), &ctx).await;
         assert_eq!(ctx.workspace.cwd(), root);
         let left: Vec<_> = std::fs::read_dir(root.join(".scratch"))
             .expect("scratch")
@@ -545,11 +635,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_timeout_kills_the_grandchildren_too() {
+        let bash = Bash::default();
         let dir = tempfile::tempdir().expect("tempdir");
         let (ctx, _) = ctx(dir.path());
         let marker = format!("{}", 90 + (std::process::id() % 9));
         let started = std::time::Instant::now();
-        let out = Bash
+        let out = bash
             .run(
                 json!({"command": format!("sh -c 'sleep {marker}.25 & wait'"), "timeout": 300}),
                 &ctx,
@@ -579,9 +670,10 @@ mod tests {
 
     #[tokio::test]
     async fn long_output_is_cut_and_saved() {
+        let bash = Bash::default();
         let dir = tempfile::tempdir().expect("tempdir");
         let (ctx, _) = ctx(dir.path());
-        let out = Bash.run(json!({"command": "seq 1 20000"}), &ctx).await;
+        let out = bash.run(json!({"command": "seq 1 20000"}), &ctx).await;
         let text = out.content.as_str().expect("text");
         assert!(text.starts_with("1\n2\n") && text.trim_end().ends_with("20000"));
         let path = text
@@ -602,13 +694,14 @@ mod background {
 
     #[tokio::test]
     async fn background_shells_are_read_incrementally_and_killed() {
+        let bash = Bash::default();
         let dir = tempfile::tempdir().expect("tempdir");
         let ctx = ToolContext::detached(Arc::new(Workspace::new(
             dir.path().to_owned(),
             Vec::new(),
             dir.path().join(".s"),
         )));
-        let out = Bash.run(json!({"command": "echo one; sleep 0.2; echo two; sleep 60", "run_in_background": true}), &ctx).await;
+        let out = bash.run(json!({"command": "echo one; sleep 0.2; echo two; sleep 60", "run_in_background": true}), &ctx).await;
         assert!(
             out.content.as_str().is_some_and(|s| s.contains("bash_1")),
             "{out:?}"
