@@ -510,6 +510,15 @@ mod tests {
         assert_eq!(ctx.workspace.cwd(), root.join("sub"));
     }
 
+    fn assert_scratch_is_empty(root: &Path) {
+        let left: Vec<_> = std::fs::read_dir(root.join(".scratch"))
+            .expect("scratch")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "files left in scratch: {left:?}");
+    }
+
     /// Waits until `bash` has a spare shell waiting; returns its pid.
     async fn spare_pid(bash: &Bash) -> u32 {
         for _ in 0..500 {
@@ -572,12 +581,7 @@ mod tests {
                     .is_some_and(|s| s.contains("syntax error")),
             "{out:?}"
         );
-        let left: Vec<_> = std::fs::read_dir(root.join(".scratch"))
-            .expect("scratch")
-            .filter_map(Result::ok)
-            .map(|e| e.file_name())
-            .collect();
-        assert!(left.is_empty(), "files left in scratch: {left:?}");
+        assert_scratch_is_empty(&root);
     }
 
     #[tokio::test]
@@ -625,12 +629,7 @@ mod tests {
         assert_eq!(ctx.workspace.cwd(), odd);
         bash.run(json!({"command": "cd .."}), &ctx).await;
         assert_eq!(ctx.workspace.cwd(), root);
-        let left: Vec<_> = std::fs::read_dir(root.join(".scratch"))
-            .expect("scratch")
-            .filter_map(Result::ok)
-            .map(|e| e.file_name())
-            .collect();
-        assert!(left.is_empty(), "files left in scratch: {left:?}");
+        assert_scratch_is_empty(&root);
     }
 
     #[tokio::test]
