@@ -181,32 +181,19 @@ async fn run(
         "__tether_pwd={}; __tether_out={}\n\
          trap '__tether_rc=$?; [ \"$PWD\" = \"$__tether_pwd\" ] || pwd -P > \"$__tether_out\" 2>/dev/null; exit $__tether_rc' EXIT\n\
          {command}\n",
-        shell_quote(&cwd),
-        shell_quote(&pwd_file)
+        shell::quote(&cwd),
+        shell::quote(&pwd_file)
     );
     let env = ctx.workspace.env();
-    // The spare sources the script from a file, moving to the directory first if it started
-    // elsewhere (then `OLDPWD` is where it started).
-    let script_file = scratch.join(format!("{id}.sh"));
-    let in_spare = std::fs::write(
-        &script_file,
-        format!(
-            "[ \"$PWD\" = {dir} ] || cd -- {dir} || exit 1\n{script}",
-            dir = shell_quote(&cwd)
-        ),
-    )
-    .ok()
-    .and_then(|()| spare.run(&script_file, env));
-    let spawned = match in_spare {
-        Some(spawned) => spawned,
-        None => shell::spawn(&script, &cwd, env),
-    };
-    let _script_file = RemoveOnDrop(script_file);
+    let script_file = RemoveOnDrop(scratch.join(format!("{id}.sh")));
     let Spawned {
         mut child,
         pgid,
         mut pipe,
-    } = spawned?;
+    } = match spare.run(&script, &cwd, &script_file.0, env) {
+        Some(spawned) => spawned,
+        None => shell::spawn(&script, &cwd, env)?,
+    };
     let deadline = Instant::now() + timeout;
     let mut output = Capture::new(scratch.join(format!("{id}.log")));
     let mut progress = Progress::default();
@@ -449,10 +436,6 @@ fn unknown_shell(id: &str, ctx: &ToolContext) -> String {
 
 fn regex_lite(pattern: &str) -> Result<grep_regex::RegexMatcher, String> {
     grep_regex::RegexMatcher::new(pattern).map_err(|e| format!("invalid filter {pattern:?}: {e}"))
-}
-
-fn shell_quote(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
 }
 
 #[cfg(test)]

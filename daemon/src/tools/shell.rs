@@ -86,6 +86,11 @@ pub fn spawn(script: &str, cwd: &Path, env: &[(String, String)]) -> std::io::Res
     start(&["-c", script], cwd, env, Stdio::null())?.spawned()
 }
 
+/// `path` as one single-quoted shell word.
+pub fn quote(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
+}
+
 /// Kills a shell's whole process group.
 pub fn kill_group(pgid: Option<Pid>) {
     if let Some(pg) = pgid {
@@ -113,26 +118,40 @@ fn lock(slot: &Mutex<Option<Waiting>>) -> MutexGuard<'_, Option<Waiting>> {
 }
 
 impl Spare {
-    /// Has the spare source `script` (a file that changes to its directory itself), if one is
-    /// waiting with `env`; `None` when there is none to take (a spare with another environment
-    /// is stopped).
-    pub fn run(&self, script: &Path, env: &[(String, String)]) -> Option<std::io::Result<Spawned>> {
+    /// Runs `script` in the spare, if one is waiting with `env`: writes it to `file` (after a
+    /// change to `cwd`, in case the spare started elsewhere; then `OLDPWD` is where it started)
+    /// and hands the spare its path. `None` when there is no spare to take or handing it over
+    /// failed (a spare with another environment is stopped); the caller starts a shell then.
+    pub fn run(
+        &self,
+        script: &str,
+        cwd: &Path,
+        file: &Path,
+        env: &[(String, String)],
+    ) -> Option<Spawned> {
         let Waiting {
             mut started,
             mut script_in,
             env: spare_env,
             ..
         } = lock(&self.slot).take()?;
-        let path = script.as_os_str().as_bytes();
+        let path = file.as_os_str().as_bytes();
         if spare_env != env
             || path.contains(&b'\n')
             || !matches!(started.child.try_wait(), Ok(None))
         {
             return None;
         }
+        let dir = quote(cwd);
         let mut line = path.to_vec();
         line.push(b'\n');
-        Some(script_in.write_all(&line).and_then(|()| started.spawned()))
+        std::fs::write(
+            file,
+            format!("[ \"$PWD\" = {dir} ] || cd -- {dir} || exit 1\n{script}"),
+        )
+        .and_then(|()| script_in.write_all(&line))
+        .and_then(|()| started.spawned())
+        .ok()
     }
 
     /// Starts a spare in `dir` with `env`, in the background, unless one is waiting; it is
@@ -145,15 +164,12 @@ impl Spare {
             if lock(&slot).is_some() {
                 return;
             }
-            let (reader, script_in) = match std::io::pipe() {
-                Ok(pipe) => pipe,
-                Err(e) => {
-                    tracing::debug!(error = %e, "no spare shell");
-                    return;
-                }
-            };
-            match start(&["-c", WAIT_THEN_SOURCE], &dir, &env, reader.into()) {
-                Ok(started) => {
+            let spare = std::io::pipe().and_then(|(reader, script_in)| {
+                let started = start(&["-c", WAIT_THEN_SOURCE], &dir, &env, reader.into())?;
+                Ok((started, script_in))
+            });
+            match spare {
+                Ok((started, script_in)) => {
                     *lock(&slot) = Some(Waiting {
                         started,
                         script_in,
