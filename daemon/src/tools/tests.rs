@@ -451,3 +451,39 @@ fn definitions_share_each_tool_s_text_and_schema() {
         assert_eq!(*x.input_schema, find.input_schema());
     }
 }
+
+/// A tool whose schema requires the one field it is given.
+struct Needs(&'static str);
+
+impl crate::tools::Tool for Needs {
+    fn name(&self) -> &str {
+        "Needs"
+    }
+    fn description(&self) -> &str {
+        "test tool"
+    }
+    fn input_schema(&self) -> serde_json::Value {
+        json!({"type": "object", "required": [self.0]})
+    }
+    fn is_read_only(&self) -> bool {
+        true
+    }
+    fn run<'a>(&'a self, _: serde_json::Value, _: &'a ToolContext) -> crate::tools::ToolFuture<'a> {
+        Box::pin(async { ToolOutput::text("ok") })
+    }
+}
+
+#[test]
+fn a_replaced_tool_is_validated_against_its_own_schema() {
+    let tools = crate::tools::Tools::new(vec![Arc::new(Needs("a"))]);
+    assert!(tools.validate("Needs", &json!({})).is_err());
+    let same = tools.replace(Arc::new(Needs("a")));
+    assert!(same.validate("Needs", &json!({"a": 1})).is_ok());
+    assert!(same.validate("Needs", &json!({"b": 1})).is_err());
+    let other = same.replace(Arc::new(Needs("b")));
+    assert!(other.validate("Needs", &json!({"b": 1})).is_ok());
+    let err = other
+        .validate("Needs", &json!({"a": 1}))
+        .expect_err("the new schema requires b");
+    assert!(err.contains('b'), "{err}");
+}

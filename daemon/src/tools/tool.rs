@@ -201,13 +201,19 @@ pub trait Tool: Send + Sync + 'static {
 
 struct Entry {
     tool: Arc<dyn Tool>,
-    validator: Option<jsonschema::Validator>,
+    /// Shared by registries that hold the same schema (a compiled schema is a few dozen
+    /// allocations; a turn's registry is rebuilt for each turn).
+    validator: Option<Arc<jsonschema::Validator>>,
     /// What the API is told about it, built once: requests share its text and schema.
     definition: ToolDefinition,
 }
 
 impl Entry {
-    fn new(tool: Arc<dyn Tool>, schema: Value, validator: Option<jsonschema::Validator>) -> Self {
+    fn new(
+        tool: Arc<dyn Tool>,
+        schema: Value,
+        validator: Option<Arc<jsonschema::Validator>>,
+    ) -> Self {
         let definition = ToolDefinition {
             name: tool.name().to_owned(),
             description: Arc::from(tool.description()),
@@ -238,7 +244,7 @@ impl Tools {
             .map(|tool| {
                 let schema = tool.input_schema();
                 let validator = match jsonschema::validator_for(&schema) {
-                    Ok(v) => Some(v),
+                    Ok(v) => Some(Arc::new(v)),
                     Err(e) => {
                         tracing::error!(
                             tool = tool.name(),
@@ -262,7 +268,7 @@ impl Tools {
         for tool in tools {
             let schema = tool.input_schema();
             match jsonschema::validator_for(&schema) {
-                Ok(v) => entries.push(Arc::new(Entry::new(tool, schema, Some(v)))),
+                Ok(v) => entries.push(Arc::new(Entry::new(tool, schema, Some(Arc::new(v))))),
                 Err(e) => refused.push((tool.name().to_owned(), e.to_string())),
             }
         }
@@ -316,7 +322,8 @@ impl Tools {
     }
 
     /// These tools with `tool` in place of the one of the same name (in its place, so the
-    /// order stays stable); unchanged when there is none (it was narrowed out).
+    /// order stays stable); unchanged when there is none (it was narrowed out). The old
+    /// validator is kept when the schema is the same, so it is compiled once, not per turn.
     pub fn replace(&self, tool: Arc<dyn Tool>) -> Self {
         let entries = self
             .entries
@@ -324,7 +331,11 @@ impl Tools {
             .map(|e| {
                 if e.tool.name() == tool.name() {
                     let schema = tool.input_schema();
-                    let validator = jsonschema::validator_for(&schema).ok();
+                    let validator = if *e.definition.input_schema == schema {
+                        e.validator.clone()
+                    } else {
+                        jsonschema::validator_for(&schema).ok().map(Arc::new)
+                    };
                     Arc::new(Entry::new(tool.clone(), schema, validator))
                 } else {
                     e.clone()
