@@ -63,14 +63,6 @@ impl CacheControl {
             },
         }
     }
-
-    /// As a content block's `cache_control` value.
-    fn to_json(self) -> Value {
-        match self.ttl {
-            Some(ttl) => json!({"type": self.kind, "ttl": ttl}),
-            None => json!({"type": self.kind}),
-        }
-    }
 }
 
 /// How long a cache entry lives: 5 minutes (writes 1.25× input) or an hour (writes 2×).
@@ -331,7 +323,7 @@ impl MessagesRequest {
                         .is_some_and(|t| CACHEABLE.contains(&t))
                 });
             if let Some(obj) = target.and_then(|b| b.as_object_mut()) {
-                obj.insert("cache_control".into(), CacheControl::with(ttl).to_json());
+                obj.insert("cache_control".into(), json!(CacheControl::with(ttl)));
             }
         }
         self

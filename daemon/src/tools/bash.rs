@@ -246,7 +246,6 @@ async fn run(
         // Whatever is left of the group goes too.
         kill(pgid);
     }
-    spare.refill(&ctx.workspace.cwd(), env);
     let code = status.and_then(|s| s.code());
     let mut text = output.finish(MAX_OUTPUT_CHARS);
     let mut notes = Vec::new();
@@ -263,6 +262,8 @@ async fn run(
             }
         }
     }
+    // After the `cd` is taken, so the spare starts where the next call runs.
+    spare.refill(&ctx.workspace.cwd(), env);
     match stopped {
         Some("timeout") => notes.push(format!(
             "(killed after {} ms: the command ran past its timeout; its child processes were killed too)",
@@ -438,6 +439,12 @@ fn regex_lite(pattern: &str) -> Result<grep_regex::RegexMatcher, String> {
     grep_regex::RegexMatcher::new(pattern).map_err(|e| format!("invalid filter {pattern:?}: {e}"))
 }
 
+/// Whether `out` is an error whose text contains `needle`.
+#[cfg(test)]
+fn fails_saying(out: &ToolOutput, needle: &str) -> bool {
+    out.is_error && out.content.as_str().is_some_and(|s| s.contains(needle))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,13 +476,7 @@ mod tests {
         assert_eq!(out, ToolOutput::text("out\nerr\n"));
         assert_eq!(*progress.lock().expect("lock"), "out\nerr\n");
         let out = bash.run(json!({"command": "exit 3"}), &ctx).await;
-        assert!(
-            out.is_error
-                && out
-                    .content
-                    .as_str()
-                    .is_some_and(|s| s.contains("exit code 3"))
-        );
+        assert!(fails_saying(&out, "exit code 3"), "{out:?}");
         bash.run(json!({"command": "cd sub"}), &ctx).await;
         assert_eq!(ctx.workspace.cwd(), root.join("sub"));
         let out = bash.run(json!({"command": "pwd"}), &ctx).await;
@@ -556,14 +557,7 @@ mod tests {
         // A syntax error is reported as bash reports it, and nothing is left in scratch.
         spare_pid(&bash).await;
         let out = bash.run(json!({"command": "if then fi"}), &ctx).await;
-        assert!(
-            out.is_error
-                && out
-                    .content
-                    .as_str()
-                    .is_some_and(|s| s.contains("syntax error")),
-            "{out:?}"
-        );
+        assert!(fails_saying(&out, "syntax error"), "{out:?}");
         assert_scratch_is_empty(&root);
     }
 
@@ -629,14 +623,7 @@ mod tests {
             )
             .await;
         assert!(started.elapsed() < Duration::from_secs(5));
-        assert!(
-            out.is_error
-                && out
-                    .content
-                    .as_str()
-                    .is_some_and(|s| s.contains("killed after 300 ms")),
-            "{out:?}"
-        );
+        assert!(fails_saying(&out, "killed after 300 ms"), "{out:?}");
         let ps = std::process::Command::new("ps")
             .args(["-eo", "args"])
             .output()
@@ -720,12 +707,6 @@ mod background {
         }
         assert_eq!(job.end(), Some(JobEnd::Killed));
         let missing = BashOutput.run(json!({"bash_id": "bash_9"}), &ctx).await;
-        assert!(
-            missing.is_error
-                && missing
-                    .content
-                    .as_str()
-                    .is_some_and(|s| s.contains("bash_1"))
-        );
+        assert!(fails_saying(&missing, "bash_1"), "{missing:?}");
     }
 }

@@ -179,7 +179,10 @@ fn interactive_turns_cache_the_prefix_for_an_hour_and_scripts_for_five_minutes()
     let one_hour = json!({"type": "ephemeral", "ttl": "1h"});
     let five_minutes = json!({"type": "ephemeral"});
     let last_of = |v: &Value, key: &str| -> anyhow::Result<Value> {
-        let last = v[key].as_array().and_then(|a| a.last()).context("tools")?;
+        let last = v[key]
+            .as_array()
+            .and_then(|a| a.last())
+            .with_context(|| format!("no {key}"))?;
         Ok(last["cache_control"].clone())
     };
     let t = request_for(&reqs, "from a terminal")?;
