@@ -9,6 +9,7 @@ pub mod doctor;
 #[cfg(test)]
 mod fuzz;
 pub mod heap;
+pub mod json_file;
 pub mod hooks;
 pub mod llm;
 pub mod mcp;
@@ -19,5 +20,6 @@ pub mod settings;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod trust;
 
 pub use daemon::{Options, run};

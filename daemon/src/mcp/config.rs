@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::json_file::user_state_file;
+
 /// How tether reaches a server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Transport {
@@ -120,15 +122,6 @@ pub struct Extra {
     pub servers: Option<Value>,
     /// Only these servers: none from the files.
     pub strict: bool,
-}
-
-/// Where Claude Code keeps its user state: `$CLAUDE_CONFIG_DIR/.claude.json`, else
-/// `~/.claude.json`.
-pub fn user_state_file(home: Option<&Path>) -> Option<PathBuf> {
-    match std::env::var_os("CLAUDE_CONFIG_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => Some(PathBuf::from(dir).join(".claude.json")),
-        None => home.map(|h| h.join(".claude.json")),
-    }
 }
 
 /// The `.mcp.json` that applies to `cwd`: the nearest one in it or a directory above.

@@ -7,7 +7,8 @@
 //! file renamed over it) keeping its mode (a new file is 0600), and a file that is not valid
 //! JSON is never overwritten.
 
-use super::config::{names_at, project_file, server_of, user_state_file};
+use super::config::{names_at, project_file, server_of};
+use crate::json_file::{object_at, user_state_file};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -32,42 +33,11 @@ fn scope_of(scope: Option<&str>) -> Result<&str, ManageError> {
 }
 
 fn read(file: &Path) -> Result<Value, ManageError> {
-    match std::fs::read_to_string(file) {
-        Ok(text) => match serde_json::from_str::<Value>(&text) {
-            Ok(v) if v.is_object() => Ok(v),
-            Ok(_) => Err(ManageError::File(format!(
-                "{} is not a JSON object; it was left as it is",
-                file.display()
-            ))),
-            Err(e) => Err(ManageError::File(format!(
-                "{}:{}: not valid JSON ({e}); it was left as it is",
-                file.display(),
-                e.line()
-            ))),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(json!({})),
-        Err(e) => Err(ManageError::File(format!("{}: {e}", file.display()))),
-    }
+    crate::json_file::read(file).map_err(ManageError::File)
 }
 
 fn write(file: &Path, v: &Value) -> Result<(), ManageError> {
-    let fail = |e: std::io::Error| ManageError::File(format!("{}: {e}", file.display()));
-    let text =
-        serde_json::to_string_pretty(v).map_err(|e| ManageError::File(e.to_string()))? + "\n";
-    let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(fail)?;
-    let tmp = dir.join(format!(
-        ".{}.tether-{}",
-        file.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    // Written private (it may hold tokens in headers or env), then given the mode the file it
-    // replaces had.
-    tether_proto::private::write(&tmp, text.as_bytes()).map_err(fail)?;
-    if let Ok(old) = std::fs::metadata(file) {
-        std::fs::set_permissions(&tmp, old.permissions()).map_err(fail)?;
-    }
-    std::fs::rename(&tmp, file).map_err(fail)
+    crate::json_file::write(file, v).map_err(ManageError::File)
 }
 
 /// The file a scope's servers are kept in, and the JSON path of its `mcpServers` object.
@@ -95,21 +65,6 @@ fn place(
             ],
         ),
     })
-}
-
-/// The object at `path` in `v`, created on the way.
-fn object_at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut serde_json::Map<String, Value> {
-    let mut at = v;
-    for key in path {
-        if !at[key.as_str()].is_object() {
-            at[key.as_str()] = json!({});
-        }
-        at = &mut at[key.as_str()];
-    }
-    match at {
-        Value::Object(map) => map,
-        _ => unreachable!("made an object above"),
-    }
 }
 
 /// Adds (or replaces) the server `name` in `scope`; returns the file and a message.

@@ -1,0 +1,110 @@
+//! Workspace trust: whether a directory's own files (its `.claude/settings.json` and
+//! `settings.local.json` hooks, allow rules, `additionalDirectories` and `env`, its `.mcp.json`
+//! servers, its statusLine command, its skills' `allowed-tools`) may act. Kept where Claude
+//! Code keeps it — `projects["<dir>"].hasTrustDialogAccepted` in `~/.claude.json` — so trust
+//! given in one tool holds in the other. A directory is trusted when it or a directory above it
+//! is, or when it is the home directory (the user's own settings are not a project's).
+//!
+//! Until a directory is trusted its deny and ask rules apply and nothing that widens what runs
+//! does. `TETHER_TRUST_ALL=1` in tetherd's environment trusts every directory (CI machines that
+//! only ever see their own checkouts).
+
+use crate::json_file::{object_at, read, user_state_file, write};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+/// The key Claude Code keeps the answer under.
+const KEY: &str = "hasTrustDialogAccepted";
+
+/// The variable that trusts every directory.
+pub const TRUST_ALL_VAR: &str = "TETHER_TRUST_ALL";
+
+/// Whether `dir`'s project files may act.
+pub fn is_trusted(dir: &Path, home: Option<&Path>) -> bool {
+    if std::env::var(TRUST_ALL_VAR).is_ok_and(|v| v == "1" || v == "true") {
+        return true;
+    }
+    trusted_in(&state(home), dir, home)
+}
+
+fn state(home: Option<&Path>) -> serde_json::Value {
+    user_state_file(home)
+        .and_then(|f| read(&f).ok())
+        .unwrap_or_default()
+}
+
+fn trusted_in(state: &serde_json::Value, dir: &Path, home: Option<&Path>) -> bool {
+    let dir = canonical(dir);
+    if home.is_some_and(|h| canonical(h) == dir) {
+        return true;
+    }
+    let projects = &state["projects"];
+    dir.ancestors().any(|d| {
+        let key = d.to_string_lossy();
+        projects[key.as_ref()][KEY] == true
+    })
+}
+
+/// The directory as trust is recorded for it: resolved through symlinks when it exists.
+fn canonical(dir: &Path) -> PathBuf {
+    dir.canonicalize()
+        .unwrap_or_else(|_| crate::tools::normalize(dir))
+}
+
+/// Records that `dir` is trusted (or no longer is); returns the file written.
+pub fn set(dir: &Path, home: Option<&Path>, trusted: bool) -> Result<PathBuf, String> {
+    let file = user_state_file(home).ok_or("no home directory for ~/.claude.json")?;
+    let mut v = read(&file)?;
+    let key = canonical(dir).to_string_lossy().into_owned();
+    object_at(&mut v, &["projects".into(), key]).insert(KEY.into(), json!(trusted));
+    write(&file, &v)?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trust_is_kept_where_claude_code_keeps_it_and_covers_subdirectories() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let work = tempfile::tempdir().expect("tempdir");
+        let project = work.path().join("proj");
+        let sub = project.join("sub");
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        let h = Some(home.path());
+        std::fs::write(
+            home.path().join(".claude.json"),
+            r#"{"theme": "dark", "projects": {"/elsewhere": {"hasTrustDialogAccepted": true}}}"#,
+        )
+        .expect("write");
+        assert!(!trusted_in(&state(h), &project, h));
+        assert!(trusted_in(&state(h), home.path(), h), "home is the user's own");
+        let file = set(&project, h, true).expect("set");
+        assert_eq!(file, home.path().join(".claude.json"));
+        assert!(trusted_in(&state(h), &project, h));
+        assert!(trusted_in(&state(h), &sub, h), "a directory below is trusted");
+        assert!(!trusted_in(&state(h), work.path(), h), "the one above is not");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+        assert_eq!(v["theme"], "dark", "other keys are kept");
+        let key = project.canonicalize().expect("canonical");
+        assert_eq!(v["projects"][key.to_string_lossy().as_ref()][KEY], true);
+        set(&project, h, false).expect("unset");
+        assert!(!trusted_in(&state(h), &sub, h));
+    }
+
+    #[test]
+    fn a_broken_state_file_trusts_nothing_and_is_not_overwritten() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let project = tempfile::tempdir().expect("tempdir");
+        let h = Some(home.path());
+        std::fs::write(home.path().join(".claude.json"), "{ not json").expect("write");
+        assert!(!trusted_in(&state(h), project.path(), h));
+        assert!(set(project.path(), h, true).is_err());
+        assert_eq!(
+            std::fs::read_to_string(home.path().join(".claude.json")).expect("read"),
+            "{ not json"
+        );
+    }
+}
