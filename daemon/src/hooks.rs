@@ -266,13 +266,10 @@ impl Hooks {
         input["hook_event_name"] = json!(event.as_str());
         let stdin = input.to_string();
         for entry in self.entries.iter().filter(|e| e.event == event) {
-            if let (Some(m), Some(t)) = (&entry.matcher, target) {
-                let hit = m == t
-                    || grep_regex::RegexMatcher::new(&format!("^(?:{m})$"))
-                        .is_ok_and(|re| re.is_match(t.as_bytes()).unwrap_or(false));
-                if !hit {
-                    continue;
-                }
+            if let (Some(m), Some(t)) = (&entry.matcher, target)
+                && !matcher_hits(m, t)
+            {
+                continue;
             }
             for cmd in &entry.commands {
                 run_one(cmd, &stdin, cwd, &self.env, event, &mut outcome).await;
@@ -280,6 +277,18 @@ impl Hooks {
         }
         outcome
     }
+}
+
+/// Whether a hook's `matcher` accepts `target`: a tool by any of its names (`Agent` is
+/// `Task`), exactly or as an anchored regular expression.
+fn matcher_hits(matcher: &str, target: &str) -> bool {
+    let re = grep_regex::RegexMatcher::new(&format!("^(?:{matcher})$")).ok();
+    crate::tools::names::all(target).any(|name| {
+        matcher == name
+            || re
+                .as_ref()
+                .is_some_and(|re| re.is_match(name.as_bytes()).unwrap_or(false))
+    })
 }
 
 async fn run_one(
@@ -564,6 +573,39 @@ mod tests {
             tool_response("WebFetch", &json!({}), &json!("page"), None),
             json!("page")
         );
+    }
+
+    #[tokio::test]
+    async fn a_matcher_names_a_tool_by_any_of_its_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tools = crate::tools::builtin();
+        for tool in tools.names() {
+            let mut names = vec![tool];
+            names.extend(crate::tools::names::aliases(tool));
+            for matcher in names {
+                let h = hooks(json!({"PreToolUse": [{"matcher": matcher, "hooks": [
+                    {"type": "command", "command": "echo matched >&2; exit 2"}]}]}));
+                // The dispatcher runs hooks under the tool's own name.
+                let out = h
+                    .run(HookEvent::PreToolUse, Some(tool), json!({}), dir.path())
+                    .await;
+                assert_eq!(
+                    out.block.as_deref(),
+                    Some("matched"),
+                    "matcher {matcher} on {tool}"
+                );
+            }
+        }
+        let h = hooks(json!({"PreToolUse": [{"matcher": "Agen.|Nothing", "hooks": [
+            {"type": "command", "command": "echo matched >&2; exit 2"}]}]}));
+        let out = h
+            .run(HookEvent::PreToolUse, Some("Task"), json!({}), dir.path())
+            .await;
+        assert_eq!(out.block.as_deref(), Some("matched"), "a regex over an alias");
+        let out = h
+            .run(HookEvent::PreToolUse, Some("Bash"), json!({}), dir.path())
+            .await;
+        assert_eq!(out.block, None);
     }
 
     #[tokio::test]

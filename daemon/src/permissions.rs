@@ -2,7 +2,7 @@
 //!
 //! Invariant: pure functions of (mode, rules, call, working directories) — table-tested; the
 //! session's broker asks users only when [`decide`] says `Ask`. Precedence: deny > plan mode >
-//! ask > bypass > allow > read-only inside the working directories > acceptEdits > dontAsk > ask.
+//! a settings file that could not be read (ask) > ask > bypass > allow > read-only inside the working directories > acceptEdits > dontAsk > ask.
 
 pub(crate) mod rules;
 pub(crate) mod settings;
@@ -42,7 +42,8 @@ pub struct Call<'a> {
     pub roots: &'a [PathBuf],
 }
 
-/// The file a call touches, if it is a file tool.
+/// The file a call touches, if it is a file tool: absolute, but not normalised (`a/../b`
+/// means something else when `a` is a symlink; the matchers resolve it as the kernel does).
 pub fn call_path(call: &Call<'_>) -> Option<PathBuf> {
     let is_file_tool = EDIT_TOOLS.contains(&call.tool) || READ_TOOLS.contains(&call.tool);
     if !is_file_tool {
@@ -53,16 +54,18 @@ pub fn call_path(call: &Call<'_>) -> Option<PathBuf> {
         .find_map(|k| call.input[*k].as_str())
         .unwrap_or(".");
     let p = Path::new(given);
-    Some(rules::normalize(&if p.is_absolute() {
+    Some(if p.is_absolute() {
         p.to_owned()
     } else {
         call.cwd.join(p)
-    }))
+    })
 }
 
+/// Whether `path` is inside one of `roots` both by its name and where it really is (for a file
+/// not there yet, its longest existing ancestor resolved).
 fn inside(path: &Path, roots: &[PathBuf]) -> bool {
     let lexical = rules::normalize(path);
-    let real = path.canonicalize().ok();
+    let real = rules::real_path(path);
     roots.iter().any(|r| {
         let root = rules::normalize(r);
         let real_root = r.canonicalize().unwrap_or_else(|_| root.clone());
@@ -71,6 +74,29 @@ fn inside(path: &Path, roots: &[PathBuf]) -> bool {
                 .as_ref()
                 .is_none_or(|p| p.starts_with(&real_root) || p.starts_with(&root))
     })
+}
+
+/// Names that, anywhere in a path, make it a file that changes what runs: git's config and
+/// hooks, the project's settings, hooks and MCP servers, editors' tasks, direnv. acceptEdits
+/// does not write them unasked (an allow rule that names them still does).
+const RUNS_THINGS: &[&str] = &[
+    ".git",
+    ".gitmodules",
+    ".claude",
+    ".mcp.json",
+    ".envrc",
+    ".vscode",
+    ".idea",
+    ".husky",
+];
+
+/// Whether writing `path` could change what runs (by its name or where it really is).
+fn changes_what_runs(path: &Path) -> bool {
+    let named = |p: &Path| {
+        p.components()
+            .any(|c| RUNS_THINGS.iter().any(|n| c.as_os_str() == *n))
+    };
+    named(&rules::normalize(path)) || rules::real_path(path).is_some_and(|p| named(&p))
 }
 
 /// Which of `rules` match the call (for Bash: per simple command). Deny and ask rules match a
@@ -107,17 +133,27 @@ fn allowing(rules: &[Rule], call: &Call<'_>) -> bool {
         .any(|r| match call.tool {
             "WebFetch" => r.matches_url(call.input["url"].as_str().unwrap_or("")),
             _ => match call_path(call) {
-                Some(p) => r.covers_path(&p),
+                // A file that changes what runs needs a rule that names it (`Edit(./.git/**)`),
+                // not one for a directory it happens to be in.
+                Some(p) => {
+                    r.covers_path(&p)
+                        && (!EDIT_TOOLS.contains(&call.tool)
+                            || !changes_what_runs(&p)
+                            || RUNS_THINGS.iter().any(|n| r.text.contains(n)))
+                }
                 None => r.matches_other(call.input),
             },
         })
 }
 
-/// Whether an allow rule covers one simple command. A command that writes its output to a file
-/// outside the working directories needs a rule for exactly that command: a prefix rule such
-/// as `Bash(git diff:*)` does not let `git diff > ~/.bashrc` through.
+/// Whether an allow rule covers one simple command. A command that writes a file outside the
+/// working directories — by a redirection or an option such as `--output` — needs a rule for
+/// exactly that command: a prefix rule such as `Bash(git diff:*)` lets through neither
+/// `git diff > ~/.bashrc` nor `git diff --output=../outside/x`.
 fn part_allowed(rules: &[Rule], part: &str, cwd: &Path, roots: &[PathBuf]) -> bool {
-    let writes_outside = shell::output_targets(part).iter().any(|target| {
+    let mut targets = shell::output_targets(part);
+    targets.extend(shell::option_targets(part));
+    let writes_outside = targets.iter().any(|target| {
         let p = Path::new(target);
         target != "/dev/null"
             && (target.is_empty()
@@ -132,8 +168,13 @@ fn part_allowed(rules: &[Rule], part: &str, cwd: &Path, roots: &[PathBuf]) -> bo
     })
 }
 
-/// Whether a simple command only reads inside the working directories.
-fn part_reads(part: &str, roots: &[PathBuf]) -> bool {
+/// Whether a simple command only reads inside the working directories. Where Read deny rules
+/// exist, a command that reads files it does not name (`grep -r`, `rg`, a glob) is not taken
+/// as only reading: it could read a denied file.
+fn part_reads(part: &str, roots: &[PathBuf], fenced: bool) -> bool {
+    if fenced && shell::reads_unnamed_files(part) {
+        return false;
+    }
     // Only absolute paths inside the roots pass; `~` and `..` never do.
     shell::is_read_only(part, &|arg| {
         let p = Path::new(arg);
@@ -148,10 +189,59 @@ fn roots_of(rules: &RuleSet, call: &Call<'_>) -> Vec<PathBuf> {
     roots
 }
 
+/// The deny rules that keep files from being read (`Read(…)`, `Grep(…)`, …, with paths).
+fn read_denials(rules: &RuleSet) -> impl Iterator<Item = &Rule> {
+    rules
+        .deny
+        .iter()
+        .filter(|r| r.covers("Read") && matches!(r.spec, rules::Specifier::Paths(_)))
+}
+
+/// What the search tools' walks must skip: the paths the Read deny rules name (`None` when
+/// there are none).
+pub fn read_fence(rules: &RuleSet) -> Option<crate::tools::walk::Fence> {
+    let denials: Vec<Rule> = read_denials(rules).cloned().collect();
+    (!denials.is_empty())
+        .then(|| crate::tools::walk::Fence::new(move |p| denials.iter().any(|r| r.matches_path(p))))
+}
+
+/// The Read deny rule a Bash command's file arguments run into (`cat .env` under
+/// `Read(./.env)`), if any.
+fn denied_argument<'r>(rules: &'r RuleSet, command: &str, cwd: &Path) -> Option<&'r Rule> {
+    let args: Vec<PathBuf> = split_command(command)
+        .iter()
+        .flat_map(|part| shell::file_args(part))
+        .map(|a| cwd.join(a))
+        .collect();
+    read_denials(rules).find(|r| args.iter().any(|a| r.matches_path(a)))
+}
+
 /// The decision for `call` under `mode` and `rules`.
 pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decision {
     if let Some(rule) = matching(&rules.deny, call).first() {
         return Decision::Deny(format!("denied by the permission rule {}", rule.text));
+    }
+    if call.tool == "Bash" {
+        let command = call.input["command"].as_str().unwrap_or("");
+        if let Some(rule) = denied_argument(rules, command, call.cwd) {
+            return Decision::Deny(format!("denied by the permission rule {}", rule.text));
+        }
+        // A walk or a glob could reach a file a Read deny rule names: no rule or mode lets
+        // that through unasked.
+        if let Some(rule) = read_denials(rules).next()
+            && split_command(command)
+                .iter()
+                .any(|p| shell::reads_unnamed_files(p))
+        {
+            return match mode {
+                PermissionMode::BypassPermissions | PermissionMode::DontAsk => Decision::Deny(format!(
+                    "this command could read files the permission rule {} denies (a recursive search or a glob); \
+                     name the files, or use the Grep and Glob tools, which skip denied files",
+                    rule.text
+                )),
+                _ => Decision::Ask,
+            };
+        }
     }
     let roots = roots_of(rules, call);
     let command = call.input["command"].as_str().unwrap_or("");
@@ -161,7 +251,11 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
         Vec::new()
     };
     // Which parts only read (checked once: it looks at the filesystem for paths).
-    let reads: Vec<bool> = parts.iter().map(|p| part_reads(p, &roots)).collect();
+    let fenced = read_denials(rules).next().is_some();
+    let reads: Vec<bool> = parts
+        .iter()
+        .map(|p| part_reads(p, &roots, fenced))
+        .collect();
     // A Bash call whose every part only reads is a read-only call.
     let bash_reads = !parts.is_empty() && reads.iter().all(|r| *r);
     if mode == PermissionMode::Plan && !call.read_only && !bash_reads {
@@ -170,6 +264,16 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
              the user will switch modes to carry it out",
             call.tool
         ));
+    }
+    if rules.unreadable {
+        return if mode == PermissionMode::DontAsk {
+            Decision::Deny(
+                "a settings file's permission rules could not be read, and the session does not ask (dontAsk mode)"
+                    .into(),
+            )
+        } else {
+            Decision::Ask
+        };
     }
     if mode != PermissionMode::BypassPermissions && !matching(&rules.ask, call).is_empty() {
         return Decision::Ask;
@@ -198,7 +302,11 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     {
         return Decision::Allow;
     }
-    if mode == PermissionMode::AcceptEdits && EDIT_TOOLS.contains(&call.tool) && in_workspace {
+    if mode == PermissionMode::AcceptEdits
+        && EDIT_TOOLS.contains(&call.tool)
+        && in_workspace
+        && !path.as_deref().is_some_and(changes_what_runs)
+    {
         return Decision::Allow;
     }
     if mode == PermissionMode::DontAsk {
@@ -213,7 +321,7 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
 /// The rule for one simple command: its program (and subcommand) as a prefix, or the exact
 /// command when it redirects output (a prefix would allow writing anywhere).
 fn bash_rule(part: &str) -> String {
-    if part.contains('>') {
+    if part.contains('>') || !shell::option_targets(part).is_empty() {
         return format!("Bash({part})");
     }
     let words: Vec<&str> = part.split_whitespace().take(2).collect();
@@ -236,7 +344,9 @@ pub fn suggest_rules(call: &Call<'_>, rules: &RuleSet) -> Vec<String> {
     let cmd = call.input["command"].as_str().unwrap_or("");
     let mut out: Vec<String> = Vec::new();
     for part in split_command(cmd) {
-        if part_allowed(&rules.allow, &part, call.cwd, &roots) || part_reads(&part, &roots) {
+        let fenced = read_denials(rules).next().is_some();
+        if part_allowed(&rules.allow, &part, call.cwd, &roots) || part_reads(&part, &roots, fenced)
+        {
             continue;
         }
         let rule = bash_rule(&part);
@@ -263,7 +373,7 @@ pub fn suggest_rule(call: &Call<'_>) -> String {
             None => "WebFetch".into(),
         },
         t if EDIT_TOOLS.contains(&t) => {
-            match call_path(call).and_then(|p| p.parent().map(Path::to_owned)) {
+            match call_path(call).and_then(|p| rules::normalize(&p).parent().map(Path::to_owned)) {
                 Some(dir) => format!("Edit(/{}/**)", dir.display()),
                 None => "Edit".into(),
             }

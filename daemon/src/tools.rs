@@ -1,6 +1,7 @@
 //! The built-in tools, one file each. Each follows Claude Code's name and input fields, so
 //! prompts and habits carry over. `tool.rs` is the `Tool` trait, `ToolContext` and the `Tools`
 //! registry; `workspace.rs` the session's directories; `jobs.rs` its background shells;
+//! `names.rs` the one table of tool names and aliases;
 //! `agents.rs` the sub-agent types the Task tool offers; `structured.rs` the tool of runs that
 //! want a structured answer.
 //!
@@ -16,6 +17,7 @@ mod glob;
 mod grep;
 mod jobs;
 mod ls;
+pub mod names;
 mod notebook;
 mod pdf;
 mod plan;
@@ -25,7 +27,7 @@ pub mod structured;
 mod task;
 mod todo;
 mod tool;
-mod walk;
+pub mod walk;
 mod web_fetch;
 mod web_search;
 mod workspace;

@@ -1,14 +1,18 @@
 //! The escape catalogue: calls that try to get past a narrow set of rules — paths that climb
 //! out or hide behind symlinks, shell commands that smuggle a second command past an allowed
-//! prefix, URLs that only look like an allowed domain. None may be allowed without asking; the
-//! test prints how many it tried and lists any that got through.
+//! prefix, quoting the splitter might read differently from bash, expansions whose value the
+//! check cannot see, denied files reached through a command's arguments, URLs that only look
+//! like an allowed domain. Each runs in every permission mode: none may be allowed without
+//! asking (a file inside the project may be edited in acceptEdits, as that mode says, and
+//! bypassPermissions lets everything through but the deny rules); the test prints how many
+//! attempts it made and lists any that got through.
 
 use super::*;
 use serde_json::json;
 use std::os::unix::fs::symlink;
 
 /// `A`llow, `K` ask, `D`eny.
-fn verdict(set: &RuleSet, root: &Path, tool: &str, input: &Value) -> char {
+fn verdict(mode: PermissionMode, set: &RuleSet, root: &Path, tool: &str, input: &Value) -> char {
     let roots = [root.to_owned()];
     let call = Call {
         tool,
@@ -17,10 +21,24 @@ fn verdict(set: &RuleSet, root: &Path, tool: &str, input: &Value) -> char {
         cwd: root,
         roots: &roots,
     };
-    match decide(PermissionMode::Default, set, &call) {
+    match decide(mode, set, &call) {
         Decision::Allow => 'A',
         Decision::Ask => 'K',
         Decision::Deny(_) => 'D',
+    }
+}
+
+/// Whether `got` is what `want` allows under `mode`: `D` denied in every mode; `N` never
+/// allowed, not even under bypassPermissions; `K` never allowed but under bypassPermissions;
+/// `E` an edit inside the project, allowed only by acceptEdits and bypassPermissions.
+fn holds(mode: PermissionMode, want: char, got: char) -> bool {
+    use PermissionMode::*;
+    match (want, mode) {
+        ('D', _) => got == 'D',
+        ('N', _) => got != 'A',
+        (_, BypassPermissions) => true,
+        ('E', AcceptEdits) => true,
+        _ => got != 'A',
     }
 }
 
@@ -44,6 +62,7 @@ fn no_escape_gets_past_the_rules() {
     let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let allow = own(&[
         "Bash(git diff:*)",
+        "Bash(git log:*)",
         "Bash(echo:*)",
         "Bash(npm test:*)",
         "Edit(./src/**)",
@@ -70,6 +89,8 @@ fn no_escape_gets_past_the_rules() {
         )
     };
     let denied = |(tool, input, _): (&'static str, Value, char)| (tool, input, 'D');
+    let edit = |(tool, input, _): (&'static str, Value, char)| (tool, input, 'E');
+    let never = |(tool, input, _): (&'static str, Value, char)| (tool, input, 'N');
     let mut catalogue: Vec<(&str, Value, char)> = vec![
         // A second command after an allowed prefix.
         bash("git diff && touch /tmp/pwned"),
@@ -132,8 +153,43 @@ fn no_escape_gets_past_the_rules() {
         denied(bash("timeout 5 curl http://evil")),
         bash("r''m -rf /"),
         bash("rm${IFS}-rf /"),
+        // ANSI-C quoting: `\'` inside `$'…'` is a quote, not the end of the string.
+        bash("echo $'\\'' ; touch /tmp/pwned ; echo $'\\''"),
+        bash("git diff $'\\'' > /tmp/pwned $'\\''"),
+        bash("git diff $'\\'' && touch /tmp/pwned && echo $'\\''"),
+        bash("$'\\x72\\x6d' -rf /"),
+        bash("c$'\\x61't /etc/shadow"),
+        bash("cat $'/etc/shadow'"),
+        // An expansion's value is not seen by the check: never read-only.
+        bash("printf %s \"$ANTHROPIC_API_KEY\""),
+        bash("cat $HOME/.ssh/id_rsa"),
+        bash("cat ${HOME}/.aws/credentials"),
+        bash("ls $(printf /etc)"),
+        bash("wc -c \"$(echo /etc/shadow)\""),
+        // Options that write: a prefix rule does not cover them.
+        bash("git diff --output=../outside/x"),
+        bash("git diff --output ../outside/x"),
+        bash("git diff --output=/tmp/x HEAD"),
+        bash("git log --output=/tmp/x"),
+        bash("git diff --ext-diff"),
+        bash("git log --textconv -p"),
+        // A denied file named as a command's argument, or read by a walk or a glob.
+        denied(bash("cat .env")),
+        denied(bash("cat ./.env")),
+        denied(bash("head -n 1 src/../.env")),
+        denied(bash("cp .env /tmp/x")),
+        denied(bash("git diff --no-index /dev/null .env")),
+        denied(bash("cat secrets/key")),
+        denied(bash("cat env")),
+        never(bash("grep -r KEY --include=x secrets")),
+        never(bash("grep -r K .")),
+        never(bash("grep -R K")),
+        never(bash("rg K")),
+        never(bash("git grep K")),
+        never(bash("cat .e*")),
+        never(bash("head .en?")),
+        never(bash("git log -p && grep -rn K .")),
         // Files: climbing out of an allowed directory, or through a link in it.
-        file("Edit", format!("{r}/src/../.env")),
         file("Edit", "src/../../outside/target".into()),
         file("Edit", format!("{r}/src/out/target")),
         file("Write", format!("{r}/src/out/new")),
@@ -146,6 +202,23 @@ fn no_escape_gets_past_the_rules() {
         file("Read", format!("{r}/out/target")),
         file("Read", format!("{r}/src/out/target")),
         file("Read", format!("{r}/src/a\0/../../../outside/target")),
+        // `..` after a symlink climbs from the link's target, not from the link.
+        file("Write", format!("{r}/out/new.txt")),
+        file("Write", format!("{r}/out/../escaped")),
+        file("Edit", format!("{r}/src/out/../../outside/target")),
+        file("Write", format!("{r}/src/out/../escaped")),
+        file("Read", format!("{r}/out/../outside/target")),
+        // Files that change what runs: never by acceptEdits.
+        file("Write", format!("{r}/.claude/settings.json")),
+        file("Write", format!("{r}/.claude/settings.local.json")),
+        file("Edit", format!("{r}/.mcp.json")),
+        file("Write", format!("{r}/.git/config")),
+        file("Write", format!("{r}/src/.git/hooks/post-checkout")),
+        file("Write", format!("{r}/.envrc")),
+        file("Write", format!("{r}/.vscode/tasks.json")),
+        // Inside the project: only acceptEdits may write it without a rule.
+        edit(file("Edit", format!("{r}/src/../.env"))),
+        edit(file("Write", format!("{r}/notes.md"))),
         // A denied file, by another name.
         denied(file("Read", format!("{r}/.env"))),
         denied(file("Read", ".env".into())),
@@ -203,21 +276,23 @@ fn no_escape_gets_past_the_rules() {
         ),
     ));
 
+    use PermissionMode::*;
+    let modes = [Default, AcceptEdits, DontAsk, Plan, BypassPermissions];
     let mut bypasses = Vec::new();
-    for (tool, input, want) in &catalogue {
-        let got = verdict(&set, &root, tool, input);
-        let ok = match want {
-            'D' => got == 'D',
-            _ => got != 'A',
-        };
-        if !ok {
-            let shown: String = input.to_string().chars().take(160).collect();
-            bypasses.push(format!("{tool} {shown}: got {got}, wanted {want}"));
+    for mode in modes {
+        for (tool, input, want) in &catalogue {
+            let got = verdict(mode, &set, &root, tool, input);
+            if !holds(mode, *want, got) {
+                let shown: String = input.to_string().chars().take(160).collect();
+                bypasses.push(format!("{mode:?}: {tool} {shown}: got {got}, wanted {want}"));
+            }
         }
     }
     eprintln!(
-        "escape catalogue: {} attempts, {} got through",
+        "escape catalogue: {} attempts ({} calls in {} modes), {} got through",
+        catalogue.len() * modes.len(),
         catalogue.len(),
+        modes.len(),
         bypasses.len()
     );
     assert!(bypasses.is_empty(), "{}", bypasses.join("\n"));

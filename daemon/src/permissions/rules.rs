@@ -3,6 +3,8 @@
 //! gitignore-style paths (`./.env`, `src/**`, `//abs`, `~/home`, `/relative-to-the-settings`);
 //! `WebFetch(domain:example.com)` matches the host and its subdomains.
 //!
+//! A rule may name a tool by any of its names (`Agent` is `Task`: `tools/names.rs`).
+//!
 //! `Edit(…)` rules cover every tool that changes files (Edit, MultiEdit, Write, NotebookEdit);
 //! `Read(…)` rules cover every tool that reads them (Read, Glob, Grep, LS).
 
@@ -47,19 +49,16 @@ pub struct Rule {
     pub source: String,
 }
 
-/// Where `path` really is: resolved through symlinks, or — for a file not there yet — its
-/// nearest existing ancestor resolved and the rest appended; `None` when nothing resolves.
+/// Where `path` really is, as the kernel would resolve it: its longest existing prefix resolved
+/// through symlinks, then the rest applied (so `link/../x`, with `link` pointing elsewhere, is
+/// beside the link's target, not beside the link); `None` when nothing resolves.
 pub fn real_path(path: &Path) -> Option<PathBuf> {
-    let path = normalize(path);
-    let mut rest = Vec::new();
-    let mut at = path.as_path();
-    loop {
-        if let Ok(real) = at.canonicalize() {
-            return Some(rest.iter().rev().fold(real, |p, part| p.join(part)));
-        }
-        rest.push(at.file_name()?.to_owned());
-        at = at.parent()?;
-    }
+    let parts: Vec<std::path::Component<'_>> = path.components().collect();
+    (1..=parts.len()).rev().find_map(|n| {
+        let prefix: PathBuf = parts[..n].iter().collect();
+        let real = prefix.canonicalize().ok()?;
+        Some(normalize(&parts[n..].iter().fold(real, |p, c| p.join(c))))
+    })
 }
 
 /// Lexically resolves `.` and `..`.
@@ -92,6 +91,8 @@ impl Rule {
         {
             return Err(format!("{tool:?} is not a tool name"));
         }
+        // A rule names a tool by any of its names (`Agent` is `Task`).
+        let tool = crate::tools::names::canonical(tool);
         let spec = match spec.map(str::trim) {
             None => Specifier::Any,
             Some("") => {
@@ -135,8 +136,9 @@ impl Rule {
         })
     }
 
-    /// Whether the rule governs calls of `tool`.
+    /// Whether the rule governs calls of `tool` (by any of its names).
     pub fn covers(&self, tool: &str) -> bool {
+        let tool = crate::tools::names::canonical(tool);
         self.tool == tool
             // `mcp__server` covers each `mcp__server__<tool>`.
             || (self.tool.starts_with("mcp__")
@@ -165,8 +167,7 @@ impl Rule {
         match &self.spec {
             Specifier::Any => true,
             Specifier::Paths(set) => {
-                let lexical = normalize(path);
-                set.is_match(&lexical) || path.canonicalize().is_ok_and(|real| set.is_match(real))
+                set.is_match(normalize(path)) || real_path(path).is_some_and(|real| set.is_match(real))
             }
             _ => false,
         }

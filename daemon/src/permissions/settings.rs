@@ -21,6 +21,9 @@ pub struct RuleSet {
     pub additional_dirs: Vec<PathBuf>,
     /// `file: rule: why` for every rule that could not be read.
     pub problems: Vec<String>,
+    /// A settings file's rules could not be read at all: its deny rules may be missing, so no
+    /// call runs without asking.
+    pub unreadable: bool,
 }
 
 impl RuleSet {
@@ -50,21 +53,55 @@ impl RuleSet {
         }
     }
 
+    /// Adds the rules of one settings file. A file that is not there adds nothing; any other
+    /// failure — unreadable, a directory, not JSON, `permissions` not an object — is a problem,
+    /// and the set is marked [`RuleSet::unreadable`] so nothing runs unasked while a deny rule
+    /// may be missing. A byte that is not UTF-8 is reported and read as U+FFFD: the rest of
+    /// the file, its deny rules included, still applies.
     fn add_file(&mut self, file: &Path, base: &Path, home: Option<&Path>) {
-        let Ok(text) = std::fs::read_to_string(file) else {
-            return;
-        };
         let source = file.display().to_string();
-        let v: Value = match serde_json::from_str(&text) {
-            Ok(v) => v,
+        let bytes = match std::fs::read(file) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
             Err(e) => {
-                self.problems.push(format!(
-                    "{source}: not valid JSON, its permissions are ignored: {e}"
-                ));
+                self.fail(format!("{source}: cannot be read ({e})"));
                 return;
             }
         };
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                self.problems.push(format!(
+                    "{source}: not valid UTF-8 at byte {}; read with the bad bytes replaced",
+                    e.utf8_error().valid_up_to()
+                ));
+                String::from_utf8_lossy(e.as_bytes()).into_owned()
+            }
+        };
+        let v: Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => {
+                self.fail(format!("{source}: not valid JSON ({e})"));
+                return;
+            }
+        };
+        if !v.is_object() {
+            self.fail(format!("{source}: not a JSON object"));
+            return;
+        }
+        if !matches!(v["permissions"], Value::Null | Value::Object(_)) {
+            self.fail(format!("{source}: \"permissions\" must be an object"));
+            return;
+        }
         self.add_settings(&v, base, home, &source);
+    }
+
+    /// Records a settings file whose rules could not be read at all.
+    fn fail(&mut self, why: String) {
+        self.unreadable = true;
+        self.problems.push(format!(
+            "{why}; its permission rules are unknown, so every tool call asks until it is fixed"
+        ));
     }
 
     /// Adds the `permissions` of one settings object (a file's, or `--settings`).
@@ -109,10 +146,15 @@ impl RuleSet {
 impl RuleSet {
     /// Adds the `[permissions]` table of tether's `config.toml` (paths relative to `base`).
     pub fn add_config(&mut self, file: &Path, base: &Path, home: Option<&Path>) {
-        let Ok(text) = std::fs::read_to_string(file) else {
-            return;
-        };
         let source = file.display().to_string();
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => {
+                self.fail(format!("{source}: cannot be read ({e})"));
+                return;
+            }
+        };
         let table: toml::Table = match toml::from_str(&text) {
             Ok(t) => t,
             Err(e) => {

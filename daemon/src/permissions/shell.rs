@@ -10,6 +10,8 @@ pub fn split(command: &str) -> Vec<String> {
     let chars: Vec<char> = command.chars().collect();
     let mut i = 0;
     let mut quote: Option<char> = None;
+    // Inside `$'…'` a backslash escapes the next character, `\'` included.
+    let mut ansi = false;
     // Open substitutions and subshells: the quote state outside each, and what closes it.
     // Inside `"…"`, `$(…)` and backquotes still run commands, with quoting started afresh.
     let mut open: Vec<(Option<char>, char)> = Vec::new();
@@ -31,7 +33,7 @@ pub fn split(command: &str) -> Vec<String> {
                 continue;
             }
             Some(q) => {
-                if c == '\\' && q == '"' && i + 1 < chars.len() {
+                if c == '\\' && (q == '"' || ansi) && i + 1 < chars.len() {
                     current.push(c);
                     current.push(chars[i + 1]);
                     i += 2;
@@ -39,10 +41,18 @@ pub fn split(command: &str) -> Vec<String> {
                 }
                 if c == q {
                     quote = None;
+                    ansi = false;
                 }
                 current.push(c);
             }
             None => match c {
+                '$' if chars.get(i + 1) == Some(&'\'') => {
+                    current.push_str("$'");
+                    quote = Some('\'');
+                    ansi = true;
+                    i += 2;
+                    continue;
+                }
                 '\'' | '"' => {
                     quote = Some(c);
                     current.push(c);
@@ -133,52 +143,171 @@ pub fn unwrapped(command: &str) -> Vec<String> {
     forms
 }
 
-/// Where a simple command redirects its output: the words after `>`, `>>`, `>|`, `&>`, `N>`
-/// (quotes removed); `>&N` duplicates a descriptor and names no file.
-pub fn output_targets(command: &str) -> Vec<String> {
+/// How a character of a simple command was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quoting {
+    /// Bare: the shell gives it meaning (`>`, whitespace, `$`).
+    Bare,
+    /// Inside `'…'`: literal.
+    Single,
+    /// Inside `"…"`: literal but for `$`, backquotes and `\`.
+    Double,
+    /// Escaped by a backslash, or inside `$'…'` (whose escapes are taken as the character).
+    Literal,
+}
+
+/// One piece of a simple command, as the shell reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    /// A character and how it was written (quotes themselves are not characters).
+    Char(char, Quoting),
+    /// A quote opened here: a word exists even when the quotes are empty (`''`).
+    Quote,
+}
+
+/// The characters of one simple command with its quoting resolved: `'…'`, `"…"` (with its
+/// backslash escapes), `$'…'` (with its escapes, `\'` among them) and backslashes outside
+/// quotes. The one model of quoting that [`words`] and [`output_targets`] share, so neither
+/// can be fooled where the other is not.
+fn lex(command: &str) -> Vec<Token> {
     let chars: Vec<char> = command.chars().collect();
-    let mut targets = Vec::new();
-    let mut quote: Option<char> = None;
+    let mut out = Vec::with_capacity(chars.len());
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"') => quote = Some(c),
-            (None, '\\') => i += 1,
-            (None, '>') => {
+        match c {
+            '\\' => {
+                if let Some(&next) = chars.get(i + 1) {
+                    out.push(Token::Char(next, Quoting::Literal));
+                }
+                i += 2;
+            }
+            '\'' => {
+                out.push(Token::Quote);
                 i += 1;
-                while matches!(chars.get(i), Some('>' | '|')) {
+                while i < chars.len() && chars[i] != '\'' {
+                    out.push(Token::Char(chars[i], Quoting::Single));
                     i += 1;
                 }
-                if chars.get(i) == Some(&'&') {
-                    i += 1;
-                    continue;
-                }
-                while chars.get(i).is_some_and(|c| c.is_whitespace()) {
-                    i += 1;
-                }
-                let mut word = String::new();
-                let mut q: Option<char> = None;
-                while let Some(&c) = chars.get(i) {
-                    match (q, c) {
-                        (Some(x), c) if c == x => q = None,
-                        (Some(_), c) => word.push(c),
-                        (None, '\'' | '"') => q = Some(c),
-                        (None, c) if c.is_whitespace() || ";&|<>()".contains(c) => break,
-                        (None, c) => word.push(c),
+                i += 1;
+            }
+            '$' if chars.get(i + 1) == Some(&'\'') => {
+                // Kept as a `$` so the word still shows an expansion happened.
+                out.push(Token::Char('$', Quoting::Literal));
+                out.push(Token::Quote);
+                i += 2;
+                while i < chars.len() && chars[i] != '\'' {
+                    if chars[i] == '\\' {
+                        i += 1;
+                    }
+                    if let Some(&c) = chars.get(i) {
+                        out.push(Token::Char(c, Quoting::Literal));
                     }
                     i += 1;
                 }
-                targets.push(word);
-                continue;
+                i += 1;
             }
-            _ => {}
+            '"' => {
+                out.push(Token::Quote);
+                i += 1;
+                while i < chars.len() && chars[i] != '"' {
+                    if chars[i] == '\\' && i + 1 < chars.len() {
+                        i += 1;
+                        out.push(Token::Char(chars[i], Quoting::Literal));
+                    } else {
+                        out.push(Token::Char(chars[i], Quoting::Double));
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            c => {
+                out.push(Token::Char(c, Quoting::Bare));
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Where a simple command redirects its output: the words after `>`, `>>`, `>|`, `&>`, `N>`
+/// (quotes removed); `>&N` duplicates a descriptor and names no file.
+pub fn output_targets(command: &str) -> Vec<String> {
+    let tokens = lex(command);
+    let bare = |i: usize, want: &[char]| {
+        matches!(tokens.get(i), Some(Token::Char(c, Quoting::Bare)) if want.contains(c))
+    };
+    let mut targets = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        if !bare(i, &['>']) {
+            i += 1;
+            continue;
         }
         i += 1;
+        while bare(i, &['>', '|']) {
+            i += 1;
+        }
+        if bare(i, &['&']) {
+            i += 1;
+            continue;
+        }
+        while matches!(tokens.get(i), Some(Token::Char(c, Quoting::Bare)) if c.is_whitespace()) {
+            i += 1;
+        }
+        let mut word = String::new();
+        while let Some(token) = tokens.get(i) {
+            match *token {
+                Token::Char(c, Quoting::Bare) if c.is_whitespace() || ";&|<>()".contains(c) => {
+                    break;
+                }
+                Token::Char(c, _) => word.push(c),
+                Token::Quote => {}
+            }
+            i += 1;
+        }
+        targets.push(word);
     }
     targets
+}
+
+/// The arguments of a simple command that may name files: every word after the program that
+/// is not an option, and the values of `--option=value` (quotes removed).
+pub fn file_args(command: &str) -> Vec<String> {
+    let words = words_of(&lex(command));
+    words
+        .into_iter()
+        .skip(1)
+        .filter_map(|w| match w.strip_prefix("--") {
+            Some(option) => option.split_once('=').map(|(_, v)| v.to_owned()),
+            None if w.starts_with('-') => None,
+            None => Some(w),
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Whether a simple command reads files it does not name: a recursive search (`grep -r`, `rg`,
+/// `git grep`), or a file argument with a glob the shell expands.
+pub fn reads_unnamed_files(command: &str) -> bool {
+    let words = words_of(&lex(command));
+    let Some((program, args)) = words.split_first() else {
+        return false;
+    };
+    let recursive = match program.as_str() {
+        "rg" => true,
+        "git" => args.first().is_some_and(|a| a == "grep"),
+        "grep" | "egrep" | "fgrep" => args.iter().any(|a| {
+            a == "--recursive"
+                || a == "--dereference-recursive"
+                || (a.starts_with('-') && !a.starts_with("--") && (a.contains('r') || a.contains('R')))
+        }),
+        _ => false,
+    };
+    recursive
+        || lex(command)
+            .iter()
+            .any(|t| matches!(t, Token::Char('*' | '?' | '[', Quoting::Bare)))
 }
 
 /// Commands that only read, whatever their (checked) arguments.
@@ -213,11 +342,14 @@ fn writing_args(program: &str) -> &'static [&'static str] {
         "rg" => &["--pre", "--pre-glob"],
         "git" => &[
             "--output",
+            "--output-directory",
+            "-o",
             "--ext-diff",
             "--textconv",
             "-O",
             "--open-files-in-pager",
         ],
+        "sort" => &["-o", "--output"],
         "date" => &["-s", "--set"],
         "tree" => &["-o"],
         "file" => &["-C", "--compile"],
@@ -225,36 +357,83 @@ fn writing_args(program: &str) -> &'static [&'static str] {
     }
 }
 
-/// The words of a simple command (quotes removed), or `None` when it redirects output, which
-/// makes any command a writer.
-fn words(command: &str) -> Option<Vec<String>> {
+/// The words of lexed tokens: split at bare whitespace, quotes removed (`''` is a word).
+fn words_of(tokens: &[Token]) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
-    let mut quote: Option<char> = None;
     let mut any = false;
-    for c in command.chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => word.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                any = true;
-            }
-            (None, '>') => return None,
-            (None, c) if c.is_whitespace() => {
+    for token in tokens {
+        match *token {
+            Token::Quote => any = true,
+            Token::Char(c, Quoting::Bare) if c.is_whitespace() => {
                 if any || !word.is_empty() {
                     out.push(std::mem::take(&mut word));
                 }
                 any = false;
             }
-            (None, c) => word.push(c),
+            Token::Char(c, _) => word.push(c),
         }
     }
     if any || !word.is_empty() {
         out.push(word);
     }
-    Some(out)
+    out
 }
+
+/// The words of a simple command (quotes removed), or `None` when it redirects output, which
+/// makes any command a writer, or expands something (`$HOME`, `${X}`, `$'…'`), whose value the
+/// check cannot see.
+fn words(command: &str) -> Option<Vec<String>> {
+    let tokens = lex(command);
+    let expands = tokens.iter().any(|t| {
+        matches!(
+            t,
+            Token::Char('>' | '$', Quoting::Bare | Quoting::Double) | Token::Char('$', Quoting::Literal)
+        )
+    });
+    (!expands).then(|| words_of(&tokens))
+}
+
+/// Options that write a file in many programs (`--output=FILE`, `--log-file FILE`).
+fn writes_generally(flag: &str) -> bool {
+    ["--output", "--out-file", "--outfile", "--log-file", "--output-file"].contains(&flag)
+}
+
+/// The files a simple command writes through its options (`git diff --output=F`, `sort -o F`,
+/// `find -fprint F`): each option's value, or `""` (somewhere unknown) for an option that writes
+/// or runs something without naming a file (`find -delete`, `-exec`). With the redirections
+/// ([`output_targets`]), what an allow rule's prefix must not let through unseen.
+pub fn option_targets(command: &str) -> Vec<String> {
+    let words = words_of(&lex(command));
+    let Some((program, args)) = words.split_first() else {
+        return Vec::new();
+    };
+    let program = program.rsplit('/').next().unwrap_or(program);
+    let writers = writing_args(program);
+    let mut targets = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let (flag, value) = match args[i].split_once('=') {
+            Some((f, v)) => (f, Some(v)),
+            None => (args[i].as_str(), None),
+        };
+        if writers.contains(&flag) || writes_generally(flag) {
+            let takes_file = TAKES_FILE.contains(&flag) || writes_generally(flag);
+            match value {
+                Some(v) => targets.push(v.to_owned()),
+                None if takes_file => targets.push(args.get(i + 1).cloned().unwrap_or_default()),
+                None => targets.push(String::new()),
+            }
+        }
+        i += 1;
+    }
+    targets
+}
+
+/// The writing options whose value is the file they write.
+const TAKES_FILE: &[&str] = &[
+    "-fprint", "-fprintf", "-fprint0", "-fls", "--output", "-o", "--output-directory",
+];
 
 /// Whether `command` (one simple command, as [`split`] gives it) only reads: a read-only
 /// program (`git` with a read-only subcommand), no output redirection, no argument that writes

@@ -364,3 +364,166 @@ fn mcp_rules_name_a_server_or_one_tool() {
         'D'
     );
 }
+
+#[test]
+fn every_name_of_every_tool_is_honoured_by_allow_ask_and_deny() {
+    use PermissionMode::*;
+    let tools = crate::tools::builtin();
+    let mut walked = 0;
+    for tool in tools.names() {
+        let mut names = vec![tool];
+        names.extend(crate::tools::names::aliases(tool));
+        for name in names {
+            let input = json!({"command": "make", "file_path": format!("{ROOT}/f"), "url": "https://x.dev"});
+            // The call is checked under the tool's own name; a rule may use any of its names.
+            let check = |set: &RuleSet| {
+                let roots = [PathBuf::from(ROOT)];
+                let call = Call {
+                    tool,
+                    input: &input,
+                    read_only: false,
+                    cwd: Path::new(ROOT),
+                    roots: &roots,
+                };
+                decide(Default, set, &call)
+            };
+            assert!(
+                matches!(check(&rules(&[], &[], &[name])), Decision::Deny(_)),
+                "deny {name} does not deny {tool}"
+            );
+            assert_eq!(
+                check(&rules(&[name], &[name], &[])),
+                Decision::Ask,
+                "ask {name} does not ask for {tool}"
+            );
+            assert_eq!(
+                check(&rules(&[name], &[], &[])),
+                Decision::Allow,
+                "allow {name} does not allow {tool}"
+            );
+            walked += 1;
+        }
+    }
+    assert!(walked > tools.names().len(), "the aliases were walked too");
+}
+
+#[test]
+fn a_settings_file_that_cannot_be_read_is_reported_and_nothing_runs_unasked() {
+    use PermissionMode::*;
+    let home = tempfile::tempdir().expect("tempdir");
+    let root = tempfile::tempdir().expect("tempdir");
+    let claude = root.path().join(".claude");
+    std::fs::create_dir_all(&claude).expect("mkdir");
+    let check = |set: &RuleSet, mode, command: &str| {
+        let roots = [root.path().to_owned()];
+        let input = bash(command);
+        let call = Call {
+            tool: "Bash",
+            input: &input,
+            read_only: false,
+            cwd: root.path(),
+            roots: &roots,
+        };
+        decide(mode, set, &call)
+    };
+    // One bad byte: reported, and the file's deny rule still holds.
+    std::fs::write(
+        claude.join("settings.json"),
+        b"{\"permissions\": {\"deny\": [\"Bash(rm:*)\"], \"allow\": [\"Bash(ls\xff:*)\"]}}",
+    )
+    .expect("write");
+    let set = load_settings(root.path(), Some(home.path()));
+    assert!(set.problems.iter().any(|p| p.contains("UTF-8")), "{:?}", set.problems);
+    assert!(matches!(check(&set, Default, "rm -rf x"), Decision::Deny(_)));
+    assert!(!set.unreadable);
+    // Not an object, a directory in its place, or not JSON: every call asks, even ones an
+    // allow rule or the mode would let through.
+    for (what, write) in [
+        ("a string", Some(&br#"{"permissions": "deny everything"}"#[..])),
+        ("not json", Some(&b"{\"permissions\": {\"deny\": [\"Bash(rm:*)\"]"[..])),
+        ("a directory", None),
+    ] {
+        let file = claude.join("settings.json");
+        let _ = std::fs::remove_file(&file);
+        let _ = std::fs::remove_dir(&file);
+        match write {
+            Some(bytes) => std::fs::write(&file, bytes).expect("write"),
+            None => std::fs::create_dir(&file).expect("mkdir"),
+        }
+        let mut set = load_settings(root.path(), Some(home.path()));
+        set.add("allow", &["Bash(rm:*)".to_owned()], root.path(), None, "session");
+        assert!(set.unreadable, "{what}");
+        assert!(
+            set.problems.iter().any(|p| p.contains("settings.json") && p.contains("asks")),
+            "{what}: {:?}",
+            set.problems
+        );
+        assert_eq!(check(&set, Default, "rm x"), Decision::Ask, "{what}");
+        assert_eq!(check(&set, BypassPermissions, "rm x"), Decision::Ask, "{what}");
+        assert_eq!(check(&set, AcceptEdits, "ls"), Decision::Ask, "{what}");
+        assert!(matches!(check(&set, DontAsk, "ls"), Decision::Deny(_)), "{what}");
+    }
+    let _ = std::fs::remove_dir(claude.join("settings.json"));
+    assert!(!load_settings(root.path(), Some(home.path())).unreadable, "a missing file is fine");
+}
+
+#[tokio::test]
+async fn read_deny_rules_keep_files_from_the_search_tools_walks() {
+    use crate::tools::{ToolContext, Workspace};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("src/deep")).expect("mkdir");
+    std::fs::write(root.join(".env"), "KEY=hunter2\n").expect("write");
+    std::fs::write(root.join("src/deep/.env"), "KEY=hunter3\n").expect("write");
+    std::fs::write(root.join("src/main.rs"), "// KEY=public\n").expect("write");
+    let mut set = RuleSet::default();
+    set.add(
+        "deny",
+        &["Read(./.env)".to_owned(), "Read(**/deep/**)".to_owned()],
+        root,
+        None,
+        "test",
+    );
+    let workspace = std::sync::Arc::new(Workspace::new(
+        root.to_owned(),
+        Vec::new(),
+        root.join(".scratch"),
+    ));
+    let ctx = ToolContext::detached(workspace.clone());
+    let tools = crate::tools::builtin();
+    let run = |name: &str, input: Value| {
+        let tool = tools.find(name).expect("tool");
+        let ctx = &ctx;
+        async move {
+            let out = tool.run(input, ctx).await;
+            out.content.to_string()
+        }
+    };
+    let searches = [
+        (
+            "Grep",
+            json!({"pattern": "KEY", "glob": ".env", "output_mode": "content"}),
+        ),
+        (
+            "Grep",
+            json!({"pattern": "KEY", "glob": "**/.env", "output_mode": "content"}),
+        ),
+        ("Grep", json!({"pattern": "KEY=h", "output_mode": "content"})),
+        ("Glob", json!({"pattern": "**/.env"})),
+        ("Glob", json!({"pattern": "src/deep/*"})),
+        ("LS", json!({"path": root.join("src")})),
+    ];
+    // Without the fence the walks do find them (so this test can fail).
+    let open = run("Grep", searches[0].1.clone()).await;
+    assert!(open.contains("hunter2"), "{open}");
+    workspace.set_fence(read_fence(&set));
+    for (tool, input) in searches {
+        let out = run(tool, input.clone()).await;
+        assert!(
+            !out.contains("hunter") && !out.contains("deep/.env") && !out.contains("\\n.env"),
+            "{tool} {input}: {out}"
+        );
+    }
+    let out = run("Grep", json!({"pattern": "KEY", "output_mode": "content"})).await;
+    assert!(out.contains("public"), "other files are still searched: {out}");
+}

@@ -410,12 +410,18 @@ impl TetherRpcServer for RpcApi {
         {
             return Err(invalid_params(format!("options.fallbackModel: {e}")));
         }
-        for rule in &options.allowed_tools {
-            if let Err(why) = crate::permissions::Rule::parse(rule, std::path::Path::new("/"), None)
-            {
-                return Err(invalid_params(format!(
-                    "options.allowedTools: {rule:?} is not a rule: {why}"
-                )));
+        for (field, rules) in [
+            ("allowedTools", &options.allowed_tools),
+            ("disallowedTools", &options.disallowed_tools),
+        ] {
+            for rule in rules {
+                if let Err(why) =
+                    crate::permissions::Rule::parse(rule, std::path::Path::new("/"), None)
+                {
+                    return Err(invalid_params(format!(
+                        "options.{field}: {rule:?} is not a rule: {why}"
+                    )));
+                }
             }
         }
         let handle = self.sessions.get(&session_id).map_err(rpc_error)?;

@@ -134,16 +134,20 @@ impl SessionActor {
         if let Some(settings) = self.turns.settings() {
             rules.add_settings(settings, &root, home.as_deref(), "--settings");
         }
-        let turn = self.turns.allow();
-        if !turn.is_empty() {
-            rules.add(
-                "allow",
-                turn,
-                &root,
-                home.as_deref(),
-                "this turn's allowedTools",
-            );
-        }
+        rules.add(
+            "allow",
+            self.turns.allow(),
+            &root,
+            home.as_deref(),
+            "this turn's allowedTools",
+        );
+        rules.add(
+            "deny",
+            self.turns.deny(),
+            &root,
+            home.as_deref(),
+            "this turn's disallowedTools",
+        );
         for problem in rules.problems.clone() {
             self.report(problem);
         }

@@ -115,11 +115,7 @@ impl SessionActor {
         } = plan;
         if !self.turns.is_running(&turn_id) {
             // A turn resumed after a restart was never prepared here.
-            self.turns.adopt(
-                turn_id.clone(),
-                cancel.clone(),
-                options.allowed_tools.clone(),
-            );
+            self.turns.adopt(turn_id.clone(), cancel.clone(), &options);
         }
         let tools = narrow(tools, &options);
         let mut limits = self.env.limits.clone();
@@ -158,6 +154,9 @@ impl SessionActor {
         {
             policy.effort = Some(e);
         }
+        // The search tools' walks skip what the Read deny rules name.
+        let fence = crate::permissions::read_fence(&self.rules());
+        self.workspace.set_fence(fence);
         let record = &self.journal.record;
         let cwd = std::path::PathBuf::from(&record.cwd);
         let span = tracing::info_span!(
@@ -242,15 +241,22 @@ impl SessionActor {
     }
 }
 
-/// The tools a turn's options leave: without `disallowedTools`, and only `tools` when given.
+/// The tools a turn's options leave: without those `disallowedTools` names (by any of their
+/// names; an entry with a specifier, such as `Bash(rm:*)`, is a deny rule instead), and only
+/// `tools` when given.
 fn narrow(tools: crate::tools::Tools, options: &TurnOptions) -> crate::tools::Tools {
-    let tools = if options.disallowed_tools.is_empty() {
+    let removed: Vec<&String> = options
+        .disallowed_tools
+        .iter()
+        .filter(|d| !d.contains('('))
+        .collect();
+    let tools = if removed.is_empty() {
         tools
     } else {
         let keep: Vec<String> = tools
             .names()
             .into_iter()
-            .filter(|n| !options.disallowed_tools.iter().any(|d| d == n))
+            .filter(|n| !removed.iter().any(|d| crate::tools::names::same(d, n)))
             .map(str::to_owned)
             .collect();
         tools.subset(&keep)

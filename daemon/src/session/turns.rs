@@ -47,14 +47,40 @@ pub(super) struct Queued {
 pub(super) struct Running {
     pub turn_id: TurnId,
     pub cancel: CancellationToken,
-    /// Permission rules that allow without asking during this turn only.
+    /// Permission rules that allow without asking during this turn only (`allowedTools`).
     pub allow: Vec<String>,
+    /// Permission rules that refuse during this turn only (`disallowedTools`).
+    pub deny: Vec<String>,
     /// Directories this turn may use besides the session's (`addDirs`).
     pub dirs: Vec<std::path::PathBuf>,
     /// The turn's own settings (`--settings`).
     pub settings: Option<serde_json::Value>,
     /// Its idempotency key (its `turn_started` may not be logged yet).
     client_turn_id: Option<String>,
+}
+
+impl Running {
+    /// The running turn `turn_id` with what its options say.
+    fn of(
+        turn_id: TurnId,
+        cancel: CancellationToken,
+        options: &tether_proto::TurnOptions,
+        client_turn_id: Option<String>,
+    ) -> Self {
+        Self {
+            turn_id,
+            cancel,
+            allow: options.allowed_tools.clone(),
+            deny: options.disallowed_tools.clone(),
+            dirs: options
+                .add_dirs
+                .iter()
+                .map(std::path::PathBuf::from)
+                .collect(),
+            settings: options.settings.clone(),
+            client_turn_id,
+        }
+    }
 }
 
 /// The running turn and the queue behind it.
@@ -112,6 +138,11 @@ impl Turns {
         self.running.as_ref().map_or(&[], |r| &r.allow)
     }
 
+    /// The running turn's own deny rules (`disallowedTools`).
+    pub fn deny(&self) -> &[String] {
+        self.running.as_ref().map_or(&[], |r| &r.deny)
+    }
+
     /// The running turn's own settings (`settings`).
     pub fn settings(&self) -> Option<&serde_json::Value> {
         self.running.as_ref().and_then(|r| r.settings.as_ref())
@@ -133,34 +164,24 @@ impl Turns {
     }
 
     /// Makes `turn_id` (a turn resumed after a restart) the running turn.
-    pub fn adopt(&mut self, turn_id: TurnId, cancel: CancellationToken, allow: Vec<String>) {
-        self.running = Some(Running {
-            turn_id,
-            cancel,
-            allow,
-            dirs: Vec::new(),
-            settings: None,
-            client_turn_id: None,
-        });
+    pub fn adopt(
+        &mut self,
+        turn_id: TurnId,
+        cancel: CancellationToken,
+        options: &tether_proto::TurnOptions,
+    ) {
+        self.running = Some(Running::of(turn_id, cancel, options, None));
     }
 
     /// Makes `queued` the running turn.
     fn run(&mut self, queued: &Queued) -> CancellationToken {
         let cancel = CancellationToken::new();
-        self.running = Some(Running {
-            turn_id: queued.turn_id.clone(),
-            cancel: cancel.clone(),
-            allow: queued.request.options.allowed_tools.clone(),
-            dirs: queued
-                .request
-                .options
-                .add_dirs
-                .iter()
-                .map(std::path::PathBuf::from)
-                .collect(),
-            settings: queued.request.options.settings.clone(),
-            client_turn_id: queued.request.client_turn_id.clone(),
-        });
+        self.running = Some(Running::of(
+            queued.turn_id.clone(),
+            cancel.clone(),
+            &queued.request.options,
+            queued.request.client_turn_id.clone(),
+        ));
         cancel
     }
 }

@@ -300,10 +300,6 @@ impl Tool for BashOutput {
         "BashOutput"
     }
 
-    /// Claude Code's current name.
-    fn aliases(&self) -> &'static [&'static str] {
-        &["TaskOutput"]
-    }
 
     fn description(&self) -> &'static str {
         "Returns the output a background shell (started with Bash run_in_background) produced since the last read, \
@@ -381,10 +377,6 @@ impl Tool for KillShell {
         "KillShell"
     }
 
-    /// Claude Code's current name.
-    fn aliases(&self) -> &'static [&'static str] {
-        &["TaskStop"]
-    }
 
     fn description(&self) -> &'static str {
         "Kills a background shell (and every process it started) by its id."

@@ -44,7 +44,8 @@ impl Tool for Glob {
             let pattern = input["pattern"].as_str().unwrap_or_default().to_owned();
             let root = ctx.dir_or_cwd(&input["path"]);
             let cancel = ctx.cancel.clone();
-            match tokio::task::spawn_blocking(move || glob(&root, &pattern, &cancel)).await {
+            let fence = ctx.workspace.fence();
+            match tokio::task::spawn_blocking(move || glob(&root, &pattern, fence, &cancel)).await {
                 Ok(Ok(out)) => out,
                 Ok(Err(msg)) => ToolOutput::error(msg),
                 Err(e) => ToolOutput::error(format!("the search did not complete: {e}")),
@@ -57,6 +58,7 @@ impl Tool for Glob {
 pub fn glob(
     root: &std::path::Path,
     pattern: &str,
+    fence: Option<super::walk::Fence>,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<ToolOutput, String> {
     if !root.is_dir() {
@@ -68,7 +70,7 @@ pub fn glob(
         .map_err(|e| format!("invalid glob pattern {pattern:?}: {e}"))?
         .compile_matcher();
     let results = std::sync::Mutex::new(Vec::new());
-    walker(root).build_parallel().run(|| {
+    walker(root, fence).build_parallel().run(|| {
         let (matcher, results) = (&matcher, &results);
         Box::new(move |entry| {
             if cancel.is_cancelled() {

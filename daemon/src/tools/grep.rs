@@ -59,7 +59,8 @@ impl Tool for Grep {
         Box::pin(async move {
             let root = ctx.dir_or_cwd(&input["path"]);
             let cancel = ctx.cancel.clone();
-            match tokio::task::spawn_blocking(move || grep(&root, &input, &cancel)).await {
+            let fence = ctx.workspace.fence();
+            match tokio::task::spawn_blocking(move || grep(&root, &input, fence, &cancel)).await {
                 Ok(Ok(text)) => ToolOutput::text(text),
                 Ok(Err(msg)) => ToolOutput::error(msg),
                 Err(e) => ToolOutput::error(format!("the search did not complete: {e}")),
@@ -171,6 +172,7 @@ impl Sink for Lines<'_> {
 fn grep(
     root: &Path,
     input: &Value,
+    fence: Option<super::walk::Fence>,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<String, String> {
     let pattern = input["pattern"].as_str().unwrap_or_default();
@@ -242,9 +244,15 @@ fn grep(
         })
     };
     let mut found: Vec<Found> = if root.is_file() {
+        if fence.as_ref().is_some_and(|f| f.hides(root)) {
+            return Err(format!(
+                "{} is kept from tools by a Read deny rule",
+                root.display()
+            ));
+        }
         search_one(&mut searcher, root).into_iter().collect()
     } else if root.is_dir() {
-        let mut walk = walker(root);
+        let mut walk = walker(root, fence);
         if let Some(g) = input["glob"].as_str() {
             let mut o = ignore::overrides::OverrideBuilder::new(root);
             for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {

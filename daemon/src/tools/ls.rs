@@ -47,7 +47,8 @@ impl Tool for Ls {
                         .collect()
                 })
                 .unwrap_or_default();
-            match tokio::task::spawn_blocking(move || list(&root, &patterns)).await {
+            let fence = ctx.workspace.fence();
+            match tokio::task::spawn_blocking(move || list(&root, &patterns, fence)).await {
                 Ok(Ok(text)) => ToolOutput::text(text),
                 Ok(Err(msg)) => ToolOutput::error(msg),
                 Err(e) => ToolOutput::error(format!("the listing did not complete: {e}")),
@@ -56,7 +57,11 @@ impl Tool for Ls {
     }
 }
 
-fn list(root: &std::path::Path, ignore: &[String]) -> Result<String, String> {
+fn list(
+    root: &std::path::Path,
+    ignore: &[String],
+    fence: Option<super::walk::Fence>,
+) -> Result<String, String> {
     if !root.is_dir() {
         return Err(format!("{} is not a directory", root.display()));
     }
@@ -67,7 +72,7 @@ fn list(root: &std::path::Path, ignore: &[String]) -> Result<String, String> {
     let set = set.build().map_err(|e| e.to_string())?;
     let mut out = format!("- {}/\n", root.display());
     let mut count = 0;
-    let mut walk = walker(root);
+    let mut walk = walker(root, fence);
     walk.sort_by_file_name(|a, b| a.cmp(b));
     for entry in walk.build().flatten().skip(1) {
         let name = entry.file_name();

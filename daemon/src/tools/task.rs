@@ -41,10 +41,6 @@ impl Tool for Task {
         "Task"
     }
 
-    /// Claude Code's current name.
-    fn aliases(&self) -> &'static [&'static str] {
-        &["Agent"]
-    }
 
     fn description(&self) -> &str {
         &self.description

@@ -185,9 +185,9 @@ pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
 pub trait Tool: Send + Sync + 'static {
     /// Its name, as the model calls it.
     fn name(&self) -> &str;
-    /// Other names it answers to.
+    /// Other names it answers to (from [`super::names`], the one table of them).
     fn aliases(&self) -> &'static [&'static str] {
-        &[]
+        super::names::aliases(self.name())
     }
     /// What it does, for the model.
     fn description(&self) -> &str;

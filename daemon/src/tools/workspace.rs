@@ -82,6 +82,8 @@ pub struct Workspace {
     pub jobs: super::jobs::Jobs,
     /// Variables the settings files' `env` sets for commands.
     env: Vec<(String, String)>,
+    /// What the user's Read deny rules keep from the search tools (set for each turn).
+    fence: std::sync::Mutex<Option<super::walk::Fence>>,
 }
 
 impl Workspace {
@@ -96,6 +98,7 @@ impl Workspace {
             stamps: Default::default(),
             jobs: Default::default(),
             env: Vec::new(),
+            fence: Default::default(),
         }
     }
 
@@ -108,6 +111,16 @@ impl Workspace {
     /// The variables set for commands.
     pub fn env(&self) -> &[(String, String)] {
         &self.env
+    }
+
+    /// Sets what the search tools' walks skip (the Read deny rules in effect).
+    pub fn set_fence(&self, fence: Option<super::walk::Fence>) {
+        *self.fence.lock().unwrap_or_else(|p| p.into_inner()) = fence;
+    }
+
+    /// What the search tools' walks skip.
+    pub fn fence(&self) -> Option<super::walk::Fence> {
+        self.fence.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Remembers what a file looked like when it was read or written.
