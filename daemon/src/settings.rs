@@ -1,15 +1,26 @@
 //! Claude Code's settings files (`~/.claude/settings.json`, `<project>/.claude/settings.json`,
 //! `<project>/.claude/settings.local.json`) and the keys tether reads from them outside the
 //! permission rules and hooks: `env`, `attribution`/`includeCoAuthoredBy`, `apiKeyHelper`,
-//! `cleanupPeriodDays`. It imports nothing of the crate, so any module may ask it.
-//! (`permissions/keys.rs` says which keys are used; the rules and hooks read their own.)
+//! `cleanupPeriodDays`. (`permissions/keys.rs` says which keys are used; the rules and hooks
+//! read their own.) A project's own files count only once its directory is trusted
+//! ([`crate::trust`]); until then [`files`] leaves them out.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The settings files, most general first, with their parsed contents (files that are missing
-/// or not JSON are left out; the rules' loader reports the latter).
+/// or not JSON are left out; the rules' loader reports the latter), the project's only when
+/// `root` is trusted.
 pub fn files(root: &Path, home: Option<&Path>) -> Vec<(PathBuf, Value)> {
+    let trusted = crate::trust::is_trusted(root, home);
+    all_files(root, home)
+        .into_iter()
+        .filter(|(p, _)| trusted || !p.starts_with(root.join(".claude")))
+        .collect()
+}
+
+/// Every settings file, trusted or not (for reports, and for the rules that only narrow).
+pub fn all_files(root: &Path, home: Option<&Path>) -> Vec<(PathBuf, Value)> {
     let mut paths = Vec::new();
     if let Some(h) = home {
         paths.push(h.join(".claude/settings.json"));

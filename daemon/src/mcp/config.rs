@@ -205,6 +205,19 @@ pub fn load(
                     "{source}: no \"mcpServers\" object, so it defines no servers"
                 ));
             }
+            if !crate::trust::is_trusted(cwd, home) {
+                let names: Vec<&str> = servers
+                    .as_object()
+                    .map(|m| m.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                config.problems.push(format!(
+                    "{source}: its servers ({}) do not start: {} is not trusted (run `tether trust` there to trust it)",
+                    names.join(", "),
+                    cwd.display()
+                ));
+                config.servers = found.into_values().collect();
+                return config;
+            }
             let approval = Approval::read(cwd, home, project_state);
             let list = servers_of(
                 &servers,
@@ -621,6 +634,7 @@ mod tests {
             "projects": {cwd.to_string_lossy(): {"mcpServers": {"shared": {"command": "local-shared"}}}}
         });
         std::fs::write(home.path().join(".claude.json"), state.to_string()).expect("test setup");
+        crate::trust::set(cwd, Some(home.path()), true).expect("test setup");
         let c = load(cwd, Some(home.path()), &Extra::default(), &env);
         let names: Vec<(&str, Scope)> = c
             .servers

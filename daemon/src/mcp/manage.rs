@@ -193,6 +193,7 @@ mod tests {
         let (h, cwd) = (Some(home.path()), project.path());
         std::fs::write(home.path().join(".claude.json"), r#"{"theme": "dark"}"#)
             .expect("test setup");
+        crate::trust::set(cwd, h, true).expect("test setup");
         std::fs::set_permissions(
             home.path().join(".claude.json"),
             std::os::unix::fs::PermissionsExt::from_mode(0o640),

@@ -4,7 +4,7 @@
 //! user), and the report `/config` shows — every key, used or not used by tether, so nothing
 //! is dropped silently.
 
-use crate::settings::files;
+use crate::settings::all_files;
 use serde_json::Value;
 use std::path::Path;
 use tether_proto::{PermissionMode, SettingsKey};
@@ -62,13 +62,19 @@ pub struct Defaults {
     pub model: Option<String>,
 }
 
-/// The defaults of the most specific file that sets each.
+/// The defaults of the most specific file that sets each. An untrusted project's file may set
+/// the model, and plan mode, but no mode that runs more without asking.
 pub fn defaults(root: &Path, home: Option<&Path>) -> Defaults {
     let mut out = Defaults::default();
-    for (path, v) in files(root, home) {
+    let trusted = crate::trust::is_trusted(root, home);
+    for (path, v) in all_files(root, home) {
+        let project = path.starts_with(root.join(".claude"));
         if let Some(mode) = v["permissions"]["defaultMode"].as_str() {
             match serde_json::from_value::<PermissionMode>(Value::String(mode.to_owned())) {
-                Ok(m) => out.permission_mode = Some(m),
+                Ok(m) if trusted || !project || m == PermissionMode::Plan => {
+                    out.permission_mode = Some(m)
+                }
+                Ok(_) => {}
                 Err(_) => tracing::warn!(
                     "{}: permissions.defaultMode {mode:?} is not a mode tether has",
                     path.display()
@@ -86,7 +92,7 @@ pub fn defaults(root: &Path, home: Option<&Path>) -> Defaults {
 pub fn report(root: &Path, home: Option<&Path>) -> Vec<SettingsKey> {
     let mut keys = Vec::new();
     let user_file = home.map(|h| h.join(".claude/settings.json"));
-    for (path, v) in files(root, home) {
+    for (path, v) in all_files(root, home) {
         let source = path.display().to_string();
         let Some(map) = v.as_object() else { continue };
         for (key, value) in map {
@@ -142,6 +148,7 @@ mod tests {
     fn local_settings_win_and_every_key_is_reported() {
         let home = tempfile::tempdir().expect("tempdir");
         let root = tempfile::tempdir().expect("tempdir");
+        crate::trust::set(root.path(), Some(home.path()), true).expect("trust");
         std::fs::create_dir_all(home.path().join(".claude")).expect("mkdir");
         std::fs::create_dir_all(root.path().join(".claude")).expect("mkdir");
         std::fs::write(

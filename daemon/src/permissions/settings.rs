@@ -2,7 +2,7 @@
 //! `<project>/.claude/settings.local.json` (`permissions.allow/ask/deny`,
 //! `permissions.additionalDirectories`) and tether's own `config.toml` (`[permissions]
 //! allow/ask/deny`). Malformed rules are collected as problems naming the file, never silently
-//! dropped.
+//! dropped. An untrusted project's files add their deny and ask rules only ([`crate::trust`]).
 
 use super::rules::Rule;
 use serde_json::{Value, json};
@@ -24,6 +24,8 @@ pub struct RuleSet {
     /// A settings file's rules could not be read at all: its deny rules may be missing, so no
     /// call runs without asking.
     pub unreadable: bool,
+    /// `file: what` for each untrusted project file whose widening parts were left out.
+    pub untrusted: Vec<String>,
 }
 
 impl RuleSet {
@@ -58,7 +60,7 @@ impl RuleSet {
     /// and the set is marked [`RuleSet::unreadable`] so nothing runs unasked while a deny rule
     /// may be missing. A byte that is not UTF-8 is reported and read as U+FFFD: the rest of
     /// the file, its deny rules included, still applies.
-    fn add_file(&mut self, file: &Path, base: &Path, home: Option<&Path>) {
+    fn add_file(&mut self, file: &Path, base: &Path, home: Option<&Path>, trusted: bool) {
         let source = file.display().to_string();
         let bytes = match std::fs::read(file) {
             Ok(bytes) => bytes,
@@ -93,7 +95,38 @@ impl RuleSet {
             self.fail(format!("{source}: \"permissions\" must be an object"));
             return;
         }
-        self.add_settings(&v, base, home, &source);
+        if trusted {
+            self.add_settings(&v, base, home, &source);
+        } else {
+            self.add_narrowing(&v, base, home, &source);
+        }
+    }
+
+    /// Adds only the deny and ask rules of an untrusted project's settings, and says what was
+    /// left out.
+    fn add_narrowing(&mut self, v: &Value, base: &Path, home: Option<&Path>, source: &str) {
+        let mut narrowing = v.clone();
+        let mut left_out = Vec::new();
+        if let Some(p) = narrowing["permissions"].as_object_mut() {
+            if let Some(allow) = p.remove("allow") {
+                let n = allow.as_array().map_or(0, Vec::len);
+                if n > 0 {
+                    left_out.push(format!("{n} allow rule{}", if n == 1 { "" } else { "s" }));
+                }
+            }
+            if p.remove("additionalDirectories").is_some() {
+                left_out.push("additionalDirectories".to_owned());
+            }
+        }
+        for key in ["hooks", "env", "statusLine", "enableAllProjectMcpServers"] {
+            if v.get(key).is_some() {
+                left_out.push(key.to_owned());
+            }
+        }
+        self.add_settings(&narrowing, base, home, source);
+        if !left_out.is_empty() {
+            self.untrusted.push(format!("{source}: {}", left_out.join(", ")));
+        }
     }
 
     /// Records a settings file whose rules could not be read at all.
@@ -201,16 +234,59 @@ pub fn load(root: &Path, home: Option<&Path>) -> RuleSet {
         set.add_config(&config, root, home);
     }
     if let Some(h) = home {
-        set.add_file(&h.join(".claude/settings.json"), h, home);
+        set.add_file(&h.join(".claude/settings.json"), h, home, true);
     }
-    set.add_file(&root.join(".claude/settings.json"), root, home);
-    set.add_file(&root.join(".claude/settings.local.json"), root, home);
+    // "Always" answers given while the project was not trusted: the user's own.
+    if let Some(file) = crate::json_file::user_state_file(home)
+        && let Ok(state) = crate::json_file::read(&file)
+    {
+        let key = root.to_string_lossy();
+        let rules: Vec<String> = state["projects"][key.as_ref()]["allowedTools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.as_str().map(str::to_owned))
+            .collect();
+        set.add("allow", &rules, root, home, &file.display().to_string());
+    }
+    let trusted = crate::trust::is_trusted(root, home);
+    set.add_file(&root.join(".claude/settings.json"), root, home, trusted);
+    set.add_file(&root.join(".claude/settings.local.json"), root, home, trusted);
+    if !set.untrusted.is_empty() {
+        set.problems.push(format!(
+            "{} is not trusted, so its settings apply only where they narrow what runs (deny and ask rules); \
+             left out: {}. Run `tether trust` there to trust it",
+            root.display(),
+            set.untrusted.join("; ")
+        ));
+    }
     set
 }
 
-/// Adds `rule` to `permissions.allow` of `<root>/.claude/settings.local.json`, creating the file
-/// and keeping everything else in it.
-pub fn remember_always(root: &Path, rule: &str) -> Result<PathBuf, String> {
+/// Remembers an "always" answer: in `permissions.allow` of
+/// `<root>/.claude/settings.local.json` (created, everything else in it kept) when the project
+/// is trusted; otherwise — its own settings files do not widen anything yet — in the user's
+/// `~/.claude.json`, `projects["<root>"].allowedTools`, where Claude Code kept such answers and
+/// which [`load`] reads as the user's own. Returns the file written.
+pub fn remember_always(root: &Path, home: Option<&Path>, rule: &str) -> Result<PathBuf, String> {
+    if !crate::trust::is_trusted(root, home) {
+        let file = crate::json_file::user_state_file(home)
+            .ok_or("no home directory for ~/.claude.json")?;
+        let mut v = crate::json_file::read(&file)?;
+        let key = root.to_string_lossy().into_owned();
+        let entry = crate::json_file::object_at(&mut v, &["projects".into(), key]);
+        let list = entry.entry("allowedTools").or_insert_with(|| json!([]));
+        if !list.is_array() {
+            *list = json!([]);
+        }
+        if let Some(list) = list.as_array_mut()
+            && !list.iter().any(|r| r.as_str() == Some(rule))
+        {
+            list.push(json!(rule));
+        }
+        crate::json_file::write(&file, &v)?;
+        return Ok(file);
+    }
     let file = root.join(".claude/settings.local.json");
     let mut v: Value = match std::fs::read_to_string(&file) {
         Ok(text) => serde_json::from_str(&text).map_err(|e| {
