@@ -11,6 +11,7 @@ mod render;
 mod repl;
 mod stream_json;
 mod style;
+mod trust;
 mod view;
 
 use clap::{Parser, Subcommand};
@@ -227,6 +228,16 @@ enum Cmd {
     /// Relay stdin/stdout to the local daemon's socket, starting the daemon if needed: the
     /// remote end of `--remote` (run by ssh).
     Bridge,
+    /// Trust a directory: its own settings' hooks, allow rules, env and additional
+    /// directories, its `.mcp.json` servers and statusLine command may act there (kept in
+    /// ~/.claude.json, as Claude Code keeps it).
+    Trust {
+        /// The directory (default: the current one); directories below it are trusted too.
+        dir: Option<String>,
+        /// No longer trust it.
+        #[arg(long)]
+        revoke: bool,
+    },
     /// Check the socket, the daemon, its data directory, credentials, git and configuration.
     Doctor {
         /// Also check that the API answers (a free request, no tokens).
@@ -547,6 +558,7 @@ fn main() -> ExitCode {
                 action: ConfigCmd::Show,
             }) => commands::config_show(&socket, out).await,
             Some(Cmd::Doctor { online }) => commands::doctor(&socket, out, online).await,
+            Some(Cmd::Trust { dir, revoke }) => trust::command(&socket, out, dir, revoke).await,
             Some(Cmd::Models) => commands::models(&socket, out).await,
             Some(Cmd::Mcp { action }) => mcp::run(&socket, out, action).await,
             Some(Cmd::Acp) => acp::run(&socket).await,

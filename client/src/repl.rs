@@ -147,15 +147,19 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let _terminal = quiet::start();
     let conn = connection::connect_as(socket, true, ClientKind::Tui, client_name()).await?;
+    let created = start.session.is_none() && !start.observe;
+    if created {
+        let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
+        crate::trust::ask(&conn, &cwd).await?;
+    }
+    let _terminal = quiet::start();
     // Listening for resizes before the width is first read: a resize in between (a terminal
     // sized just after it started the client) would otherwise be lost.
     let mut resized =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
     let style = Style::detect();
     let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
-    let created = start.session.is_none() && !start.observe;
     let id = match start.session {
         Some(id) => {
             // A resumed session switches to what the command line asks for.
@@ -525,7 +529,8 @@ impl Repl {
         // The settings' statusLine command, in the session's directory, replaces the status.
         let cwd = PathBuf::from(&snapshot.summary.cwd);
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let custom = match status_line::StatusLine::load(&cwd, home.as_deref()) {
+        let trusted = crate::trust::is_trusted(&self.conn, &snapshot.summary.cwd).await;
+        let custom = match status_line::StatusLine::load(&cwd, home.as_deref(), trusted) {
             Some(command) => {
                 let percent = self
                     .status

@@ -164,6 +164,12 @@ pub trait TetherRpc {
     #[method(name = "settings/list", param_kind = map)]
     async fn settings_list(&self, cwd: String) -> RpcResult<Vec<SettingsKey>>;
 
+    /// Whether `cwd`'s own files may act, and what they would do; `trust` true records that
+    /// they may (false that they may not) first.
+    #[method(name = "workspace/trust", param_kind = map)]
+    async fn workspace_trust(&self, cwd: String, trust: Option<bool>)
+    -> RpcResult<WorkspaceTrust>;
+
     /// The MCP servers a session in `cwd` gets: each with its scope and state, and what
     /// could not be read.
     #[method(name = "mcp/list", param_kind = map)]

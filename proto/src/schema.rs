@@ -38,6 +38,7 @@ pub fn wire_schema() -> Value {
         types::McpChanged,
         types::CommandInfo,
         types::SettingsKey,
+        types::WorkspaceTrust,
         types::SessionExport,
         types::NoControllerPolicy,
     );

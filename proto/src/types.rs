@@ -481,6 +481,24 @@ pub struct SettingsKey {
     pub note: String,
 }
 
+/// Whether a directory's own files may act (`workspace/trust`): its settings' hooks, allow
+/// rules, `env` and additional directories, its `.mcp.json` servers, its statusLine command.
+/// Kept where Claude Code keeps it (`~/.claude.json`, `projects.<dir>.hasTrustDialogAccepted`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceTrust {
+    /// The directory, resolved.
+    pub dir: String,
+    /// Whether it (or a directory above it) is trusted.
+    pub trusted: bool,
+    /// What of its own would act once trusted (`.claude/settings.json: hooks, 2 allow rules`,
+    /// `.mcp.json: servers a, b`); empty when it has nothing to trust.
+    pub acts: Vec<String>,
+    /// The file the answer was written to, when this call changed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
 /// Result of `session/new`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

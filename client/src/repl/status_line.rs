@@ -18,14 +18,17 @@ pub struct StatusLine {
 
 impl StatusLine {
     /// `statusLine` of the settings files (local over project over user), when it is a
-    /// command.
-    pub fn load(cwd: &Path, home: Option<&Path>) -> Option<Self> {
+    /// command; the project's files count only when `cwd` is `trusted` (its command is the
+    /// project author's choice).
+    pub fn load(cwd: &Path, home: Option<&Path>, trusted: bool) -> Option<Self> {
         let mut files = Vec::new();
         if let Some(h) = home {
             files.push(h.join(".claude/settings.json"));
         }
-        files.push(cwd.join(".claude/settings.json"));
-        files.push(cwd.join(".claude/settings.local.json"));
+        if trusted {
+            files.push(cwd.join(".claude/settings.json"));
+            files.push(cwd.join(".claude/settings.local.json"));
+        }
         let mut found = None;
         for file in files {
             let Ok(text) = std::fs::read_to_string(&file) else {
@@ -111,7 +114,7 @@ mod tests {
         )
         .expect("write");
         assert_eq!(
-            StatusLine::load(cwd.path(), Some(home.path())),
+            StatusLine::load(cwd.path(), Some(home.path()), true),
             Some(StatusLine {
                 command: "echo user".into()
             })
@@ -122,8 +125,13 @@ mod tests {
         )
         .expect("write");
         assert_eq!(
-            StatusLine::load(cwd.path(), Some(home.path())).map(|s| s.command),
+            StatusLine::load(cwd.path(), Some(home.path()), true).map(|s| s.command),
             Some("echo local".into())
+        );
+        assert_eq!(
+            StatusLine::load(cwd.path(), Some(home.path()), false).map(|s| s.command),
+            Some("echo user".into()),
+            "an untrusted project's command is not run"
         );
     }
 

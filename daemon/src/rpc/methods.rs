@@ -518,6 +518,32 @@ impl TetherRpcServer for RpcApi {
         ))
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "workspace/trust"))]
+    async fn workspace_trust(
+        &self,
+        cwd: String,
+        trust: Option<bool>,
+    ) -> RpcResult<tether_proto::WorkspaceTrust> {
+        let cwd = absolute_dir(&cwd)?;
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let home = home.as_deref();
+        let file = match trust {
+            Some(trusted) => Some(
+                crate::trust::set(&cwd, home, trusted)
+                    .map_err(invalid_params)?
+                    .display()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(tether_proto::WorkspaceTrust {
+            dir: crate::trust::canonical(&cwd).display().to_string(),
+            trusted: crate::trust::is_trusted(&cwd, home),
+            acts: crate::trust::acts(&cwd, home),
+            file,
+        })
+    }
+
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "mcp/configure"))]
     async fn mcp_configure(&self, cwd: String, change: McpChange) -> RpcResult<McpChanged> {
         let cwd = absolute_dir(&cwd)?;
