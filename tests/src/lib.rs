@@ -176,12 +176,29 @@ impl Daemon {
         let dir = tempfile::Builder::new().prefix("tether-test").tempdir()?;
         std::fs::create_dir_all(dir.path().join("home"))?;
         std::fs::create_dir_all(dir.path().join("work"))?;
-        Ok(Self {
+        let daemon = Self {
             dir,
             child: None,
             env,
             umask: None,
-        })
+        };
+        // The working directory is the user's own project, as a real one would be.
+        daemon.trust(&daemon.workdir())?;
+        Ok(daemon)
+    }
+
+    /// Records `dir` as trusted where Claude Code (and tether) keep it: `projects.<dir>` in
+    /// the daemon's `~/.claude.json`.
+    pub fn trust(&self, dir: &Path) -> anyhow::Result<()> {
+        let file = self.dir.path().join("home/.claude.json");
+        let mut state: Value = match std::fs::read_to_string(&file) {
+            Ok(text) => serde_json::from_str(&text)?,
+            Err(_) => json!({}),
+        };
+        let key = dir.canonicalize()?.display().to_string();
+        state["projects"][key.as_str()]["hasTrustDialogAccepted"] = json!(true);
+        std::fs::write(&file, serde_json::to_string_pretty(&state)?)?;
+        Ok(())
     }
 
     /// A directory sessions can use as their cwd.

@@ -19,5 +19,6 @@ mod spine;
 mod systemd;
 mod terminal;
 mod tidy;
+mod trust;
 mod turns;
 mod wire_fuzz;
