@@ -627,6 +627,14 @@ impl SessionActor {
         self.commit().await;
         let result = self.journal.delete().await;
         if result.is_ok() {
+            // The commands' saved outputs go with the session.
+            let scratch = self.workspace.scratch().to_owned();
+            tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&scratch) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(dir = %scratch.display(), "could not remove a deleted session's saved outputs: {e}");
+                }
+                _ => {}
+            });
             self.session_end("other");
             self.journal
                 .broadcast_control(EventKind::SessionDeleted { by });

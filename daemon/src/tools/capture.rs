@@ -1,7 +1,7 @@
 //! Bounded capture of a shell's output: whatever a command prints, the daemon holds at most a
 //! head and a tail of it in memory, spills the whole output to a file once it outgrows them, and
 //! streams it live as progress coalesced to a bounded rate. A command printing gigabytes costs
-//! the daemon the same memory as one printing a page.
+//! the daemon the same memory as one printing a page, and at most [`MAX_SAVED`] of disk.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -19,11 +19,18 @@ pub const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// …and each message carries at most this many bytes; more output in between is summarised.
 const PROGRESS_MAX: usize = 16 * 1024;
 
+/// The most of one command's output saved to its file: past it, only the head and tail in
+/// memory are kept (five seconds of `yes` is gigabytes; the data directory is not a sink).
+pub const MAX_SAVED: u64 = 32 << 20;
+
 /// Where the whole output goes once it no longer fits in memory.
 enum Spill {
     /// Not needed yet.
     Pending(PathBuf),
-    Writing(std::io::BufWriter<std::fs::File>, PathBuf),
+    /// Being written: the file, its path, and the bytes written so far.
+    Writing(std::io::BufWriter<std::fs::File>, PathBuf, u64),
+    /// Written up to [`MAX_SAVED`]; the rest was not saved.
+    Full(PathBuf),
     /// Could not be written (a full disk): why.
     Failed(String),
 }
@@ -61,10 +68,25 @@ impl Capture {
         if self.tail.len() + bytes.len() > TAIL {
             self.start_spill();
         }
-        if let Spill::Writing(file, path) = &mut self.spill
-            && let Err(e) = file.write_all(bytes)
-        {
-            self.spill = Spill::Failed(format!("could not be saved to {}: {e}", path.display()));
+        if let Spill::Writing(file, path, written) = &mut self.spill {
+            let room = MAX_SAVED.saturating_sub(*written);
+            let n = bytes.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            match file.write_all(&bytes[..n]) {
+                Err(e) => {
+                    self.spill =
+                        Spill::Failed(format!("could not be saved to {}: {e}", path.display()));
+                }
+                Ok(()) if n < bytes.len() => {
+                    let path = path.clone();
+                    self.spill = match file.flush() {
+                        Ok(()) => Spill::Full(path),
+                        Err(e) => {
+                            Spill::Failed(format!("could not be saved to {}: {e}", path.display()))
+                        }
+                    };
+                }
+                Ok(()) => *written += n as u64,
+            }
         }
         let keep = &bytes[bytes.len().saturating_sub(TAIL)..];
         let overflow = (self.tail.len() + keep.len()).saturating_sub(TAIL);
@@ -87,8 +109,9 @@ impl Capture {
             w.write_all(b)?;
             Ok(w)
         });
+        let written = (self.head.len() + self.tail.len()) as u64;
         self.spill = match opened {
-            Ok(w) => Spill::Writing(w, path),
+            Ok(w) => Spill::Writing(w, path, written),
             Err(e) => Spill::Failed(format!("could not be saved to {}: {e}", path.display())),
         };
     }
@@ -115,10 +138,15 @@ impl Capture {
             return cut_middle(&text, max_chars, &saved);
         }
         let saved = match std::mem::replace(&mut self.spill, Spill::Failed(String::new())) {
-            Spill::Writing(mut file, path) => match file.flush() {
+            Spill::Writing(mut file, path, _) => match file.flush() {
                 Ok(()) => format!("the full output is in {}", path.display()),
                 Err(e) => format!("could not be saved to {}: {e}", path.display()),
             },
+            Spill::Full(path) => format!(
+                "its first {} MB are in {}; the rest was not saved",
+                MAX_SAVED >> 20,
+                path.display()
+            ),
             Spill::Failed(why) => why,
             Spill::Pending(_) => String::new(),
         };
@@ -272,6 +300,26 @@ mod tests {
         assert!(out.ends_with("line 19999 ünïcödé\n"), "{}", out);
         assert!(out.contains(&format!("of {} cut", expected.len())));
         assert!(out.contains(&path.display().to_string()));
+    }
+
+    #[test]
+    fn the_saved_output_stops_at_its_cap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("out.log");
+        let mut c = Capture::new(path.clone());
+        let chunk = vec![b'y'; 1 << 20];
+        for _ in 0..(MAX_SAVED >> 20) + 3 {
+            c.push(&chunk);
+        }
+        c.push(b"the end\n");
+        let out = c.finish(1000);
+        assert_eq!(
+            std::fs::metadata(&path).expect("saved").len(),
+            MAX_SAVED,
+            "the file stops at the cap"
+        );
+        assert!(out.contains("the rest was not saved"), "{out}");
+        assert!(out.ends_with("the end\n"), "the tail is still the output's end");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Workspace trust and tool names, end to end: an untrusted clone's hooks and allow rules do
-//! not act until `tether trust` (its deny rules do), and a deny rule or hook that names a tool
-//! by its other name (`Agent` for `Task`) holds.
+//! What keeps a user safe, end to end: an untrusted clone's hooks and allow rules do not act
+//! until `tether trust` (its deny rules do); a deny rule or hook that names a tool by its other
+//! name (`Agent` for `Task`) holds; a command's saved output is capped and leaves with its
+//! session.
 
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -153,5 +154,39 @@ fn a_rule_or_a_hook_that_names_a_tool_by_its_other_name_holds() -> anyhow::Resul
         "no sub-agent ran (it would have asked the model itself)"
     );
     let _ = requests.last().context("requests")?;
+    Ok(())
+}
+
+#[test]
+fn a_commands_saved_output_leaves_with_its_session() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use(
+            "Bash",
+            json!({"command": "head -c 400000 /dev/zero | tr '\\0' y"}),
+        ),
+        Step::text("done"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let out = daemon.run_tether(&[
+        "-p",
+        "go",
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "Bash",
+    ])?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout)?;
+    let id = result["session_id"].as_str().context("session id")?;
+    let scratch = daemon.data_dir().join("scratch").join(id);
+    let saved: Vec<_> = std::fs::read_dir(&scratch)?.collect();
+    assert!(!saved.is_empty(), "the long output was saved in {}", scratch.display());
+    let rm = daemon.run_tether(&["rm", id])?;
+    assert!(rm.status.success(), "{rm:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while scratch.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!scratch.exists(), "{} outlived its session", scratch.display());
     Ok(())
 }
