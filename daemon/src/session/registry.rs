@@ -203,7 +203,36 @@ impl Sessions {
                 tracing::error!(session = %id, "recovery did not finish: {e}");
             }
         }
+        self.remove_orphaned_outputs(&records);
         loaded.len()
+    }
+
+    /// Removes saved command outputs (`scratch/<id>`) whose session no longer exists, in the
+    /// background (a session deleted while the daemon was down, or by an older version).
+    fn remove_orphaned_outputs(&self, records: &[SessionRecord]) {
+        let scratch = self.env().data_dir.join("scratch");
+        let known: std::collections::HashSet<String> =
+            records.iter().map(|r| r.id.0.clone()).collect();
+        // A session created since the scan may already have outputs: those are newer.
+        let scanned = std::time::SystemTime::now();
+        tokio::task::spawn_blocking(move || {
+            let Ok(entries) = std::fs::read_dir(&scratch) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let older = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t < scanned);
+                if !known.contains(&name)
+                    && older
+                    && let Err(e) = std::fs::remove_dir_all(entry.path())
+                {
+                    tracing::warn!(dir = %entry.path().display(), "could not remove orphaned outputs: {e}");
+                }
+            }
+        });
     }
 
     /// The sessions that pass `filter`, most recently active first, one page at a time.
