@@ -128,7 +128,7 @@ impl Editor {
         let conn = self.daemon.get().await.map_err(failed)?;
         let session = conn
             .client
-            .session_new(cwd, None, None, None, None)
+            .session_new(cwd.clone(), None, None, None, None)
             .await
             .map_err(|e| failed(e.into()))?
             .session_id;
@@ -139,6 +139,7 @@ impl Editor {
         self.keep(link.clone());
         let (modes, options) = self.described(&link).await?;
         self.commands_later(session.clone());
+        bridge::ask_trust(&self, session.clone(), cwd);
         Ok(NewSessionResponse::new(session.0)
             .modes(modes)
             .config_options(options))

@@ -556,6 +556,66 @@ fn ask(editor: &Arc<Editor>, link: &Arc<Link>, conn: &Arc<Connection>, request: 
     link.lock().asking.insert(request_id, task.abort_handle());
 }
 
+/// Asks the editor, once, whether a new session's directory may act, when it is not trusted
+/// and its own files would (hooks, allow rules, MCP servers…): a permission request the editor
+/// shows like any other, listing them. "Trust" is recorded by the daemon; anything else leaves
+/// the directory untrusted (its deny and ask rules still apply) and asks again next time.
+pub fn ask_trust(editor: &Arc<Editor>, session: SessionId, cwd: String) {
+    use agent_client_protocol::v1::schema::{
+        ContentBlock, ToolCallContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    };
+    let editor = editor.clone();
+    tokio::spawn(async move {
+        let Ok(conn) = editor.daemon.get().await else {
+            return;
+        };
+        let trust = match conn.client.workspace_trust(cwd.clone(), None).await {
+            Ok(t) if !t.trusted && !t.acts.is_empty() => t,
+            Ok(_) => return,
+            Err(e) => {
+                warn(&format!("cannot ask whether {cwd} is trusted: {}", connection::call_error(&e)));
+                return;
+            }
+        };
+        let text = format!(
+            "{} is not trusted yet. Its own files would:\n{}\nOnly trust a folder whose files you or \
+             your team wrote. Until then its deny and ask rules apply and nothing of it that widens \
+             what runs does.",
+            trust.dir,
+            trust.acts.iter().map(|a| format!("- {a}\n")).collect::<String>()
+        );
+        let call = ToolCallUpdate::new(
+            format!("trust-{}", session.0),
+            ToolCallUpdateFields::new()
+                .title(format!("Trust the files in {}?", trust.dir))
+                .kind(ToolKind::Other)
+                .raw_input(serde_json::json!({"dir": trust.dir, "acts": trust.acts}))
+                .content(vec![ToolCallContent::from(ContentBlock::from(text))]),
+        );
+        let options = vec![
+            PermissionOption::new(
+                "trust".to_owned(),
+                "Trust this folder".to_owned(),
+                PermissionOptionKind::AllowAlways,
+            ),
+            PermissionOption::new(
+                "not_now".to_owned(),
+                "Not now".to_owned(),
+                PermissionOptionKind::RejectOnce,
+            ),
+        ];
+        let question = RequestPermissionRequest::new(session.0.clone(), call, options);
+        let answer = editor.cx.send_request(question).block_task().await;
+        if let Ok(r) = answer
+            && let RequestPermissionOutcome::Selected(s) = r.outcome
+            && s.option_id.0.as_ref() == "trust"
+            && let Err(e) = conn.client.workspace_trust(cwd, Some(true)).await
+        {
+            warn(&format!("cannot trust the folder: {}", connection::call_error(&e)));
+        }
+    });
+}
+
 /// The daemon's model list, for config options and context windows.
 pub async fn models(daemon: &Daemon) -> Result<ModelList, BridgeError> {
     Ok(daemon.get().await?.client.models_list().await?)

@@ -389,6 +389,56 @@ fn the_editor_answers_a_permission_request_and_sees_the_tool_run() -> anyhow::Re
 }
 
 #[test]
+fn the_editor_is_asked_to_trust_a_folder_whose_files_would_act() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("hello")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let clone = daemon.dir.path().join("clone");
+    std::fs::create_dir_all(clone.join(".claude"))?;
+    std::fs::write(
+        clone.join(".claude/settings.json"),
+        json!({"hooks": {"SessionStart": [{"hooks": [
+            {"type": "command", "command": "touch session-start-ran"}]}]}})
+        .to_string(),
+    )?;
+    let mut editor = Editor::start(&daemon, &fake)?;
+    let session = editor.new_session(&clone)?;
+    let asked = editor.until("the trust question", |v| v["op"] == "permission")?;
+    let call = &asked["toolCall"];
+    assert!(
+        call["title"].as_str().is_some_and(|t| t.starts_with("Trust")),
+        "{asked}"
+    );
+    assert!(
+        call.to_string().contains("SessionStart hooks"),
+        "it says what would act: {asked}"
+    );
+    assert_eq!(asked["sessionId"], session.as_str());
+    let id = call["toolCallId"].as_str().context("toolCallId")?.to_owned();
+    editor.send(json!({"op": "answer", "toolCallId": id, "optionId": "trust"}))?;
+    let trust = || {
+        std::fs::read_to_string(daemon.dir.path().join("home/.claude.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .map(|v| {
+                let key = clone.canonicalize().map(|c| c.display().to_string());
+                key.is_ok_and(|k| v["projects"][k.as_str()]["hasTrustDialogAccepted"] == true)
+            })
+            .unwrap_or(false)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !trust() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(trust(), "the answer was recorded");
+    // Trusted now: its SessionStart hook runs with the first prompt.
+    editor.prompt(&session, "hi", "p1")?;
+    editor.prompt_done("p1")?;
+    assert!(clone.join("session-start-ran").exists());
+    editor.checked_trace()?;
+    Ok(())
+}
+
+#[test]
 fn a_terminal_answers_first_and_the_editor_is_told_who() -> anyhow::Result<()> {
     let fake = Fake::start(
         Script::of([
