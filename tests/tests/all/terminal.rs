@@ -185,13 +185,23 @@ fn tether(daemon: &Daemon, args: &[&str]) -> anyhow::Result<Pty> {
 
 /// [`tether`] with more environment.
 fn tether_with(daemon: &Daemon, args: &[&str], env: &[(&str, String)]) -> anyhow::Result<Pty> {
+    tether_in(daemon, &daemon.workdir(), args, env)
+}
+
+/// [`tether_with`] in another directory.
+fn tether_in(
+    daemon: &Daemon,
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> anyhow::Result<Pty> {
     // Echo on, as a terminal starts (the pseudo-terminal library turns it off).
     let mut cmd = std::process::Command::new("sh");
     cmd.args(["-c", "stty echo && exec \"$0\" \"$@\""])
         .arg(bin("tether"));
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.args(args)
-        .current_dir(daemon.workdir())
+        .current_dir(dir)
         .env("TETHER_SOCKET", daemon.socket())
         .env("TETHER_HOME", daemon.data_dir())
         .env("TETHER_CONFIG", daemon.config_path())
@@ -1046,6 +1056,52 @@ fn the_terminal_answers_a_question_by_key_and_approves_a_plan() -> anyhow::Resul
         sent.contains(r#"\"Which database?\" = \"SQLite\""#),
         "{sent}"
     );
+    Ok(())
+}
+
+#[test]
+fn a_cloned_folder_is_trusted_only_when_the_user_says_so() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([Step::text("First."), Step::text("Second.")]).titling("Trust"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let clone = daemon.dir.path().join("clone");
+    std::fs::create_dir_all(clone.join(".claude"))?;
+    std::fs::write(
+        clone.join(".claude/settings.json"),
+        json!({
+            "statusLine": {"type": "command", "command": "touch status-ran; echo from the clone"},
+            "hooks": {"SessionStart": [{"hooks": [
+                {"type": "command", "command": "touch session-start-ran"}]}]},
+        })
+        .to_string(),
+    )?;
+    // No: the session runs, and nothing of the clone's acts.
+    let mut a = tether_in(&daemon, &clone, &["--", "one"], &[])?;
+    a.want("SessionStart hooks")?;
+    a.want("Trust this folder? [y/N]")?;
+    a.send("n\r")?;
+    a.want("Not trusted")?;
+    a.want("First.")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    assert!(!clone.join("session-start-ran").exists());
+    assert!(!clone.join("status-ran").exists());
+    // Yes: recorded, and the clone's hook and status line act from the first prompt on.
+    let mut b = tether_in(&daemon, &clone, &["--", "two"], &[])?;
+    b.want("Trust this folder? [y/N]")?;
+    b.send("y\r")?;
+    b.want("Trusted")?;
+    b.want("Second.")?;
+    b.want("from the clone")?;
+    b.send([4u8])?;
+    b.want("detached")?;
+    assert!(clone.join("session-start-ran").exists());
+    // Asked once: a trusted folder opens straight to the prompt.
+    let mut c = tether_in(&daemon, &clone, &[], &[])?;
+    c.want("› ")?;
+    assert!(!settled(&c).contains("Trust this folder"));
+    c.send([4u8])?;
     Ok(())
 }
 
