@@ -69,14 +69,19 @@ pub async fn ask(conn: &Connection, cwd: &str) -> anyhow::Result<()> {
     })
     .await??;
     if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
-        let t = conn.client.workspace_trust(cwd.to_owned(), Some(true)).await?;
+        let t = conn
+            .client
+            .workspace_trust(cwd.to_owned(), Some(true))
+            .await?;
         eprintln!(
             "Trusted {} (recorded in {}).",
             t.dir,
             t.file.as_deref().unwrap_or("~/.claude.json")
         );
     } else {
-        eprintln!("Not trusted: its settings only narrow what runs. `tether trust` trusts it later.");
+        eprintln!(
+            "Not trusted: its settings only narrow what runs. `tether trust` trusts it later."
+        );
     }
     Ok(())
 }

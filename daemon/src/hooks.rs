@@ -596,12 +596,18 @@ mod tests {
                 );
             }
         }
-        let h = hooks(json!({"PreToolUse": [{"matcher": "Agen.|Nothing", "hooks": [
-            {"type": "command", "command": "echo matched >&2; exit 2"}]}]}));
+        let h = hooks(
+            json!({"PreToolUse": [{"matcher": "Agen.|Nothing", "hooks": [
+            {"type": "command", "command": "echo matched >&2; exit 2"}]}]}),
+        );
         let out = h
             .run(HookEvent::PreToolUse, Some("Task"), json!({}), dir.path())
             .await;
-        assert_eq!(out.block.as_deref(), Some("matched"), "a regex over an alias");
+        assert_eq!(
+            out.block.as_deref(),
+            Some("matched"),
+            "a regex over an alias"
+        );
         let out = h
             .run(HookEvent::PreToolUse, Some("Bash"), json!({}), dir.path())
             .await;

@@ -234,11 +234,13 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
                 .any(|p| shell::reads_unnamed_files(p))
         {
             return match mode {
-                PermissionMode::BypassPermissions | PermissionMode::DontAsk => Decision::Deny(format!(
-                    "this command could read files the permission rule {} denies (a recursive search or a glob); \
+                PermissionMode::BypassPermissions | PermissionMode::DontAsk => {
+                    Decision::Deny(format!(
+                        "this command could read files the permission rule {} denies (a recursive search or a glob); \
                      name the files, or use the Grep and Glob tools, which skip denied files",
-                    rule.text
-                )),
+                        rule.text
+                    ))
+                }
                 _ => Decision::Ask,
             };
         }

@@ -45,56 +45,9 @@ fn trusted_in(state: &serde_json::Value, dir: &Path, home: Option<&Path>) -> boo
     })
 }
 
-/// What of `dir`'s own would act once it is trusted: per settings file, the parts that widen
-/// what runs; the `.mcp.json` servers. Empty when there is nothing to trust.
-pub fn acts(dir: &Path, home: Option<&Path>) -> Vec<String> {
-    let mut out = Vec::new();
-    let project = dir.join(".claude");
-    for (file, v) in crate::settings::all_files(dir, home) {
-        if !file.starts_with(&project) {
-            continue;
-        }
-        let mut parts = Vec::new();
-        let allow = v["permissions"]["allow"].as_array().map_or(0, Vec::len);
-        if allow > 0 {
-            parts.push(format!("{allow} allow rule{}", if allow == 1 { "" } else { "s" }));
-        }
-        if v["permissions"].get("additionalDirectories").is_some() {
-            parts.push("additionalDirectories".to_owned());
-        }
-        if let Some(hooks) = v["hooks"].as_object().filter(|h| !h.is_empty()) {
-            let events: Vec<&str> = hooks.keys().map(String::as_str).collect();
-            parts.push(format!("{} hooks", events.join("/")));
-        }
-        for key in ["env", "statusLine", "enableAllProjectMcpServers"] {
-            if v.get(key).is_some() {
-                parts.push(key.to_owned());
-            }
-        }
-        if matches!(
-            v["permissions"]["defaultMode"].as_str(),
-            Some("acceptEdits" | "bypassPermissions" | "dontAsk")
-        ) {
-            parts.push("defaultMode".to_owned());
-        }
-        if !parts.is_empty() {
-            out.push(format!("{}: {}", file.display(), parts.join(", ")));
-        }
-    }
-    if let Some(file) = crate::mcp::config::project_file(dir)
-        && let Ok(v) = read(&file)
-        && let Some(servers) = v["mcpServers"].as_object().filter(|s| !s.is_empty())
-    {
-        let names: Vec<&str> = servers.keys().map(String::as_str).collect();
-        out.push(format!("{}: MCP servers {}", file.display(), names.join(", ")));
-    }
-    out
-}
-
 /// The directory as trust is recorded for it: resolved through symlinks when it exists.
 pub fn canonical(dir: &Path) -> PathBuf {
-    dir.canonicalize()
-        .unwrap_or_else(|_| crate::tools::normalize(dir))
+    dir.canonicalize().unwrap_or_else(|_| dir.to_owned())
 }
 
 /// Records that `dir` is trusted (or no longer is); returns the file written.
@@ -125,12 +78,21 @@ mod tests {
         )
         .expect("write");
         assert!(!trusted_in(&state(h), &project, h));
-        assert!(trusted_in(&state(h), home.path(), h), "home is the user's own");
+        assert!(
+            trusted_in(&state(h), home.path(), h),
+            "home is the user's own"
+        );
         let file = set(&project, h, true).expect("set");
         assert_eq!(file, home.path().join(".claude.json"));
         assert!(trusted_in(&state(h), &project, h));
-        assert!(trusted_in(&state(h), &sub, h), "a directory below is trusted");
-        assert!(!trusted_in(&state(h), work.path(), h), "the one above is not");
+        assert!(
+            trusted_in(&state(h), &sub, h),
+            "a directory below is trusted"
+        );
+        assert!(
+            !trusted_in(&state(h), work.path(), h),
+            "the one above is not"
+        );
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
         assert_eq!(v["theme"], "dark", "other keys are kept");

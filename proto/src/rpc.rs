@@ -167,8 +167,7 @@ pub trait TetherRpc {
     /// Whether `cwd`'s own files may act, and what they would do; `trust` true records that
     /// they may (false that they may not) first.
     #[method(name = "workspace/trust", param_kind = map)]
-    async fn workspace_trust(&self, cwd: String, trust: Option<bool>)
-    -> RpcResult<WorkspaceTrust>;
+    async fn workspace_trust(&self, cwd: String, trust: Option<bool>) -> RpcResult<WorkspaceTrust>;
 
     /// The MCP servers a session in `cwd` gets: each with its scope and state, and what
     /// could not be read.

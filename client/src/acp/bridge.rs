@@ -573,7 +573,10 @@ pub fn ask_trust(editor: &Arc<Editor>, session: SessionId, cwd: String) {
             Ok(t) if !t.trusted && !t.acts.is_empty() => t,
             Ok(_) => return,
             Err(e) => {
-                warn(&format!("cannot ask whether {cwd} is trusted: {}", connection::call_error(&e)));
+                warn(&format!(
+                    "cannot ask whether {cwd} is trusted: {}",
+                    connection::call_error(&e)
+                ));
                 return;
             }
         };
@@ -582,7 +585,11 @@ pub fn ask_trust(editor: &Arc<Editor>, session: SessionId, cwd: String) {
              your team wrote. Until then its deny and ask rules apply and nothing of it that widens \
              what runs does.",
             trust.dir,
-            trust.acts.iter().map(|a| format!("- {a}\n")).collect::<String>()
+            trust
+                .acts
+                .iter()
+                .map(|a| format!("- {a}\n"))
+                .collect::<String>()
         );
         let call = ToolCallUpdate::new(
             format!("trust-{}", session.0),
@@ -611,7 +618,10 @@ pub fn ask_trust(editor: &Arc<Editor>, session: SessionId, cwd: String) {
             && s.option_id.0.as_ref() == "trust"
             && let Err(e) = conn.client.workspace_trust(cwd, Some(true)).await
         {
-            warn(&format!("cannot trust the folder: {}", connection::call_error(&e)));
+            warn(&format!(
+                "cannot trust the folder: {}",
+                connection::call_error(&e)
+            ));
         }
     });
 }

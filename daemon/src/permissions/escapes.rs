@@ -58,7 +58,6 @@ fn no_escape_gets_past_the_rules() {
     symlink(root.join(".env"), root.join("env")).expect("symlink");
     let r = root.display().to_string();
 
-    let mut set = RuleSet::default();
     let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let allow = own(&[
         "Bash(git diff:*)",
@@ -75,9 +74,22 @@ fn no_escape_gets_past_the_rules() {
         "Bash(rm:*)",
         "Bash(curl:*)",
     ]);
-    set.add("allow", &allow, &root, None, "catalogue");
-    set.add("deny", &deny, &root, None, "catalogue");
-    assert!(set.problems.is_empty(), "{:?}", set.problems);
+    // The rules come from the project's own settings file, read as a session reads them:
+    // once with the project trusted, once not (then its allow rules do not apply at all).
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(root.join(".claude")).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    std::fs::write(
+        root.join(".claude/settings.json"),
+        serde_json::json!({"permissions": {"allow": allow, "deny": deny}}).to_string(),
+    )
+    .expect("write");
+    let untrusted = load_settings(&root, Some(&home));
+    assert!(untrusted.allow.is_empty() && untrusted.deny.len() == deny.len());
+    crate::trust::set(&root, Some(&home), true).expect("trust");
+    let trusted = load_settings(&root, Some(&home));
+    assert!(trusted.problems.is_empty(), "{:?}", trusted.problems);
+    assert_eq!(trusted.allow.len(), allow.len());
 
     // (tool, input, what it must be: `K` or `D` = anything but allowed, `D` = denied).
     let bash = |c: &str| ("Bash", json!({"command": c}), 'K');
@@ -278,19 +290,24 @@ fn no_escape_gets_past_the_rules() {
 
     use PermissionMode::*;
     let modes = [Default, AcceptEdits, DontAsk, Plan, BypassPermissions];
+    let states = [("trusted", &trusted), ("untrusted", &untrusted)];
     let mut bypasses = Vec::new();
-    for mode in modes {
-        for (tool, input, want) in &catalogue {
-            let got = verdict(mode, &set, &root, tool, input);
-            if !holds(mode, *want, got) {
-                let shown: String = input.to_string().chars().take(160).collect();
-                bypasses.push(format!("{mode:?}: {tool} {shown}: got {got}, wanted {want}"));
+    for (state, set) in states {
+        for mode in modes {
+            for (tool, input, want) in &catalogue {
+                let got = verdict(mode, set, &root, tool, input);
+                if !holds(mode, *want, got) {
+                    let shown: String = input.to_string().chars().take(160).collect();
+                    bypasses.push(format!(
+                        "{state}, {mode:?}: {tool} {shown}: got {got}, wanted {want}"
+                    ));
+                }
             }
         }
     }
     eprintln!(
-        "escape catalogue: {} attempts ({} calls in {} modes), {} got through",
-        catalogue.len() * modes.len(),
+        "escape catalogue: {} attempts ({} calls in {} modes, trusted and not), {} got through",
+        catalogue.len() * modes.len() * states.len(),
         catalogue.len(),
         modes.len(),
         bypasses.len()

@@ -1,8 +1,8 @@
 //! What tether does with each key of Claude Code's settings files (`~/.claude/settings.json`,
 //! `<project>/.claude/settings.json`, `<project>/.claude/settings.local.json`): the defaults a
 //! new session takes from them (`permissions.defaultMode`, `model`; local over project over
-//! user), and the report `/config` shows — every key, used or not used by tether, so nothing
-//! is dropped silently.
+//! user), the report `/config` shows — every key, used or not used by tether, so nothing
+//! is dropped silently — and what an untrusted project's files would do once trusted.
 
 use crate::settings::all_files;
 use serde_json::Value;
@@ -84,6 +84,59 @@ pub fn defaults(root: &Path, home: Option<&Path>) -> Defaults {
         if let Some(model) = v["model"].as_str().filter(|m| !m.trim().is_empty()) {
             out.model = Some(model.to_owned());
         }
+    }
+    out
+}
+
+/// What of `dir`'s own would act once it is trusted ([`crate::trust`]): per settings file, the parts that widen
+/// what runs; the `.mcp.json` servers. Empty when there is nothing to trust.
+pub fn acts(dir: &Path, home: Option<&Path>) -> Vec<String> {
+    let mut out = Vec::new();
+    let project = dir.join(".claude");
+    for (file, v) in all_files(dir, home) {
+        if !file.starts_with(&project) {
+            continue;
+        }
+        let mut parts = Vec::new();
+        let allow = v["permissions"]["allow"].as_array().map_or(0, Vec::len);
+        if allow > 0 {
+            parts.push(format!(
+                "{allow} allow rule{}",
+                if allow == 1 { "" } else { "s" }
+            ));
+        }
+        if v["permissions"].get("additionalDirectories").is_some() {
+            parts.push("additionalDirectories".to_owned());
+        }
+        if let Some(hooks) = v["hooks"].as_object().filter(|h| !h.is_empty()) {
+            let events: Vec<&str> = hooks.keys().map(String::as_str).collect();
+            parts.push(format!("{} hooks", events.join("/")));
+        }
+        for key in ["env", "statusLine", "enableAllProjectMcpServers"] {
+            if v.get(key).is_some() {
+                parts.push(key.to_owned());
+            }
+        }
+        if matches!(
+            v["permissions"]["defaultMode"].as_str(),
+            Some("acceptEdits" | "bypassPermissions" | "dontAsk")
+        ) {
+            parts.push("defaultMode".to_owned());
+        }
+        if !parts.is_empty() {
+            out.push(format!("{}: {}", file.display(), parts.join(", ")));
+        }
+    }
+    if let Some(file) = crate::mcp::config::project_file(dir)
+        && let Ok(v) = crate::json_file::read(&file)
+        && let Some(servers) = v["mcpServers"].as_object().filter(|s| !s.is_empty())
+    {
+        let names: Vec<&str> = servers.keys().map(String::as_str).collect();
+        out.push(format!(
+            "{}: MCP servers {}",
+            file.display(),
+            names.join(", ")
+        ));
     }
     out
 }

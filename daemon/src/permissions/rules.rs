@@ -167,7 +167,8 @@ impl Rule {
         match &self.spec {
             Specifier::Any => true,
             Specifier::Paths(set) => {
-                set.is_match(normalize(path)) || real_path(path).is_some_and(|real| set.is_match(real))
+                set.is_match(normalize(path))
+                    || real_path(path).is_some_and(|real| set.is_match(real))
             }
             _ => false,
         }

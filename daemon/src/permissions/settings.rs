@@ -125,7 +125,8 @@ impl RuleSet {
         }
         self.add_settings(&narrowing, base, home, source);
         if !left_out.is_empty() {
-            self.untrusted.push(format!("{source}: {}", left_out.join(", ")));
+            self.untrusted
+                .push(format!("{source}: {}", left_out.join(", ")));
         }
     }
 
@@ -251,7 +252,12 @@ pub fn load(root: &Path, home: Option<&Path>) -> RuleSet {
     }
     let trusted = crate::trust::is_trusted(root, home);
     set.add_file(&root.join(".claude/settings.json"), root, home, trusted);
-    set.add_file(&root.join(".claude/settings.local.json"), root, home, trusted);
+    set.add_file(
+        &root.join(".claude/settings.local.json"),
+        root,
+        home,
+        trusted,
+    );
     if !set.untrusted.is_empty() {
         set.problems.push(format!(
             "{} is not trusted, so its settings apply only where they narrow what runs (deny and ask rules); \

@@ -234,9 +234,7 @@ fn lex(command: &str) -> Vec<Token> {
 /// (quotes removed); `>&N` duplicates a descriptor and names no file.
 pub fn output_targets(command: &str) -> Vec<String> {
     let tokens = lex(command);
-    let bare = |i: usize, want: &[char]| {
-        matches!(tokens.get(i), Some(Token::Char(c, Quoting::Bare)) if want.contains(c))
-    };
+    let bare = |i: usize, want: &[char]| matches!(tokens.get(i), Some(Token::Char(c, Quoting::Bare)) if want.contains(c));
     let mut targets = Vec::new();
     let mut i = 0;
     while i < tokens.len() {
@@ -300,7 +298,9 @@ pub fn reads_unnamed_files(command: &str) -> bool {
         "grep" | "egrep" | "fgrep" => args.iter().any(|a| {
             a == "--recursive"
                 || a == "--dereference-recursive"
-                || (a.starts_with('-') && !a.starts_with("--") && (a.contains('r') || a.contains('R')))
+                || (a.starts_with('-')
+                    && !a.starts_with("--")
+                    && (a.contains('r') || a.contains('R')))
         }),
         _ => false,
     };
@@ -388,7 +388,8 @@ fn words(command: &str) -> Option<Vec<String>> {
     let expands = tokens.iter().any(|t| {
         matches!(
             t,
-            Token::Char('>' | '$', Quoting::Bare | Quoting::Double) | Token::Char('$', Quoting::Literal)
+            Token::Char('>' | '$', Quoting::Bare | Quoting::Double)
+                | Token::Char('$', Quoting::Literal)
         )
     });
     (!expands).then(|| words_of(&tokens))
@@ -396,7 +397,14 @@ fn words(command: &str) -> Option<Vec<String>> {
 
 /// Options that write a file in many programs (`--output=FILE`, `--log-file FILE`).
 fn writes_generally(flag: &str) -> bool {
-    ["--output", "--out-file", "--outfile", "--log-file", "--output-file"].contains(&flag)
+    [
+        "--output",
+        "--out-file",
+        "--outfile",
+        "--log-file",
+        "--output-file",
+    ]
+    .contains(&flag)
 }
 
 /// The files a simple command writes through its options (`git diff --output=F`, `sort -o F`,
@@ -432,7 +440,13 @@ pub fn option_targets(command: &str) -> Vec<String> {
 
 /// The writing options whose value is the file they write.
 const TAKES_FILE: &[&str] = &[
-    "-fprint", "-fprintf", "-fprint0", "-fls", "--output", "-o", "--output-directory",
+    "-fprint",
+    "-fprintf",
+    "-fprint0",
+    "-fls",
+    "--output",
+    "-o",
+    "--output-directory",
 ];
 
 /// Whether `command` (one simple command, as [`split`] gives it) only reads: a read-only

@@ -441,14 +441,27 @@ fn a_settings_file_that_cannot_be_read_is_reported_and_nothing_runs_unasked() {
     )
     .expect("write");
     let set = load_settings(root.path(), Some(home.path()));
-    assert!(set.problems.iter().any(|p| p.contains("UTF-8")), "{:?}", set.problems);
-    assert!(matches!(check(&set, Default, "rm -rf x"), Decision::Deny(_)));
+    assert!(
+        set.problems.iter().any(|p| p.contains("UTF-8")),
+        "{:?}",
+        set.problems
+    );
+    assert!(matches!(
+        check(&set, Default, "rm -rf x"),
+        Decision::Deny(_)
+    ));
     assert!(!set.unreadable);
     // Not an object, a directory in its place, or not JSON: every call asks, even ones an
     // allow rule or the mode would let through.
     for (what, write) in [
-        ("a string", Some(&br#"{"permissions": "deny everything"}"#[..])),
-        ("not json", Some(&b"{\"permissions\": {\"deny\": [\"Bash(rm:*)\"]"[..])),
+        (
+            "a string",
+            Some(&br#"{"permissions": "deny everything"}"#[..]),
+        ),
+        (
+            "not json",
+            Some(&b"{\"permissions\": {\"deny\": [\"Bash(rm:*)\"]"[..]),
+        ),
         ("a directory", None),
     ] {
         let file = claude.join("settings.json");
@@ -459,20 +472,38 @@ fn a_settings_file_that_cannot_be_read_is_reported_and_nothing_runs_unasked() {
             None => std::fs::create_dir(&file).expect("mkdir"),
         }
         let mut set = load_settings(root.path(), Some(home.path()));
-        set.add("allow", &["Bash(rm:*)".to_owned()], root.path(), None, "session");
+        set.add(
+            "allow",
+            &["Bash(rm:*)".to_owned()],
+            root.path(),
+            None,
+            "session",
+        );
         assert!(set.unreadable, "{what}");
         assert!(
-            set.problems.iter().any(|p| p.contains("settings.json") && p.contains("asks")),
+            set.problems
+                .iter()
+                .any(|p| p.contains("settings.json") && p.contains("asks")),
             "{what}: {:?}",
             set.problems
         );
         assert_eq!(check(&set, Default, "rm x"), Decision::Ask, "{what}");
-        assert_eq!(check(&set, BypassPermissions, "rm x"), Decision::Ask, "{what}");
+        assert_eq!(
+            check(&set, BypassPermissions, "rm x"),
+            Decision::Ask,
+            "{what}"
+        );
         assert_eq!(check(&set, AcceptEdits, "ls"), Decision::Ask, "{what}");
-        assert!(matches!(check(&set, DontAsk, "ls"), Decision::Deny(_)), "{what}");
+        assert!(
+            matches!(check(&set, DontAsk, "ls"), Decision::Deny(_)),
+            "{what}"
+        );
     }
     let _ = std::fs::remove_dir(claude.join("settings.json"));
-    assert!(!load_settings(root.path(), Some(home.path())).unreadable, "a missing file is fine");
+    assert!(
+        !load_settings(root.path(), Some(home.path())).unreadable,
+        "a missing file is fine"
+    );
 }
 
 #[tokio::test]
@@ -516,7 +547,10 @@ async fn read_deny_rules_keep_files_from_the_search_tools_walks() {
             "Grep",
             json!({"pattern": "KEY", "glob": "**/.env", "output_mode": "content"}),
         ),
-        ("Grep", json!({"pattern": "KEY=h", "output_mode": "content"})),
+        (
+            "Grep",
+            json!({"pattern": "KEY=h", "output_mode": "content"}),
+        ),
         ("Glob", json!({"pattern": "**/.env"})),
         ("Glob", json!({"pattern": "src/deep/*"})),
         ("LS", json!({"path": root.join("src")})),
@@ -533,7 +567,10 @@ async fn read_deny_rules_keep_files_from_the_search_tools_walks() {
         );
     }
     let out = run("Grep", json!({"pattern": "KEY", "output_mode": "content"})).await;
-    assert!(out.contains("public"), "other files are still searched: {out}");
+    assert!(
+        out.contains("public"),
+        "other files are still searched: {out}"
+    );
 }
 
 #[test]
@@ -559,7 +596,13 @@ fn an_untrusted_project_narrows_but_never_widens() {
         .iter()
         .find(|p| p.contains("not trusted"))
         .expect("a note says what was left out");
-    for what in ["2 allow rules", "additionalDirectories", "hooks", "env", "tether trust"] {
+    for what in [
+        "2 allow rules",
+        "additionalDirectories",
+        "hooks",
+        "env",
+        "tether trust",
+    ] {
         assert!(note.contains(what), "{what}: {note}");
     }
     assert!(crate::settings::files(root.path(), home).is_empty());

@@ -539,7 +539,7 @@ impl TetherRpcServer for RpcApi {
         Ok(tether_proto::WorkspaceTrust {
             dir: crate::trust::canonical(&cwd).display().to_string(),
             trusted: crate::trust::is_trusted(&cwd, home),
-            acts: crate::trust::acts(&cwd, home),
+            acts: crate::permissions::keys::acts(&cwd, home),
             file,
         })
     }

@@ -584,8 +584,7 @@ impl SessionActor {
             let root = std::path::PathBuf::from(&self.journal.record.cwd);
             let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
             for rule in &waiting.rules {
-                let note = match crate::permissions::remember_always(&root, home.as_deref(), rule)
-                {
+                let note = match crate::permissions::remember_always(&root, home.as_deref(), rule) {
                     Ok(file) => format!("{rule} is now allowed in {}", file.display()),
                     Err(e) => {
                         format!("{rule} is allowed for this session, but could not be saved: {e}")

@@ -300,7 +300,6 @@ impl Tool for BashOutput {
         "BashOutput"
     }
 
-
     fn description(&self) -> &'static str {
         "Returns the output a background shell (started with Bash run_in_background) produced since the last read, \
          and whether it still runs. filter keeps only lines matching a regular expression."
@@ -376,7 +375,6 @@ impl Tool for KillShell {
     fn name(&self) -> &'static str {
         "KillShell"
     }
-
 
     fn description(&self) -> &'static str {
         "Kills a background shell (and every process it started) by its id."

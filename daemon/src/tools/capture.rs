@@ -319,7 +319,10 @@ mod tests {
             "the file stops at the cap"
         );
         assert!(out.contains("the rest was not saved"), "{out}");
-        assert!(out.ends_with("the end\n"), "the tail is still the output's end");
+        assert!(
+            out.ends_with("the end\n"),
+            "the tail is still the output's end"
+        );
     }
 
     #[test]

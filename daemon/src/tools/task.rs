@@ -41,7 +41,6 @@ impl Tool for Task {
         "Task"
     }
 
-
     fn description(&self) -> &str {
         &self.description
     }

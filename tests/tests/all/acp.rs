@@ -405,7 +405,9 @@ fn the_editor_is_asked_to_trust_a_folder_whose_files_would_act() -> anyhow::Resu
     let asked = editor.until("the trust question", |v| v["op"] == "permission")?;
     let call = &asked["toolCall"];
     assert!(
-        call["title"].as_str().is_some_and(|t| t.starts_with("Trust")),
+        call["title"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Trust")),
         "{asked}"
     );
     assert!(
@@ -413,7 +415,10 @@ fn the_editor_is_asked_to_trust_a_folder_whose_files_would_act() -> anyhow::Resu
         "it says what would act: {asked}"
     );
     assert_eq!(asked["sessionId"], session.as_str());
-    let id = call["toolCallId"].as_str().context("toolCallId")?.to_owned();
+    let id = call["toolCallId"]
+        .as_str()
+        .context("toolCallId")?
+        .to_owned();
     editor.send(json!({"op": "answer", "toolCallId": id, "optionId": "trust"}))?;
     let trust = || {
         std::fs::read_to_string(daemon.dir.path().join("home/.claude.json"))

@@ -54,7 +54,13 @@ fn an_untrusted_clone_acts_only_once_trusted() -> anyhow::Result<()> {
     let out = run()?;
     assert!(out.status.success(), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for what in ["is not trusted", "SessionStart hooks", "1 allow rule", "env", "tether trust"] {
+    for what in [
+        "is not trusted",
+        "SessionStart hooks",
+        "1 allow rule",
+        "env",
+        "tether trust",
+    ] {
         assert!(stderr.contains(what), "{what}: {stderr}");
     }
     assert!(
@@ -82,7 +88,9 @@ fn an_untrusted_clone_acts_only_once_trusted() -> anyhow::Result<()> {
     let t: Value = serde_json::from_slice(&trusted.stdout)?;
     assert_eq!(t["trusted"], true);
     assert!(
-        t["file"].as_str().is_some_and(|f| f.ends_with(".claude.json")),
+        t["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with(".claude.json")),
         "{t}"
     );
     // Kept where Claude Code keeps it.
@@ -107,7 +115,10 @@ fn an_untrusted_clone_acts_only_once_trusted() -> anyhow::Result<()> {
         clone.join("made-by-allowed-rule").exists(),
         "trusted, its allow rule applies"
     );
-    assert!(clone.join("important").exists(), "and its deny rule still holds");
+    assert!(
+        clone.join("important").exists(),
+        "and its deny rule still holds"
+    );
     Ok(())
 }
 
@@ -180,13 +191,21 @@ fn a_commands_saved_output_leaves_with_its_session() -> anyhow::Result<()> {
     let id = result["session_id"].as_str().context("session id")?;
     let scratch = daemon.data_dir().join("scratch").join(id);
     let saved: Vec<_> = std::fs::read_dir(&scratch)?.collect();
-    assert!(!saved.is_empty(), "the long output was saved in {}", scratch.display());
+    assert!(
+        !saved.is_empty(),
+        "the long output was saved in {}",
+        scratch.display()
+    );
     let rm = daemon.run_tether(&["rm", id])?;
     assert!(rm.status.success(), "{rm:?}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while scratch.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(!scratch.exists(), "{} outlived its session", scratch.display());
+    assert!(
+        !scratch.exists(),
+        "{} outlived its session",
+        scratch.display()
+    );
     Ok(())
 }

@@ -1061,9 +1061,8 @@ fn the_terminal_answers_a_question_by_key_and_approves_a_plan() -> anyhow::Resul
 
 #[test]
 fn a_cloned_folder_is_trusted_only_when_the_user_says_so() -> anyhow::Result<()> {
-    let fake = Fake::start(
-        Script::of([Step::text("First."), Step::text("Second.")]).titling("Trust"),
-    )?;
+    let fake =
+        Fake::start(Script::of([Step::text("First."), Step::text("Second.")]).titling("Trust"))?;
     let daemon = Daemon::start_with(fake.env())?;
     let clone = daemon.dir.path().join("clone");
     std::fs::create_dir_all(clone.join(".claude"))?;
