@@ -16,6 +16,7 @@ pub mod llm;
 pub mod mcp;
 pub mod permissions;
 pub mod rpc;
+pub mod sandbox;
 pub mod session;
 pub mod settings;
 pub mod store;

@@ -21,6 +21,10 @@ pub struct RuleSet {
     pub additional_dirs: Vec<PathBuf>,
     /// `file: rule: why` for every rule that could not be read.
     pub problems: Vec<String>,
+    /// The call is a Bash call the OS sandbox holds with `autoAllowBashIfSandboxed` on
+    /// (`crate::sandbox` says which): allowed unless a deny or ask rule matches it. Set per call
+    /// by the session's permission check.
+    pub sandboxed_bash: bool,
 }
 
 impl RuleSet {

@@ -158,6 +158,8 @@ impl SessionActor {
         {
             policy.effort = Some(e);
         }
+        // The sandbox this turn's Bash calls run in, and its permission checks see.
+        self.refresh_sandbox();
         let record = &self.journal.record;
         let cwd = std::path::PathBuf::from(&record.cwd);
         let span = tracing::info_span!(

@@ -82,6 +82,8 @@ pub struct Workspace {
     pub jobs: super::jobs::Jobs,
     /// Variables the settings files' `env` sets for commands.
     env: Vec<(String, String)>,
+    /// The OS sandbox Bash runs in, as the current turn set it (none: Bash runs unsandboxed).
+    sandbox: std::sync::Mutex<Option<std::sync::Arc<crate::sandbox::Sandbox>>>,
 }
 
 impl Workspace {
@@ -96,6 +98,7 @@ impl Workspace {
             stamps: Default::default(),
             jobs: Default::default(),
             env: Vec::new(),
+            sandbox: Default::default(),
         }
     }
 
@@ -108,6 +111,20 @@ impl Workspace {
     /// The variables set for commands.
     pub fn env(&self) -> &[(String, String)] {
         &self.env
+    }
+
+    /// The sandbox Bash calls run in now.
+    pub fn sandbox(&self) -> Option<std::sync::Arc<crate::sandbox::Sandbox>> {
+        self.sandbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets the sandbox for the calls to come (a turn sets it as it starts, so its permission
+    /// checks and its Bash calls see the same one).
+    pub fn set_sandbox(&self, sandbox: Option<crate::sandbox::Sandbox>) {
+        *self.sandbox.lock().unwrap_or_else(|p| p.into_inner()) = sandbox.map(std::sync::Arc::new);
     }
 
     /// Remembers what a file looked like when it was read or written.
