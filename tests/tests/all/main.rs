@@ -14,6 +14,7 @@ mod operations;
 mod permissions;
 mod providers;
 mod remote;
+mod sandbox;
 mod sessions;
 mod spine;
 mod systemd;
