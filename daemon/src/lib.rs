@@ -10,8 +10,8 @@ pub mod doctor;
 #[cfg(test)]
 mod fuzz;
 pub mod heap;
-pub mod json_file;
 pub mod hooks;
+pub mod json_file;
 pub mod llm;
 pub mod mcp;
 pub mod permissions;

@@ -79,12 +79,21 @@ mod tests {
         )
         .expect("write");
         assert!(!trusted_in(&state(h), &project, h));
-        assert!(trusted_in(&state(h), home.path(), h), "home is the user's own");
+        assert!(
+            trusted_in(&state(h), home.path(), h),
+            "home is the user's own"
+        );
         let file = set(&project, h, true).expect("set");
         assert_eq!(file, home.path().join(".claude.json"));
         assert!(trusted_in(&state(h), &project, h));
-        assert!(trusted_in(&state(h), &sub, h), "a directory below is trusted");
-        assert!(!trusted_in(&state(h), work.path(), h), "the one above is not");
+        assert!(
+            trusted_in(&state(h), &sub, h),
+            "a directory below is trusted"
+        );
+        assert!(
+            !trusted_in(&state(h), work.path(), h),
+            "the one above is not"
+        );
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
         assert_eq!(v["theme"], "dark", "other keys are kept");
