@@ -1,6 +1,6 @@
 //! `daemon/doctor` and `tetherd doctor`: one line per check of what the daemon needs — its
-//! configuration, data directory, credentials (their kind, never their value), git, and, when
-//! asked to go online, the API itself.
+//! configuration, data directory, credentials (their kind, never their value), git, the Bash
+//! sandbox (bubblewrap), and, when asked to go online, the API itself.
 
 use crate::config::Config;
 use crate::llm::AnthropicClient;
@@ -94,6 +94,26 @@ fn git_check() -> Check {
     }
 }
 
+/// Whether bubblewrap can start the sandbox `sandbox.enabled` asks for (it runs it once).
+async fn sandbox_check() -> Check {
+    let bwrap = crate::sandbox::bwrap_path();
+    match crate::sandbox::probe(&bwrap).await {
+        Ok(()) => check(
+            "sandbox",
+            CheckStatus::Ok,
+            format!(
+                "bubblewrap ({}) starts; Bash runs in it where sandbox.enabled is set",
+                bwrap.display()
+            ),
+        ),
+        Err(why) => check(
+            "sandbox",
+            CheckStatus::Warn,
+            format!("unavailable: {why}; where sandbox.enabled is set, Bash commands are refused"),
+        ),
+    }
+}
+
 /// Runs every check; the API is contacted only when `online`.
 pub async fn checks(
     config: &Config,
@@ -133,6 +153,7 @@ pub async fn checks(
         Err(why) => check("credentials", CheckStatus::Fail, why.to_owned()),
     });
     out.push(git_check());
+    out.push(sandbox_check().await);
     let base = match llm.map(|c| c.provider()) {
         Ok(crate::llm::Provider::Vertex(v)) => format!(
             "Vertex AI (project {}, region {}{})",

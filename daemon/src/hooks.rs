@@ -300,7 +300,9 @@ async fn run_one(
     outcome: &mut Outcome,
 ) {
     use tokio::io::AsyncWriteExt;
-    let child = tokio::process::Command::new("sh")
+    let mut sh = tokio::process::Command::new("sh");
+    crate::child_env::scrub(&mut sh);
+    let child = sh
         .arg("-c")
         .arg(&cmd.command)
         .current_dir(cwd)

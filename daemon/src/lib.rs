@@ -2,6 +2,7 @@
 //! its parts; `main.rs` is the thin binary over [`run`].
 
 pub mod agent;
+pub mod child_env;
 pub mod config;
 pub mod context;
 pub mod daemon;
@@ -15,6 +16,7 @@ pub mod llm;
 pub mod mcp;
 pub mod permissions;
 pub mod rpc;
+pub mod sandbox;
 pub mod session;
 pub mod settings;
 pub mod store;

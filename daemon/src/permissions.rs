@@ -2,7 +2,8 @@
 //!
 //! Invariant: pure functions of (mode, rules, call, working directories) — table-tested; the
 //! session's broker asks users only when [`decide`] says `Ask`. Precedence: deny > plan mode >
-//! a settings file that could not be read (ask) > ask > bypass > allow > read-only inside the working directories > acceptEdits > dontAsk > ask.
+//! a settings file that could not be read (ask) > ask > bypass > sandboxed Bash > allow >
+//! read-only inside the working directories > acceptEdits > dontAsk > ask.
 
 pub(crate) mod rules;
 pub(crate) mod settings;
@@ -281,6 +282,10 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
         return Decision::Ask;
     }
     if mode == PermissionMode::BypassPermissions {
+        return Decision::Allow;
+    }
+    // The sandbox holds it (never a call that leaves it: `sandboxed_bash` is false for those).
+    if call.tool == "Bash" && rules.sandboxed_bash {
         return Decision::Allow;
     }
     // Every part of a compound command must be allowed: by a rule, or because it only reads.

@@ -17,6 +17,7 @@ mod presence;
 mod recovery;
 mod registry;
 mod retention;
+mod sandboxing;
 mod turns;
 
 pub use actor::SessionHandle;

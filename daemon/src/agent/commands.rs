@@ -1,4 +1,4 @@
-//! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, custom commands from
+//! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, `/sandbox`, custom commands from
 //! `.claude/commands/*.md`) and `#` memory notes.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +17,8 @@ pub enum SlashCommand {
     Effort(Option<String>),
     /// `/cost`: the session's usage and cost.
     Cost,
+    /// `/sandbox`: whether Bash runs in the OS sandbox, and how.
+    Sandbox,
     /// A custom command: its prompt (arguments substituted) and settings.
     Custom {
         /// The prompt to send.
@@ -33,7 +35,7 @@ pub enum SlashCommand {
 }
 
 /// The built-in commands, for error messages and completion.
-pub const BUILTIN: &[&str] = &["clear", "compact", "model", "effort", "cost"];
+pub const BUILTIN: &[&str] = &["clear", "compact", "model", "effort", "cost", "sandbox"];
 
 /// Reads the command in `input`, if its first text item is one. Custom commands are looked up
 /// in `<cwd>/.claude/commands/` and then `<home>/.claude/commands/` (`a:b` → `a/b.md`).
@@ -62,6 +64,7 @@ pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<Sla
         "model" => SlashCommand::Model(arg),
         "effort" => SlashCommand::Effort(arg),
         "cost" => SlashCommand::Cost,
+        "sandbox" => SlashCommand::Sandbox,
         _ => match custom(cwd, home, name, args) {
             Some(c) => c,
             None => SlashCommand::Unknown(name.to_owned()),
@@ -116,6 +119,10 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
             "[level]: show or set the effort (low … max, default)",
         ),
         ("cost", "tokens and cost of this session"),
+        (
+            "sandbox",
+            "whether Bash runs in the OS sandbox, and what it may touch",
+        ),
     ];
     let mut out: Vec<tether_proto::CommandInfo> = builtin
         .iter()
@@ -291,6 +298,11 @@ mod tests {
                     "builtin"
                 ),
                 ("cost", "tokens and cost of this session", "builtin"),
+                (
+                    "sandbox",
+                    "whether Bash runs in the OS sandbox, and what it may touch",
+                    "builtin"
+                ),
                 (
                     "deploy",
                     "Deploy to staging, then check the health page.",

@@ -173,6 +173,8 @@ pub async fn connect(
     let service = match transport {
         Transport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);
+            // The daemon's credentials stay out; the server's own `env` is passed as configured.
+            crate::child_env::scrub(&mut cmd);
             cmd.args(args).envs(env).current_dir(cwd);
             // Its own process group, so stopping it stops what it started; and it dies with
             // the daemon even when the daemon is killed outright.

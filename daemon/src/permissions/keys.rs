@@ -39,6 +39,10 @@ const USED: &[(&str, &str)] = &[
         "apiKeyHelper",
         "the command that prints the API key (read when tetherd starts)",
     ),
+    (
+        "sandbox",
+        "the OS sandbox Bash commands run in (bubblewrap; see /sandbox)",
+    ),
     ("enableAllProjectMcpServers", "MCP server approval"),
     ("enabledMcpjsonServers", "MCP server approval"),
     ("disabledMcpjsonServers", "MCP server approval"),

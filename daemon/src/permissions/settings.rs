@@ -26,6 +26,10 @@ pub struct RuleSet {
     pub unreadable: bool,
     /// `file: what` for each untrusted project file whose widening parts were left out.
     pub untrusted: Vec<String>,
+    /// The call is a Bash call the OS sandbox holds with `autoAllowBashIfSandboxed` on
+    /// (`crate::sandbox` says which): allowed unless a deny or ask rule matches it. Set per call
+    /// by the session's permission check.
+    pub sandboxed_bash: bool,
 }
 
 impl RuleSet {

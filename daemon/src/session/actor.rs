@@ -121,6 +121,11 @@ pub(super) enum Command {
     RecoverShells {
         shells: Vec<OrphanShell>,
     },
+    /// The answer of a daemon command a task worked out (`/sandbox`); ends its turn.
+    Answered {
+        turn_id: TurnId,
+        text: String,
+    },
     /// A generated title for a session that had none.
     Titled {
         title: String,
@@ -521,6 +526,7 @@ impl SessionActor {
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),
             Command::RecoverShells { shells } => self.recover_shells(shells),
+            Command::Answered { turn_id, text } => self.command_answered(turn_id, text),
             Command::Titled { title } => self.titled(title),
             Command::RecoverOpenTurn { open } => self.recover(open),
             Command::Delete { by, reply } => return self.delete(by, reply).await,

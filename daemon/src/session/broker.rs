@@ -250,7 +250,13 @@ impl SessionActor {
             waiting.special = Special::of(&ask.tool, self.journal.record.permission_mode);
             return self.hold(request_id, waiting);
         }
-        let rules = self.rules();
+        let mut rules = self.rules();
+        // The turn's sandbox, the one its Bash call will run in.
+        rules.sandboxed_bash = ask.tool == "Bash"
+            && self
+                .workspace
+                .sandbox()
+                .is_some_and(|s| s.auto_allows(&ask.input));
         let roots = [std::path::PathBuf::from(&self.journal.record.cwd)];
         let cwd = self.workspace.cwd();
         let call = Call {
@@ -787,6 +793,44 @@ mod tests {
         );
         let why = "denied by a PreToolUse hook: no".to_owned();
         assert_eq!(denied, (Decision::Deny(why), Source::Hook));
+    }
+
+    #[test]
+    fn a_bash_call_the_sandbox_holds_runs_unasked_unless_a_rule_says_otherwise() {
+        let root = Path::new("/work/p");
+        let roots = [root.to_path_buf()];
+        let input = json!({"command": "rm -rf build"});
+        let call = Call {
+            tool: "Bash",
+            input: &input,
+            read_only: false,
+            cwd: root,
+            roots: &roots,
+        };
+        let decide_with = |mode, kind: &str, rule: Option<&str>, sandboxed| {
+            let mut rules = RuleSet::default();
+            if let Some(r) = rule {
+                rules.add(kind, &[r.to_owned()], root, None, "test");
+            }
+            rules.sandboxed_bash = sandboxed;
+            decide(mode, &rules, &call, None).0
+        };
+        use PermissionMode::{Default as Ask, DontAsk, Plan};
+        assert_eq!(decide_with(Ask, "allow", None, false), Decision::Ask);
+        assert_eq!(decide_with(Ask, "allow", None, true), Decision::Allow);
+        assert_eq!(decide_with(DontAsk, "allow", None, true), Decision::Allow);
+        assert_eq!(
+            decide_with(Ask, "ask", Some("Bash(rm:*)"), true),
+            Decision::Ask
+        );
+        assert!(matches!(
+            decide_with(Ask, "deny", Some("Bash(rm:*)"), true),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            decide_with(Plan, "allow", None, true),
+            Decision::Deny(_)
+        ));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The slash commands the daemon answers itself, without the model: `/clear`, `/model`,
-//! `/effort`, `/cost`, `# note`, and an unknown `/name`. Each ends its turn with `command` (or
+//! `/effort`, `/cost`, `/sandbox` (`sandboxing.rs`), `# note`, and an unknown `/name`. Each ends its turn with `command` (or
 //! `error`, with the reason in an `error` event); none reaches the model.
 //!
 //! `/compact` and custom commands are model turns (`turns.rs`); the parsing is `agent::commands`.
@@ -35,6 +35,7 @@ impl SessionActor {
                 self.say(&turn_id, text);
                 self.finish_command(turn_id, None)
             }
+            SlashCommand::Sandbox => self.sandbox_command(turn_id),
             SlashCommand::Note(note) => self.remember(turn_id, &note),
             SlashCommand::Unknown(name) => {
                 let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
@@ -55,6 +56,12 @@ impl SessionActor {
                 self.finish_command(turn_id, None)
             }
         }
+    }
+
+    /// A command whose answer a task worked out (`/sandbox`): said, and the turn ended.
+    pub(super) fn command_answered(&mut self, turn_id: TurnId, text: String) {
+        self.say(&turn_id, text);
+        self.finish_command(turn_id, None)
     }
 
     /// An `info` notice of a command's turn.

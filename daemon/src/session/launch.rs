@@ -157,6 +157,8 @@ impl SessionActor {
         // The search tools' walks skip what the Read deny rules name.
         let fence = crate::permissions::read_fence(&self.rules());
         self.workspace.set_fence(fence);
+        // The sandbox this turn's Bash calls run in, and its permission checks see.
+        self.refresh_sandbox();
         let record = &self.journal.record;
         let cwd = std::path::PathBuf::from(&record.cwd);
         let span = tracing::info_span!(

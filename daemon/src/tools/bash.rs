@@ -2,6 +2,9 @@
 //! directory, in its own process group. Output (stdout and stderr interleaved, as a terminal
 //! shows them) streams as progress and is held within bounds (`capture`); a timeout or cancel kills the whole group, grandchildren
 //! included; a `cd` persists for later calls as long as it stays inside the working directories.
+//! With the sandbox enabled (`crate::sandbox`) a call runs in bubblewrap — its foreground shell,
+//! its spare and its background shells alike — unless it is excluded or asks to leave it
+//! (`dangerouslyDisableSandbox`); a bubblewrap that cannot start refuses the call.
 
 use crate::tools::capture::{self, Capture, Progress, cut_middle};
 use crate::tools::shell::{self, Spawned, kill_group};
@@ -10,6 +13,7 @@ use grep_matcher::Matcher as _;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
+use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -51,7 +55,8 @@ impl Tool for Bash {
                 "command": {"type": "string", "minLength": 1, "description": "The command to run"},
                 "description": {"type": "string", "description": "What the command does, in a few words"},
                 "timeout": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "description": "Timeout in milliseconds"},
-                "run_in_background": {"type": "boolean", "description": "Start it and return at once with a shell id for BashOutput and KillShell (servers, watchers, long builds)"}
+                "run_in_background": {"type": "boolean", "description": "Start it and return at once with a shell id for BashOutput and KillShell (servers, watchers, long builds)"},
+                "dangerouslyDisableSandbox": {"type": "boolean", "description": "Run this command outside the OS sandbox (when one is enabled); the user is asked first. Only when the sandbox stops a command that must run"}
             },
             "required": ["command"],
             "additionalProperties": false
@@ -65,8 +70,12 @@ impl Tool for Bash {
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let command = input["command"].as_str().unwrap_or_default().to_owned();
+            let wrap = match jail(&input, ctx).await {
+                Ok(wrap) => wrap,
+                Err(why) => return ToolOutput::error(why),
+            };
             if input["run_in_background"].as_bool().unwrap_or(false) {
-                return match start_background(&command, ctx) {
+                return match start_background(&command, ctx, &wrap) {
                     Ok((id, pid)) => {
                         let mut out = ToolOutput::text(format!(
                             "Started background shell {id}. Read its output with BashOutput {{\"bash_id\": \"{id}\"}}; stop it with KillShell."
@@ -89,12 +98,32 @@ impl Tool for Bash {
                     .unwrap_or(DEFAULT_TIMEOUT_MS)
                     .min(MAX_TIMEOUT_MS),
             );
-            match run(&command, timeout, ctx, &self.spare).await {
+            match run(&command, timeout, ctx, &self.spare, &wrap).await {
                 Ok(out) => out,
                 Err(e) => ToolOutput::error(format!("could not run the command: {e}")),
             }
         })
     }
+}
+
+/// The sandbox's command line a call runs under (empty: it runs outside), or why it cannot run.
+async fn jail(input: &Value, ctx: &ToolContext) -> Result<Vec<OsString>, String> {
+    let Some(sandbox) = ctx.workspace.sandbox() else {
+        return Ok(Vec::new());
+    };
+    if sandbox.place(input) == crate::sandbox::Placement::Outside {
+        return Ok(Vec::new());
+    }
+    if let Err(why) = crate::sandbox::ready(&sandbox.bwrap).await {
+        return Err(format!(
+            "the command was not run: the sandbox is enabled (sandbox.enabled) but {why}. \
+             Commands are never run outside it silently; the user can fix bubblewrap or turn the sandbox off"
+        ));
+    }
+    // Bound inside: it must exist when the sandbox starts.
+    tether_proto::private::create_dir_all(&sandbox.scratch)
+        .map_err(|e| format!("could not prepare the sandbox: {e}"))?;
+    Ok(sandbox.wrap())
 }
 
 /// A file removed when this goes out of scope.
@@ -127,13 +156,17 @@ pub fn reap_orphan(pid: i32, ticks: Option<u64>) -> bool {
     }
 }
 
-/// Starts `command` as a background job of the session; returns its id and pid.
-fn start_background(command: &str, ctx: &ToolContext) -> std::io::Result<(String, Option<i32>)> {
+/// Starts `command` as a background job of the session (under `wrap`); returns its id and pid.
+fn start_background(
+    command: &str,
+    ctx: &ToolContext,
+    wrap: &[OsString],
+) -> std::io::Result<(String, Option<i32>)> {
     let Spawned {
         mut child,
         pgid,
         mut pipe,
-    } = shell::spawn(command, &ctx.workspace.cwd(), ctx.workspace.env())?;
+    } = shell::spawn(command, &ctx.workspace.cwd(), ctx.workspace.env(), wrap)?;
     let (id, job) = ctx.workspace.jobs.start(command);
     tokio::spawn(async move {
         let mut buf = vec![0u8; 16 * 1024];
@@ -169,6 +202,7 @@ async fn run(
     timeout: Duration,
     ctx: &ToolContext,
     spare: &shell::Spare,
+    wrap: &[OsString],
 ) -> std::io::Result<ToolOutput> {
     let cwd = ctx.workspace.cwd();
     let scratch = ctx.workspace.scratch().to_owned();
@@ -190,9 +224,9 @@ async fn run(
         mut child,
         pgid,
         mut pipe,
-    } = match spare.run(&script, &cwd, &script_file.0, env) {
+    } = match spare.run(&script, &cwd, &script_file.0, env, wrap) {
         Some(spawned) => spawned,
-        None => shell::spawn(&script, &cwd, env)?,
+        None => shell::spawn(&script, &cwd, env, wrap)?,
     };
     let deadline = Instant::now() + timeout;
     let mut output = Capture::new(scratch.join(format!("{id}.log")));
@@ -263,7 +297,7 @@ async fn run(
         }
     }
     // After the `cd` is taken, so the spare starts where the next call runs.
-    spare.refill(&ctx.workspace.cwd(), env);
+    spare.refill(&ctx.workspace.cwd(), env, wrap);
     match stopped {
         Some("timeout") => notes.push(format!(
             "(killed after {} ms: the command ran past its timeout; its child processes were killed too)",
@@ -642,6 +676,129 @@ mod tests {
             .expect("path");
         let full = std::fs::read_to_string(path).expect("saved");
         assert_eq!(full.lines().count(), 20000);
+    }
+}
+
+#[cfg(test)]
+mod sandboxed {
+    use super::*;
+    use crate::sandbox::{Paths, Sandbox, Settings};
+    use crate::tools::Workspace;
+    use std::sync::Arc;
+
+    fn sandboxed(root: &Path, bwrap: Option<&str>) -> ToolContext {
+        let ws = Workspace::new(root.to_owned(), Vec::new(), root.join(".scratch"));
+        let mut sandbox = Sandbox::new(
+            Settings {
+                enabled: true,
+                auto_allow: true,
+                allow_unsandboxed: true,
+                ..Settings::default()
+            },
+            Paths {
+                roots: vec![root.to_owned()],
+                scratch: root.join(".scratch"),
+                data_dir: root.join(".data"),
+                ..Paths::default()
+            },
+        );
+        if let Some(b) = bwrap {
+            sandbox.bwrap = b.into();
+        }
+        ws.set_sandbox(Some(sandbox));
+        let mut ctx = ToolContext::detached(Arc::new(ws));
+        ctx.progress = Arc::new(|_| {});
+        ctx
+    }
+
+    async fn bwrap_works() -> bool {
+        match crate::sandbox::probe(&crate::sandbox::bwrap_path()).await {
+            Ok(()) => true,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                false
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bubblewrap_that_cannot_start_refuses_the_call() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        let ctx = sandboxed(&root, Some("/nonexistent/bwrap"));
+        let bash = Bash::default();
+        for input in [
+            json!({"command": "touch ran"}),
+            json!({"command": "touch ran", "run_in_background": true}),
+        ] {
+            let out = bash.run(input, &ctx).await;
+            assert!(fails_saying(&out, "bubblewrap is not installed"), "{out:?}");
+        }
+        // Leaving the sandbox (the permission check asked the user) runs it outside.
+        let out = bash
+            .run(
+                json!({"command": "touch ran", "dangerouslyDisableSandbox": true}),
+                &ctx,
+            )
+            .await;
+        assert!(!out.is_error, "{out:?}");
+        assert!(root.join("ran").exists());
+    }
+
+    #[tokio::test]
+    async fn sandboxed_calls_and_the_spare_stay_inside_and_outside_calls_outside() {
+        if !bwrap_works().await {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        let ctx = sandboxed(&root, None);
+        let bash = Bash::default();
+        let outside = format!("/var/tmp/tether-bash-{}", std::process::id());
+        let write = format!("touch {outside}");
+        // Twice: the first in a fresh shell, the second in the spare it left.
+        for _ in 0..2 {
+            let out = bash.run(json!({"command": &write}), &ctx).await;
+            assert!(fails_saying(&out, "Read-only file system"), "{out:?}");
+            assert!(!Path::new(&outside).exists());
+            let out = bash
+                .run(
+                    json!({"command": "echo ok > inside && cd sub 2>/dev/null; pwd"}),
+                    &ctx,
+                )
+                .await;
+            assert!(!out.is_error, "{out:?}");
+        }
+        // An unsandboxed call never takes the sandboxed spare.
+        let out = bash
+            .run(
+                json!({"command": format!("{write} && rm {outside}"), "dangerouslyDisableSandbox": true}),
+                &ctx,
+            )
+            .await;
+        assert!(!out.is_error, "{out:?}");
+        // And a sandboxed one after it never takes the unsandboxed spare.
+        let out = bash.run(json!({"command": &write}), &ctx).await;
+        assert!(fails_saying(&out, "Read-only file system"), "{out:?}");
+        // A cd inside persists as outside.
+        std::fs::create_dir(root.join("sub")).expect("mkdir");
+        bash.run(json!({"command": "cd sub"}), &ctx).await;
+        assert_eq!(ctx.workspace.cwd(), root.join("sub"));
+        // Background shells too.
+        let out = bash
+            .run(json!({"command": &write, "run_in_background": true}), &ctx)
+            .await;
+        assert!(!out.is_error, "{out:?}");
+        let job = ctx.workspace.jobs.get("bash_1").expect("job");
+        while job.end().is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (text, _) = job.take_new();
+        assert!(
+            String::from_utf8_lossy(&text).contains("Read-only file system"),
+            "{text:?}"
+        );
+        assert!(!Path::new(&outside).exists());
     }
 }
 

@@ -3,11 +3,17 @@
 //! shell started ahead of need that waits on its stdin for the path of a script to source, so
 //! the call pays for a pipe write instead of a process start (a fork, an exec and bash's
 //! start-up: most of what a quick command costs). A Bash tool has one spare, for the
-//! environment it was started with; it is started again after each call and stopped after a
+//! environment and sandbox it was started with (a sandboxed call never runs in an unsandboxed
+//! spare, nor the other way round); it is started again after each call and stopped after a
 //! minute unused.
+//!
+//! A shell is `bash`, or `bwrap … -- bash` when the call runs in the sandbox (`wrap`, from
+//! `crate::sandbox`); either way its environment is the daemon's without its credentials
+//! (`crate::child_env`), plus the settings' `env`.
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
@@ -54,14 +60,30 @@ impl Started {
     }
 }
 
+/// How a shell starts: `bash` itself, or under the sandbox's `bwrap` command line (program
+/// first, ending with `--`).
+fn command(wrap: &[OsString]) -> tokio::process::Command {
+    match wrap.split_first() {
+        Some((bwrap, args)) => {
+            let mut cmd = tokio::process::Command::new(bwrap);
+            cmd.args(args).arg("bash");
+            cmd
+        }
+        None => tokio::process::Command::new("bash"),
+    }
+}
+
 fn start(
     args: &[&str],
     cwd: &Path,
     env: &[(String, String)],
+    wrap: &[OsString],
     stdin: Stdio,
 ) -> std::io::Result<Started> {
     let (reader, writer) = std::io::pipe()?;
-    let child = tokio::process::Command::new("bash")
+    let mut cmd = command(wrap);
+    crate::child_env::scrub(&mut cmd);
+    let child = cmd
         .args(args)
         .current_dir(cwd)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -81,9 +103,15 @@ fn start(
     Ok(Started { child, output })
 }
 
-/// Starts `bash -c script` in `cwd` (with `PWD` set to it) and stdin from `/dev/null`.
-pub fn spawn(script: &str, cwd: &Path, env: &[(String, String)]) -> std::io::Result<Spawned> {
-    start(&["-c", script], cwd, env, Stdio::null())?.spawned()
+/// Starts `bash -c script` in `cwd` (with `PWD` set to it) and stdin from `/dev/null`, under
+/// `wrap` (the sandbox's command line, or empty).
+pub fn spawn(
+    script: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    wrap: &[OsString],
+) -> std::io::Result<Spawned> {
+    start(&["-c", script], cwd, env, wrap, Stdio::null())?.spawned()
 }
 
 /// `path` as one single-quoted shell word.
@@ -103,6 +131,7 @@ struct Waiting {
     started: Started,
     script_in: std::io::PipeWriter,
     env: Vec<(String, String)>,
+    wrap: Vec<OsString>,
     generation: u64,
 }
 
@@ -118,25 +147,29 @@ fn lock(slot: &Mutex<Option<Waiting>>) -> MutexGuard<'_, Option<Waiting>> {
 }
 
 impl Spare {
-    /// Runs `script` in the spare, if one is waiting with `env`: writes it to `file` (after a
-    /// change to `cwd`, in case the spare started elsewhere; then `OLDPWD` is where it started)
-    /// and hands the spare its path. `None` when there is no spare to take or handing it over
-    /// failed (a spare with another environment is stopped); the caller starts a shell then.
+    /// Runs `script` in the spare, if one is waiting with `env` under `wrap`: writes it to
+    /// `file` (after a change to `cwd`, in case the spare started elsewhere; then `OLDPWD` is
+    /// where it started) and hands the spare its path. `None` when there is no spare to take or
+    /// handing it over failed (a spare with another environment or sandbox is stopped); the
+    /// caller starts a shell then.
     pub fn run(
         &self,
         script: &str,
         cwd: &Path,
         file: &Path,
         env: &[(String, String)],
+        wrap: &[OsString],
     ) -> Option<Spawned> {
         let Waiting {
             mut started,
             mut script_in,
             env: spare_env,
+            wrap: spare_wrap,
             ..
         } = lock(&self.slot).take()?;
         let path = file.as_os_str().as_bytes();
         if spare_env != env
+            || spare_wrap != wrap
             || path.contains(&b'\n')
             || !matches!(started.child.try_wait(), Ok(None))
         {
@@ -154,18 +187,19 @@ impl Spare {
         .ok()
     }
 
-    /// Starts a spare in `dir` with `env`, in the background, unless one is waiting; it is
-    /// stopped after a minute unused.
-    pub fn refill(&self, dir: &Path, env: &[(String, String)]) {
+    /// Starts a spare in `dir` with `env` under `wrap`, in the background, unless one is
+    /// waiting; it is stopped after a minute unused.
+    pub fn refill(&self, dir: &Path, env: &[(String, String)], wrap: &[OsString]) {
         let slot = self.slot.clone();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let (dir, env): (PathBuf, Vec<(String, String)>) = (dir.to_owned(), env.to_vec());
+        let wrap = wrap.to_vec();
         tokio::spawn(async move {
             if lock(&slot).is_some() {
                 return;
             }
             let spare = std::io::pipe().and_then(|(reader, script_in)| {
-                let started = start(&["-c", WAIT_THEN_SOURCE], &dir, &env, reader.into())?;
+                let started = start(&["-c", WAIT_THEN_SOURCE], &dir, &env, &wrap, reader.into())?;
                 Ok((started, script_in))
             });
             match spare {
@@ -174,6 +208,7 @@ impl Spare {
                         started,
                         script_in,
                         env,
+                        wrap,
                         generation,
                     });
                 }

@@ -84,6 +84,8 @@ pub struct Workspace {
     env: Vec<(String, String)>,
     /// What the user's Read deny rules keep from the search tools (set for each turn).
     fence: std::sync::Mutex<Option<super::walk::Fence>>,
+    /// The OS sandbox Bash runs in, as the current turn set it (none: Bash runs unsandboxed).
+    sandbox: std::sync::Mutex<Option<std::sync::Arc<crate::sandbox::Sandbox>>>,
 }
 
 impl Workspace {
@@ -99,6 +101,7 @@ impl Workspace {
             jobs: Default::default(),
             env: Vec::new(),
             fence: Default::default(),
+            sandbox: Default::default(),
         }
     }
 
@@ -121,6 +124,20 @@ impl Workspace {
     /// What the search tools' walks skip.
     pub fn fence(&self) -> Option<super::walk::Fence> {
         self.fence.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The sandbox Bash calls run in now.
+    pub fn sandbox(&self) -> Option<std::sync::Arc<crate::sandbox::Sandbox>> {
+        self.sandbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets the sandbox for the calls to come (a turn sets it as it starts, so its permission
+    /// checks and its Bash calls see the same one).
+    pub fn set_sandbox(&self, sandbox: Option<crate::sandbox::Sandbox>) {
+        *self.sandbox.lock().unwrap_or_else(|p| p.into_inner()) = sandbox.map(std::sync::Arc::new);
     }
 
     /// Remembers what a file looked like when it was read or written.

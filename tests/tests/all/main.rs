@@ -14,6 +14,7 @@ mod operations;
 mod permissions;
 mod providers;
 mod remote;
+mod sandbox;
 mod security;
 mod sessions;
 mod spine;

@@ -1,0 +1,62 @@
+//! The session's OS sandbox: built from the settings files (with the project's trust), the
+//! session's working directories and tether's own paths, and set on the workspace as each turn
+//! starts — so a turn's permission checks and its Bash calls (sub-agents' and background
+//! shells' included) see the same one. Also `/sandbox`, which says what it is.
+
+use super::actor::{Command, SessionActor};
+use crate::sandbox::{Paths, Sandbox, Settings};
+use std::path::PathBuf;
+use tether_proto::TurnId;
+
+impl SessionActor {
+    /// The sandbox the session's settings ask for now.
+    pub(super) fn sandbox_now(&mut self) -> Sandbox {
+        let root = PathBuf::from(&self.journal.record.cwd);
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let files = crate::settings::files(&root, home.as_deref());
+        let user_file = home.as_ref().map(|h| h.join(".claude/settings.json"));
+        let trusted = crate::trust::is_trusted(&root, home.as_deref());
+        let settings = Settings::read(&files, user_file.as_deref(), trusted);
+        let mut roots = vec![root];
+        roots.extend(self.rules().additional_dirs);
+        let env = tether_proto::paths::PathEnv::from_process(nix::unistd::getuid().as_raw());
+        let mut hidden = vec![env.socket()];
+        if let Some(config) = env.config_file().as_ref().and_then(|f| f.parent()) {
+            hidden.push(config.to_owned());
+        }
+        Sandbox::new(
+            settings,
+            Paths {
+                home,
+                roots,
+                scratch: self.workspace.scratch().to_owned(),
+                data_dir: self.env.data_dir.clone(),
+                hidden,
+            },
+        )
+    }
+
+    /// Sets the sandbox of the turn about to run on the workspace (none when it is off).
+    pub(super) fn refresh_sandbox(&mut self) {
+        let sandbox = self.sandbox_now();
+        self.workspace
+            .set_sandbox(sandbox.settings.enabled.then_some(sandbox));
+    }
+
+    /// `/sandbox`: whether Bash runs sandboxed in this session, what is writable, the network
+    /// rule, and why not when bubblewrap cannot start. The check runs bubblewrap, so it runs in
+    /// a task of the session and its answer comes back as [`Command::Answered`].
+    pub(super) fn sandbox_command(&mut self, turn_id: TurnId) {
+        let sandbox = self.sandbox_now();
+        let Some(tx) = self.me.upgrade() else { return };
+        self.tasks.spawn(async move {
+            let ready = if sandbox.settings.enabled {
+                crate::sandbox::ready(&sandbox.bwrap).await
+            } else {
+                Ok(())
+            };
+            let text = sandbox.describe(ready.as_ref().map(|_| ()));
+            let _ = tx.send(Command::Answered { turn_id, text });
+        });
+    }
+}
