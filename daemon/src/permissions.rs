@@ -195,7 +195,7 @@ fn read_denials(rules: &RuleSet) -> impl Iterator<Item = &Rule> {
     rules
         .deny
         .iter()
-        .filter(|r| r.covers("Read") && matches!(r.spec, rules::Specifier::Paths(_)))
+        .filter(|r| r.covers("Read") && matches!(r.spec, rules::Specifier::Paths(..)))
 }
 
 /// What the search tools' walks must skip: the paths the Read deny rules name (`None` when
@@ -204,6 +204,13 @@ pub fn read_fence(rules: &RuleSet) -> Option<crate::tools::walk::Fence> {
     let denials: Vec<Rule> = read_denials(rules).cloned().collect();
     (!denials.is_empty())
         .then(|| crate::tools::walk::Fence::new(move |p| denials.iter().any(|r| r.matches_path(p))))
+}
+
+/// The files and directories the Read deny rules name outright (`./.env`, `./secrets/**`):
+/// the OS sandbox hides them from Bash. A rule that matches by name anywhere (`**/.env`) is
+/// left to the permission check.
+pub fn read_denied_paths(rules: &RuleSet) -> Vec<PathBuf> {
+    read_denials(rules).filter_map(rules::named_path).collect()
 }
 
 /// The Read deny rule a Bash command's file arguments run into (`cat .env` under

@@ -28,8 +28,8 @@ pub enum Specifier {
     CommandGlob(globset::GlobMatcher),
     /// One exact command.
     Exact(String),
-    /// Paths (absolute globs).
-    Paths(GlobSet),
+    /// Paths (absolute globs), and the pattern they were built from (absolute, normalised).
+    Paths(GlobSet, String),
     /// `domain:host`.
     Domain(String),
     /// Anything else: matched against the call's first string input, exactly.
@@ -124,7 +124,8 @@ impl Rule {
                     || EDIT_TOOLS.contains(&tool)
                     || READ_TOOLS.contains(&tool) =>
             {
-                Specifier::Paths(path_globs(s, base, home)?)
+                let (set, pattern) = path_globs(s, base, home)?;
+                Specifier::Paths(set, pattern)
             }
             Some(s) => Specifier::Other(s.to_owned()),
         };
@@ -166,7 +167,7 @@ impl Rule {
     pub fn matches_path(&self, path: &Path) -> bool {
         match &self.spec {
             Specifier::Any => true,
-            Specifier::Paths(set) => {
+            Specifier::Paths(set, _) => {
                 set.is_match(normalize(path))
                     || real_path(path).is_some_and(|real| set.is_match(real))
             }
@@ -179,7 +180,7 @@ impl Rule {
     pub fn covers_path(&self, path: &Path) -> bool {
         match &self.spec {
             Specifier::Any => true,
-            Specifier::Paths(set) => {
+            Specifier::Paths(set, _) => {
                 set.is_match(normalize(path))
                     && real_path(path).is_none_or(|real| set.is_match(real))
             }
@@ -224,7 +225,22 @@ pub fn host_of(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
-fn path_globs(spec: &str, base: &Path, home: Option<&Path>) -> Result<GlobSet, String> {
+/// The file or directory a path rule names outright: its pattern up to the first glob, when
+/// all that follows is `/**` or nothing (`./.env`, `./secrets/**`); `None` for a pattern that
+/// matches by name anywhere (`**/.env`).
+pub fn named_path(rule: &Rule) -> Option<PathBuf> {
+    let Specifier::Paths(_, pattern) = &rule.spec else {
+        return None;
+    };
+    let literal = pattern.strip_suffix("/**").unwrap_or(pattern);
+    (!literal.contains(['*', '?', '[', '{'])).then(|| PathBuf::from(literal))
+}
+
+fn path_globs(
+    spec: &str,
+    base: &Path,
+    home: Option<&Path>,
+) -> Result<(GlobSet, String), String> {
     let absolute: String = if let Some(rest) = spec.strip_prefix("//") {
         format!("/{rest}")
     } else if let Some(rest) = spec.strip_prefix("~/") {
@@ -254,6 +270,8 @@ fn path_globs(spec: &str, base: &Path, home: Option<&Path>) -> Result<GlobSet, S
             .map_err(|e| format!("invalid path pattern: {e}"))?;
         set.add(glob);
     }
-    set.build()
-        .map_err(|e| format!("invalid path pattern: {e}"))
+    let set = set
+        .build()
+        .map_err(|e| format!("invalid path pattern: {e}"))?;
+    Ok((set, normalized))
 }

@@ -614,3 +614,20 @@ fn an_untrusted_project_narrows_but_never_widens() {
     assert!(trusted.problems.is_empty(), "{:?}", trusted.problems);
     assert_eq!(crate::settings::env(root.path(), home).len(), 1);
 }
+
+#[test]
+fn the_paths_a_read_deny_rule_names_outright() {
+    let set = rules(
+        &[],
+        &[],
+        &["Read(./.env)", "Read(./secrets/**)", "Read(**/.npmrc)", "Read(~/.netrc)", "Bash(rm:*)"],
+    );
+    assert_eq!(
+        read_denied_paths(&set),
+        [
+            PathBuf::from(format!("{ROOT}/.env")),
+            PathBuf::from(format!("{ROOT}/secrets")),
+            PathBuf::from(format!("{HOME}/.netrc")),
+        ]
+    );
+}

@@ -1,5 +1,5 @@
 //! The session's OS sandbox: built from the settings files (with the project's trust), the
-//! session's working directories and tether's own paths, and set on the workspace as each turn
+//! session's working directories, the files its Read deny rules name and tether's own paths, and set on the workspace as each turn
 //! starts — so a turn's permission checks and its Bash calls (sub-agents' and background
 //! shells' included) see the same one. Also `/sandbox`, which says what it is.
 
@@ -17,10 +17,13 @@ impl SessionActor {
         let user_file = home.as_ref().map(|h| h.join(".claude/settings.json"));
         let trusted = crate::trust::is_trusted(&root, home.as_deref());
         let settings = Settings::read(&files, user_file.as_deref(), trusted);
+        let rules = self.rules();
         let mut roots = vec![root];
-        roots.extend(self.rules().additional_dirs);
+        roots.extend(rules.additional_dirs.iter().cloned());
         let env = tether_proto::paths::PathEnv::from_process(nix::unistd::getuid().as_raw());
         let mut hidden = vec![env.socket()];
+        // What the Read deny rules name is hidden from Bash too, whatever reads it.
+        hidden.extend(crate::permissions::read_denied_paths(&rules));
         if let Some(config) = env.config_file().as_ref().and_then(|f| f.parent()) {
             hidden.push(config.to_owned());
         }

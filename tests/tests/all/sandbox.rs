@@ -276,3 +276,34 @@ fn the_daemons_credentials_reach_neither_bash_nor_hooks() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+#[test]
+fn what_a_read_deny_rule_names_is_hidden_from_sandboxed_bash() -> anyhow::Result<()> {
+    // A program reads the file itself: no argument names it, so only the sandbox can stop it.
+    let fake = Fake::start(bash_calls(&[
+        json!({"command": "python3 -c \"print(open('.env').read())\""}),
+        json!({"command": "python3 -c \"import os; print(os.listdir('secrets'))\""}),
+        json!({"command": "python3 -c \"print(open('README').read())\""}),
+    ]))?;
+    let Setup { daemon, home: _home } = setup(&fake, json!({"sandbox": {"enabled": true}}), &[])?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    std::fs::write(
+        work.join(".claude/settings.json"),
+        json!({"permissions": {"deny": ["Read(./.env)", "Read(./secrets/**)"]}}).to_string(),
+    )?;
+    std::fs::write(work.join(".env"), "API_TOKEN=hunter2\n")?;
+    std::fs::create_dir_all(work.join("secrets"))?;
+    std::fs::write(work.join("secrets/prod.key"), "x")?;
+    std::fs::write(work.join("README"), "readable\n")?;
+    let mut c = daemon.ndjson()?;
+    let s = session(&mut c, &daemon, "default")?;
+    c.start_turn(&s, "read around")?;
+    let events = c.events_until("turn_ended")?;
+    let r = results(&events);
+    assert_eq!(r.len(), 3, "{events:?}");
+    assert!(!r[0].1.contains("hunter2"), "{r:?}");
+    assert!(!r[1].1.contains("prod.key"), "{r:?}");
+    assert!(r[2].1.contains("readable"), "other files read as usual: {r:?}");
+    Ok(())
+}
