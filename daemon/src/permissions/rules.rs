@@ -54,11 +54,20 @@ pub struct Rule {
 /// beside the link's target, not beside the link); `None` when nothing resolves.
 pub fn real_path(path: &Path) -> Option<PathBuf> {
     let parts: Vec<std::path::Component<'_>> = path.components().collect();
-    (1..=parts.len()).rev().find_map(|n| {
-        let prefix: PathBuf = parts[..n].iter().collect();
-        let real = prefix.canonicalize().ok()?;
-        Some(normalize(&parts[n..].iter().fold(real, |p, c| p.join(c))))
-    })
+    let resolve = |n: usize| parts[..n].iter().collect::<PathBuf>().canonicalize().ok();
+    // A prefix resolves only if every shorter one does, so the longest one that does is found
+    // by bisection: a few system calls, however long the path.
+    let (mut lo, mut hi) = (0, parts.len());
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if resolve(mid).is_some() {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let real = resolve(lo)?;
+    Some(normalize(&parts[lo..].iter().fold(real, |p, c| p.join(c))))
 }
 
 /// Lexically resolves `.` and `..`.
