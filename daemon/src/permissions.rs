@@ -101,8 +101,9 @@ fn changes_what_runs(path: &Path) -> bool {
 }
 
 /// Which of `rules` match the call (for Bash: per simple command). Deny and ask rules match a
-/// command through env assignments and wrappers (`FOO=1 sudo rm` is `rm`) and a path by any of
-/// its names (through symlinks too); allow rules ([`allowing`]) are stricter.
+/// command as written and as bash reads it (`r''m` is `rm`), through env assignments and
+/// wrappers (`FOO=1 sudo rm` is `rm`), and a path by any of its names (through symlinks too);
+/// allow rules ([`allowing`]) are stricter.
 fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
     rules
         .iter()
@@ -111,8 +112,10 @@ fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
             "Bash" => {
                 let cmd = call.input["command"].as_str().unwrap_or("");
                 split_command(cmd).iter().any(|part| {
+                    let plain = shell::dequoted(part);
                     r.matches_command(part)
                         || shell::unwrapped(part).iter().any(|c| r.matches_command(c))
+                        || shell::unwrapped(&plain).iter().any(|c| r.matches_command(c))
                 })
             }
             "WebFetch" => r.matches_url(call.input["url"].as_str().unwrap_or("")),
@@ -172,15 +175,13 @@ fn part_allowed(rules: &[Rule], part: &str, cwd: &Path, roots: &[PathBuf]) -> bo
 /// Whether a simple command only reads inside the working directories. Where Read deny rules
 /// exist, a command that reads files it does not name (`grep -r`, `rg`, a glob) is not taken
 /// as only reading: it could read a denied file.
-fn part_reads(part: &str, roots: &[PathBuf], fenced: bool) -> bool {
+fn part_reads(part: &str, cwd: &Path, roots: &[PathBuf], fenced: bool) -> bool {
     if fenced && shell::reads_unnamed_files(part) {
         return false;
     }
-    // Only absolute paths inside the roots pass; `~` and `..` never do.
-    shell::is_read_only(part, &|arg| {
-        let p = Path::new(arg);
-        p.is_absolute() && !arg.split('/').any(|s| s == "..") && inside(p, roots)
-    })
+    // Every argument that may name a file must be inside the roots, by its name and where it
+    // really is (a symlink in the project pointing out is outside); `~` never is.
+    shell::is_read_only(part, &|arg| !arg.starts_with('~') && inside(&cwd.join(arg), roots))
 }
 
 /// The working directories a call may touch without asking.
@@ -224,34 +225,69 @@ fn denied_argument<'r>(rules: &'r RuleSet, command: &str, cwd: &Path) -> Option<
     read_denials(rules).find(|r| args.iter().any(|a| r.matches_path(a)))
 }
 
+/// What a Bash call gets before any rule or mode could allow it: denied when a file argument
+/// is one a Read deny rule names; asked about (refused where nobody is asked) when the check
+/// cannot see what would run — a walk or a glob where Read deny rules exist, a program that is
+/// an expansion where Bash deny rules exist, a command the splitter does not understand where
+/// either exists — or when the call asks to leave the OS sandbox.
+fn bash_gate(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Option<Decision> {
+    let command = call.input["command"].as_str().unwrap_or("");
+    if let Some(rule) = denied_argument(rules, command, call.cwd) {
+        return Some(Decision::Deny(format!(
+            "denied by the permission rule {}",
+            rule.text
+        )));
+    }
+    let parts = split_command(command);
+    let understood = shell::understood(command);
+    let unseen = read_denials(rules)
+        .next()
+        .filter(|_| !understood || parts.iter().any(|p| shell::reads_unnamed_files(p)))
+        .map(|rule| {
+            format!(
+                "this command could read files the permission rule {} denies (a recursive search, a glob, \
+                 or shell syntax the check does not follow); name the files, or use the Grep and Glob \
+                 tools, which skip denied files",
+                rule.text
+            )
+        })
+        .or_else(|| {
+            rules
+                .deny
+                .iter()
+                .find(|r| r.covers("Bash"))
+                .filter(|_| !understood || shell::program_is_expansion(command))
+                .map(|rule| {
+                    format!(
+                        "what this command runs cannot be checked against the permission rule {} \
+                         (an expansion, or shell syntax the check does not follow); write it plainly",
+                        rule.text
+                    )
+                })
+        })
+        .or_else(|| {
+            (rules.sandbox_on && call.input["dangerouslyDisableSandbox"] == true).then(|| {
+                "the call asks to run outside the sandbox, which only the user can allow".to_owned()
+            })
+        });
+    unseen.map(|why| match mode {
+        PermissionMode::DontAsk => Decision::Deny(why),
+        PermissionMode::BypassPermissions if call.input["dangerouslyDisableSandbox"] != true => {
+            Decision::Deny(why)
+        }
+        _ => Decision::Ask,
+    })
+}
+
 /// The decision for `call` under `mode` and `rules`.
 pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decision {
     if let Some(rule) = matching(&rules.deny, call).first() {
         return Decision::Deny(format!("denied by the permission rule {}", rule.text));
     }
-    if call.tool == "Bash" {
-        let command = call.input["command"].as_str().unwrap_or("");
-        if let Some(rule) = denied_argument(rules, command, call.cwd) {
-            return Decision::Deny(format!("denied by the permission rule {}", rule.text));
-        }
-        // A walk or a glob could reach a file a Read deny rule names: no rule or mode lets
-        // that through unasked.
-        if let Some(rule) = read_denials(rules).next()
-            && split_command(command)
-                .iter()
-                .any(|p| shell::reads_unnamed_files(p))
-        {
-            return match mode {
-                PermissionMode::BypassPermissions | PermissionMode::DontAsk => {
-                    Decision::Deny(format!(
-                        "this command could read files the permission rule {} denies (a recursive search or a glob); \
-                     name the files, or use the Grep and Glob tools, which skip denied files",
-                        rule.text
-                    ))
-                }
-                _ => Decision::Ask,
-            };
-        }
+    if call.tool == "Bash"
+        && let Some(decision) = bash_gate(mode, rules, call)
+    {
+        return decision;
     }
     let roots = roots_of(rules, call);
     let command = call.input["command"].as_str().unwrap_or("");
@@ -260,11 +296,13 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     } else {
         Vec::new()
     };
-    // Which parts only read (checked once: it looks at the filesystem for paths).
+    // Which parts only read (checked once: it looks at the filesystem for paths). A command
+    // the splitter does not understand never only reads.
+    let understood = shell::understood(command);
     let fenced = read_denials(rules).next().is_some();
     let reads: Vec<bool> = parts
         .iter()
-        .map(|p| part_reads(p, &roots, fenced))
+        .map(|p| understood && part_reads(p, call.cwd, &roots, fenced))
         .collect();
     // A Bash call whose every part only reads is a read-only call.
     let bash_reads = !parts.is_empty() && reads.iter().all(|r| *r);
@@ -297,6 +335,10 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     }
     // Every part of a compound command must be allowed: by a rule, or because it only reads.
     let allowed = match call.tool {
+        // Not understood: only a rule for exactly this command allows it.
+        "Bash" if !understood => rules.allow.iter().any(|r| {
+            r.covers("Bash") && matches!(&r.spec, rules::Specifier::Exact(e) if e == command.trim())
+        }),
         "Bash" => {
             !parts.is_empty()
                 && parts
@@ -356,10 +398,14 @@ pub fn suggest_rules(call: &Call<'_>, rules: &RuleSet) -> Vec<String> {
     }
     let roots = roots_of(rules, call);
     let cmd = call.input["command"].as_str().unwrap_or("");
+    if !shell::understood(cmd) {
+        return vec![format!("Bash({})", cmd.trim())];
+    }
     let mut out: Vec<String> = Vec::new();
     for part in split_command(cmd) {
         let fenced = read_denials(rules).next().is_some();
-        if part_allowed(&rules.allow, &part, call.cwd, &roots) || part_reads(&part, &roots, fenced)
+        if part_allowed(&rules.allow, &part, call.cwd, &roots)
+            || part_reads(&part, call.cwd, &roots, fenced)
         {
             continue;
         }

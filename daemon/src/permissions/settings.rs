@@ -30,6 +30,9 @@ pub struct RuleSet {
     /// (`crate::sandbox` says which): allowed unless a deny or ask rule matches it. Set per call
     /// by the session's permission check.
     pub sandboxed_bash: bool,
+    /// The session's OS sandbox is on: a Bash call that asks to leave it
+    /// (`dangerouslyDisableSandbox`) is always asked about. Set per call like `sandboxed_bash`.
+    pub sandbox_on: bool,
 }
 
 impl RuleSet {

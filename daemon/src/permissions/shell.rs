@@ -101,6 +101,129 @@ pub fn split(command: &str) -> Vec<String> {
     parts
 }
 
+/// Whether [`split`] and the lexer read `command` as bash does. What they do not model — a
+/// comment, a heredoc, a line continuation, brace expansion, whitespace other than space, tab
+/// and newline — makes a command not understood: it never counts as only reading, and only a
+/// rule for exactly it allows it.
+pub fn understood(command: &str) -> bool {
+    let chars: Vec<char> = command.chars().collect();
+    let mut quote: Option<char> = None;
+    let mut ansi = false;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match quote {
+            Some(q) => {
+                if c == '\\' && (q == '"' || ansi) {
+                    if q == '"' && chars.get(i + 1) == Some(&'\n') {
+                        return false;
+                    }
+                    i += 2;
+                    continue;
+                }
+                if c == q {
+                    quote = None;
+                    ansi = false;
+                }
+            }
+            None => {
+                let word_start = i == 0 || " \t\n;&|()<>".contains(chars[i - 1]);
+                match c {
+                    '\\' if chars.get(i + 1) == Some(&'\n') => return false,
+                    '\\' => {
+                        i += 2;
+                        continue;
+                    }
+                    '$' if chars.get(i + 1) == Some(&'\'') => {
+                        quote = Some('\'');
+                        ansi = true;
+                        i += 2;
+                        continue;
+                    }
+                    '\'' | '"' => quote = Some(c),
+                    '#' if word_start => return false,
+                    '<' if chars.get(i + 1) == Some(&'<') => return false,
+                    '{' if brace_expands(&chars[i + 1..]) => return false,
+                    c if c.is_whitespace() && !matches!(c, ' ' | '\t' | '\n') => return false,
+                    c if c.is_control() && !matches!(c, '\t' | '\n') => return false,
+                    _ => {}
+                }
+            }
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Whether the text after an unquoted `{` is a brace expansion (`{a,b}`, `{1..9}`): a `,` or
+/// `..` before the closing brace, with no blank first (`{ cmd; }` is a group).
+fn brace_expands(rest: &[char]) -> bool {
+    if rest.first().is_none_or(|c| c.is_whitespace()) {
+        return false;
+    }
+    let inner: String = rest.iter().take_while(|c| **c != '}').collect();
+    inner.len() < rest.len() && (inner.contains(',') || inner.contains(".."))
+}
+
+/// The words of a simple command with quotes removed, joined by single spaces: what bash runs,
+/// for the deny and ask rules to match (`r''m -rf /` is `rm -rf /`).
+pub fn dequoted(command: &str) -> String {
+    words_of(&lex(command)).join(" ")
+}
+
+/// Whether a program `command` runs is an expansion the check cannot see (`$CMD args`,
+/// `$(echo rm) -rf /`, `` `which rm` ``, `env $X`): looked for in every command position of the
+/// whole command line (after `;`, `&`, `|`, `(`, a newline, leading assignments) and through
+/// the wrappers.
+pub fn program_is_expansion(command: &str) -> bool {
+    let tokens = lex(command);
+    let mut at_start = true;
+    let mut word = String::new();
+    let mut assignment = false;
+    for token in &tokens {
+        let Token::Char(c, quoting) = *token else {
+            continue;
+        };
+        let bare = quoting == Quoting::Bare;
+        if bare && matches!(c, ';' | '&' | '|' | '(' | ')' | '\n' | '{' | '}') {
+            at_start = true;
+            word.clear();
+            assignment = false;
+            continue;
+        }
+        if bare && matches!(c, ' ' | '\t') {
+            if !word.is_empty() {
+                at_start = at_start && assignment;
+            }
+            word.clear();
+            assignment = false;
+            continue;
+        }
+        if at_start && !assignment {
+            if matches!(c, '$' | '`') && quoting != Quoting::Single {
+                return true;
+            }
+            if c == '=' && bare && is_name(&word) {
+                assignment = true;
+            }
+        }
+        word.push(c);
+    }
+    split(command).iter().any(|part| {
+        unwrapped(part).iter().any(|form| {
+            form.split(' ')
+                .next()
+                .is_some_and(|p| p.contains('$') || p.contains('`'))
+        })
+    })
+}
+
+/// Whether `word` is a shell variable name.
+fn is_name(word: &str) -> bool {
+    word.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Words that run the command after them: a rule about that command applies through them.
 const WRAPPERS: &[&str] = &[
     "env", "command", "exec", "nohup", "time", "sudo", "builtin", "nice", "timeout", "stdbuf",
@@ -230,8 +353,8 @@ fn lex(command: &str) -> Vec<Token> {
     out
 }
 
-/// Where a simple command redirects its output: the words after `>`, `>>`, `>|`, `&>`, `N>`
-/// (quotes removed); `>&N` duplicates a descriptor and names no file.
+/// Where a simple command redirects its output: the words after `>`, `>>`, `>|`, `&>`, `N>`,
+/// `>&file` (quotes removed); `>&N` and `>&-` duplicate or close a descriptor and name no file.
 pub fn output_targets(command: &str) -> Vec<String> {
     let tokens = lex(command);
     let bare = |i: usize, want: &[char]| matches!(tokens.get(i), Some(Token::Char(c, Quoting::Bare)) if want.contains(c));
@@ -248,7 +371,10 @@ pub fn output_targets(command: &str) -> Vec<String> {
         }
         if bare(i, &['&']) {
             i += 1;
-            continue;
+            // `>&2`, `>&-` duplicate or close a descriptor; `>&file` writes the file.
+            if matches!(tokens.get(i), Some(Token::Char(c, _)) if c.is_ascii_digit() || *c == '-') {
+                continue;
+            }
         }
         while matches!(tokens.get(i), Some(Token::Char(c, Quoting::Bare)) if c.is_whitespace()) {
             i += 1;
@@ -269,20 +395,48 @@ pub fn output_targets(command: &str) -> Vec<String> {
     targets
 }
 
-/// The arguments of a simple command that may name files: every word after the program that
-/// is not an option, and the values of `--option=value` (quotes removed).
+/// What of one argument may name a file: the argument itself, the value of `--opt=value`, the
+/// value attached to a short option (`-f.env`), and the path of a git `rev:path`.
+fn arg_paths(arg: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    if let Some(option) = arg.strip_prefix("--") {
+        out.extend(option.split_once('=').map(|(_, v)| v));
+    } else if let Some(short) = arg.strip_prefix('-') {
+        out.extend(short.get(1..).filter(|v| !v.is_empty()));
+    } else {
+        out.push(arg);
+        out.extend(arg.split_once(':').map(|(_, path)| path));
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// The arguments of a simple command that may name files (see [`arg_paths`]; quotes removed).
 pub fn file_args(command: &str) -> Vec<String> {
     let words = words_of(&lex(command));
     words
-        .into_iter()
+        .iter()
         .skip(1)
-        .filter_map(|w| match w.strip_prefix("--") {
-            Some(option) => option.split_once('=').map(|(_, v)| v.to_owned()),
-            None if w.starts_with('-') => None,
-            None => Some(w),
-        })
-        .filter(|w| !w.is_empty())
+        .flat_map(|w| arg_paths(w))
+        .map(str::to_owned)
         .collect()
+}
+
+/// The writing option `arg` is, if any, with its value when the same word carries it
+/// (`--output=F`, `-OF` for a short `-O`).
+fn writing_option<'a>(writers: &[&str], arg: &'a str) -> Option<(&'a str, Option<&'a str>)> {
+    if let Some((flag, value)) = arg.split_once('=')
+        && (writers.contains(&flag) || writes_generally(flag))
+    {
+        return Some((flag, Some(value)));
+    }
+    if writers.contains(&arg) || writes_generally(arg) {
+        return Some((arg, None));
+    }
+    // A short option with its value attached.
+    let short = arg.get(..2)?;
+    (!arg.starts_with("--") && arg.len() > 2 && writers.contains(&short))
+        .then(|| (short, arg.get(2..)))
 }
 
 /// Whether a simple command reads files it does not name: a recursive search (`grep -r`, `rg`,
@@ -298,9 +452,9 @@ pub fn reads_unnamed_files(command: &str) -> bool {
         "grep" | "egrep" | "fgrep" => args.iter().any(|a| {
             a == "--recursive"
                 || a == "--dereference-recursive"
-                || (a.starts_with('-')
-                    && !a.starts_with("--")
-                    && (a.contains('r') || a.contains('R')))
+                || a.starts_with("--directories")
+                // `-r`, `-R`, `-d recurse`, alone or in a cluster (`-rn`).
+                || (a.starts_with('-') && !a.starts_with("--") && a.contains(['r', 'R', 'd']))
         }),
         _ => false,
     };
@@ -339,7 +493,7 @@ fn writing_args(program: &str) -> &'static [&'static str] {
             "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprintf", "-fprint0",
             "-fls",
         ],
-        "rg" => &["--pre", "--pre-glob"],
+        "rg" => &["--pre", "--pre-glob", "--hostname-bin"],
         "git" => &[
             "--output",
             "--output-directory",
@@ -365,7 +519,7 @@ fn words_of(tokens: &[Token]) -> Vec<String> {
     for token in tokens {
         match *token {
             Token::Quote => any = true,
-            Token::Char(c, Quoting::Bare) if c.is_whitespace() => {
+            Token::Char(' ' | '\t' | '\n', Quoting::Bare) => {
                 if any || !word.is_empty() {
                     out.push(std::mem::take(&mut word));
                 }
@@ -419,21 +573,17 @@ pub fn option_targets(command: &str) -> Vec<String> {
     let program = program.rsplit('/').next().unwrap_or(program);
     let writers = writing_args(program);
     let mut targets = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let (flag, value) = match args[i].split_once('=') {
-            Some((f, v)) => (f, Some(v)),
-            None => (args[i].as_str(), None),
-        };
-        if writers.contains(&flag) || writes_generally(flag) {
+    for (i, arg) in args.iter().enumerate() {
+        if let Some((flag, value)) = writing_option(writers, arg) {
             let takes_file = TAKES_FILE.contains(&flag) || writes_generally(flag);
             match value {
-                Some(v) => targets.push(v.to_owned()),
+                Some(v) if takes_file => targets.push(v.to_owned()),
+                // A value that is a command, not a file: somewhere unknown.
+                Some(_) => targets.push(String::new()),
                 None if takes_file => targets.push(args.get(i + 1).cloned().unwrap_or_default()),
                 None => targets.push(String::new()),
             }
         }
-        i += 1;
     }
     targets
 }
@@ -451,7 +601,8 @@ const TAKES_FILE: &[&str] = &[
 
 /// Whether `command` (one simple command, as [`split`] gives it) only reads: a read-only
 /// program (`git` with a read-only subcommand), no output redirection, no argument that writes
-/// or runs something, and no path argument outside `inside` (absolute paths, `~`, `..`).
+/// or runs something (attached to its option or not), and every argument that may name a file
+/// ([`arg_paths`]) passing `inside`.
 pub fn is_read_only(command: &str, inside: &dyn Fn(&str) -> bool) -> bool {
     let Some(words) = words(command) else {
         return false;
@@ -482,11 +633,8 @@ pub fn is_read_only(command: &str, inside: &dyn Fn(&str) -> bool) -> bool {
         p if READ_ONLY.contains(&p) => args,
         _ => return false,
     };
-    args.iter().all(|a| {
-        let flag = a.split('=').next().unwrap_or(a);
-        let is_path = a.starts_with('/') || a.starts_with('~') || a.split('/').any(|p| p == "..");
-        !writers.contains(&flag) && (!is_path || inside(a))
-    })
+    args.iter()
+        .all(|a| writing_option(writers, a).is_none() && arg_paths(a).iter().all(|p| inside(p)))
 }
 
 #[cfg(test)]
@@ -495,7 +643,12 @@ mod tests {
 
     #[test]
     fn read_only_commands_are_told_apart_from_writers() {
-        let inside = |p: &str| p.starts_with("/work/");
+        // As the permission check resolves them: relative to a directory in /work.
+        let inside = |p: &str| {
+            !p.starts_with('~')
+                && !p.split('/').any(|s| s == "..")
+                && (p.starts_with("/work/") || !p.starts_with('/'))
+        };
         for ok in [
             "ls -la",
             "cat README.md",
@@ -538,6 +691,11 @@ mod tests {
             "git grep -O x",
             "hostname evil",
             "file -C -m x",
+            "git grep -O'touch /tmp/p' -e a",
+            "rg --hostname-bin=./evil x",
+            "diff --from-file=/etc/shadow README.md",
+            "file -f/etc/shadow",
+            "cat\u{a0}./x.sh",
             "",
         ] {
             assert!(!is_read_only(no, &inside), "{no:?}");
@@ -562,6 +720,35 @@ mod tests {
             ("echo a\\;b", &["echo a\\;b"]),
             ("   ", &[]),
         ];
+        for (cmd, understood) in [
+            ("ls -la && git status", true),
+            ("echo $'a\\'b' ; ls", true),
+            ("{ ls; }", true),
+            ("echo '#x' \"a#b\" c#d", true),
+            ("echo ok #'\ntouch x #'", false),
+            ("cat <<EOF\nx\nEOF", false),
+            ("ls \\\n-la", false),
+            ("find . {-delete,}", false),
+            ("echo {1..3}", false),
+            ("cat\u{a0}./x.sh", false),
+            ("ls\r-la", false),
+        ] {
+            assert_eq!(super::understood(cmd), understood, "{cmd:?}");
+        }
+        for (cmd, hidden) in [
+            ("echo $HOME", false),
+            ("FOO=$(pwd) make", false),
+            ("a=1 b=\"$y\" ls -la", false),
+            ("echo '$(x)'", false),
+            ("$(echo rm) -rf /", true),
+            ("ls; $X y", true),
+            ("env $CMD", true),
+            ("`which rm` x", true),
+            ("\"$RM\" -rf /", true),
+            ("x | ${P} y", true),
+        ] {
+            assert_eq!(program_is_expansion(cmd), hidden, "{cmd:?}");
+        }
         for (cmd, want) in cases {
             assert_eq!(
                 split(cmd),

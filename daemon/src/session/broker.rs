@@ -252,11 +252,10 @@ impl SessionActor {
         }
         let mut rules = self.rules();
         // The turn's sandbox, the one its Bash call will run in.
-        rules.sandboxed_bash = ask.tool == "Bash"
-            && self
-                .workspace
-                .sandbox()
-                .is_some_and(|s| s.auto_allows(&ask.input));
+        let sandbox = self.workspace.sandbox();
+        rules.sandboxed_bash =
+            ask.tool == "Bash" && sandbox.as_ref().is_some_and(|s| s.auto_allows(&ask.input));
+        rules.sandbox_on = sandbox.is_some();
         let roots = [std::path::PathBuf::from(&self.journal.record.cwd)];
         let cwd = self.workspace.cwd();
         let call = Call {
