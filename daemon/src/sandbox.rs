@@ -245,6 +245,19 @@ const NAMESPACES: &[&str] = &[
     "/tmp",
 ];
 
+/// Paths, relative to each writable directory, that change what runs outside the sandbox.
+const PROTECTED: &[&str] = &[
+    ".claude",
+    ".mcp.json",
+    ".git/hooks",
+    ".git/config",
+    ".gitmodules",
+    ".envrc",
+    ".vscode",
+    ".idea",
+    ".husky",
+];
+
 fn push_bind(a: &mut Vec<OsString>, flag: &str, from: &Path, to: &Path) {
     a.push(flag.into());
     a.push(from.as_os_str().to_owned());
@@ -340,6 +353,10 @@ impl Sandbox {
         for dir in self.writable.iter().filter(|d| d.is_dir()) {
             push_bind(&mut a, "--bind", dir, dir);
         }
+        // What changes what runs stays read-only inside the writable directories.
+        for p in self.protected().iter().filter(|p| p.exists()) {
+            push_bind(&mut a, "--ro-bind", p, p);
+        }
         for p in &self.hidden {
             match std::fs::metadata(p) {
                 Ok(m) if m.is_dir() => {
@@ -359,6 +376,33 @@ impl Sandbox {
         }
         a.push("--".into());
         a
+    }
+
+    /// The files in the writable directories that change what runs outside the sandbox: the
+    /// project's settings, hooks and MCP servers (which would turn the sandbox off or add
+    /// hooks), git's hooks and config, editors' tasks, direnv. Bound read-only when they exist.
+    pub fn protected(&self) -> Vec<PathBuf> {
+        self.writable
+            .iter()
+            .flat_map(|root| PROTECTED.iter().map(move |p| root.join(p)))
+            .collect()
+    }
+
+    /// Of [`Sandbox::protected`], those not there now: a sandboxed command could create them,
+    /// so the Bash tool looks again after each call ([`Sandbox::created`]).
+    pub fn absent(&self) -> Vec<PathBuf> {
+        self.protected()
+            .into_iter()
+            .filter(|p| p.symlink_metadata().is_err())
+            .collect()
+    }
+
+    /// Of `absent`, those a command created.
+    pub fn created(absent: Vec<PathBuf>) -> Vec<PathBuf> {
+        absent
+            .into_iter()
+            .filter(|p| p.symlink_metadata().is_ok())
+            .collect()
     }
 
     /// A few lines for `/sandbox`: on or off, what is writable, the network rule.

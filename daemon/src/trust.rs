@@ -1,9 +1,10 @@
 //! Workspace trust: whether a directory's own files (its `.claude/settings.json` and
-//! `settings.local.json` hooks, allow rules, `additionalDirectories` and `env`, its `.mcp.json`
-//! servers, its statusLine command, its skills' `allowed-tools`) may act. Kept where Claude
+//! `settings.local.json` hooks, allow rules, `additionalDirectories`, `env` and sandbox
+//! allowances, its `.mcp.json` servers, its statusLine command) may act. Kept where Claude
 //! Code keeps it — `projects["<dir>"].hasTrustDialogAccepted` in `~/.claude.json` — so trust
-//! given in one tool holds in the other. A directory is trusted when it or a directory above it
-//! is, or when it is the home directory (the user's own settings are not a project's).
+//! given in one tool holds in the other. A directory is trusted when the nearest answer for it
+//! or a directory above it (below home: trust given to home or `/` covers nothing) says so, or
+//! when it is the home directory (the user's own settings are not a project's).
 //!
 //! Until a directory is trusted its deny and ask rules apply and nothing that widens what runs
 //! does. `TETHER_TRUST_ALL=1` in tetherd's environment trusts every directory (CI machines that
@@ -35,14 +36,23 @@ fn state(home: Option<&Path>) -> serde_json::Value {
 
 fn trusted_in(state: &serde_json::Value, dir: &Path, home: Option<&Path>) -> bool {
     let dir = canonical(dir);
-    if home.is_some_and(|h| canonical(h) == dir) {
+    let home = home.map(canonical);
+    if home.as_ref() == Some(&dir) {
         return true;
     }
     let projects = &state["projects"];
-    dir.ancestors().any(|d| {
-        let key = d.to_string_lossy();
-        projects[key.as_ref()][KEY] == true
-    })
+    for d in dir.ancestors() {
+        // Trust given to the home directory or above it (or to `/`) would cover every folder
+        // below: only the folder itself, or one between it and home, counts.
+        if d != dir && (d.parent().is_none() || home.as_ref().is_some_and(|h| h.starts_with(d))) {
+            break;
+        }
+        // The nearest answer decides: a folder withdrawn below a trusted one is not trusted.
+        if let Some(answer) = projects[d.to_string_lossy().as_ref()][KEY].as_bool() {
+            return answer;
+        }
+    }
+    false
 }
 
 /// The directory as trust is recorded for it: resolved through symlinks when it exists.
@@ -100,6 +110,24 @@ mod tests {
         assert_eq!(v["projects"][key.to_string_lossy().as_ref()][KEY], true);
         set(&project, h, false).expect("unset");
         assert!(!trusted_in(&state(h), &sub, h));
+        // The nearest answer decides.
+        set(&project, h, true).expect("set");
+        set(&sub, h, false).expect("withdraw");
+        assert!(!trusted_in(&state(h), &sub, h));
+        assert!(trusted_in(&state(h), &project, h));
+    }
+
+    #[test]
+    fn trust_given_to_home_or_above_covers_nothing_below() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let project = home.path().join("src/clone");
+        std::fs::create_dir_all(&project).expect("mkdir");
+        let h = Some(home.path());
+        set(home.path(), h, true).expect("set");
+        set(Path::new("/"), h, true).expect("set");
+        assert!(!trusted_in(&state(h), &project, h));
+        set(&home.path().join("src"), h, true).expect("set");
+        assert!(trusted_in(&state(h), &project, h), "a folder between counts");
     }
 
     #[test]

@@ -163,6 +163,10 @@ impl RuleSet {
                     }
                     self.add(kind, &texts, base, home, source);
                 }
+                // Deny or ask rules that cannot be read: nothing may run unasked.
+                _ if kind != "allow" => {
+                    self.fail(format!("{source}: permissions.{kind} must be a list of rules"))
+                }
                 _ => self.problems.push(format!(
                     "{source}: permissions.{kind} must be a list of rules"
                 )),
@@ -199,9 +203,7 @@ impl RuleSet {
         let table: toml::Table = match toml::from_str(&text) {
             Ok(t) => t,
             Err(e) => {
-                self.problems.push(format!(
-                    "{source}: not valid TOML, its permissions are ignored: {e}"
-                ));
+                self.fail(format!("{source}: not valid TOML ({e})"));
                 return;
             }
         };
@@ -209,8 +211,7 @@ impl RuleSet {
             return;
         };
         let Some(perms) = perms.as_table() else {
-            self.problems
-                .push(format!("{source}: [permissions] must be a table"));
+            self.fail(format!("{source}: [permissions] must be a table"));
             return;
         };
         for (key, value) in perms {
@@ -226,6 +227,9 @@ impl RuleSet {
             });
             match texts {
                 Some(t) => self.add(key, &t, base, home, &source),
+                None if key != "allow" => {
+                    self.fail(format!("{source}: permissions.{key} must be a list of rules"))
+                }
                 None => self.problems.push(format!(
                     "{source}: permissions.{key} must be a list of rules"
                 )),

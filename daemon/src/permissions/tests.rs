@@ -463,6 +463,7 @@ fn a_settings_file_that_cannot_be_read_is_reported_and_nothing_runs_unasked() {
             Some(&b"{\"permissions\": {\"deny\": [\"Bash(rm:*)\"]"[..]),
         ),
         ("a directory", None),
+        ("deny not a list", Some(&br#"{"permissions": {"deny": "Bash(rm:*)"}}"#[..])),
     ] {
         let file = claude.join("settings.json");
         let _ = std::fs::remove_file(&file);

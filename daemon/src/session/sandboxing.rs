@@ -13,7 +13,9 @@ impl SessionActor {
     pub(super) fn sandbox_now(&mut self) -> Sandbox {
         let root = PathBuf::from(&self.journal.record.cwd);
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let files = crate::settings::files(&root, home.as_deref());
+        // Every file: an untrusted project may still turn the sandbox on (`Settings::read`
+        // takes only what narrows from it).
+        let files = crate::settings::all_files(&root, home.as_deref());
         let user_file = home.as_ref().map(|h| h.join(".claude/settings.json"));
         let trusted = crate::trust::is_trusted(&root, home.as_deref());
         let settings = Settings::read(&files, user_file.as_deref(), trusted);

@@ -98,12 +98,50 @@ impl Tool for Bash {
                     .unwrap_or(DEFAULT_TIMEOUT_MS)
                     .min(MAX_TIMEOUT_MS),
             );
-            match run(&command, timeout, ctx, &self.spare, &wrap).await {
+            // What a sandboxed command could create that would act outside the sandbox.
+            let absent = match ctx.workspace.sandbox() {
+                Some(sandbox) if !wrap.is_empty() => sandbox.absent(),
+                _ => Vec::new(),
+            };
+            let out = match run(&command, timeout, ctx, &self.spare, &wrap).await {
                 Ok(out) => out,
                 Err(e) => ToolOutput::error(format!("could not run the command: {e}")),
-            }
+            };
+            distrust_created(out, crate::sandbox::Sandbox::created(absent), ctx)
         })
     }
+}
+
+/// When a sandboxed command created files that would act outside the sandbox (a project
+/// `.claude/settings.json` that turns it off, a git hook), the session's directory is no longer
+/// trusted, so they do not act until the user trusts it again; the result says so.
+fn distrust_created(mut out: ToolOutput, created: Vec<std::path::PathBuf>, ctx: &ToolContext) -> ToolOutput {
+    if created.is_empty() {
+        return out;
+    }
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let roots = ctx.workspace.roots();
+    let revoked = roots
+        .iter()
+        .map(|root| crate::trust::set(root, home.as_deref(), false))
+        .collect::<Result<Vec<_>, _>>();
+    let names: Vec<String> = created.iter().map(|p| p.display().to_string()).collect();
+    let note = match revoked {
+        Ok(_) => format!(
+            "\n[tether: this command created {}, which would act outside the sandbox; the folder is no \
+             longer trusted, so its own settings do not act until the user trusts it again (tether trust)]",
+            names.join(", ")
+        ),
+        Err(e) => format!(
+            "\n[tether: this command created {}, which would act outside the sandbox, and the folder's \
+             trust could not be withdrawn: {e}]",
+            names.join(", ")
+        ),
+    };
+    if let Some(text) = out.content.as_str() {
+        out.content = serde_json::Value::String(format!("{text}{note}"));
+    }
+    out
 }
 
 /// The sandbox's command line a call runs under (empty: it runs outside), or why it cannot run.

@@ -111,6 +111,11 @@ impl Workspace {
         self
     }
 
+    /// The working directories (the session's first).
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
     /// The variables set for commands.
     pub fn env(&self) -> &[(String, String)] {
         &self.env
