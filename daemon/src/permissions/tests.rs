@@ -500,7 +500,7 @@ fn a_settings_file_that_cannot_be_read_is_reported_and_nothing_runs_unasked() {
             "{what}"
         );
     }
-    let _ = std::fs::remove_dir(claude.join("settings.json"));
+    let _ = std::fs::remove_file(claude.join("settings.json"));
     assert!(
         !load_settings(root.path(), Some(home.path())).unreadable,
         "a missing file is fine"
