@@ -115,7 +115,9 @@ fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
                     let plain = shell::dequoted(part);
                     r.matches_command(part)
                         || shell::unwrapped(part).iter().any(|c| r.matches_command(c))
-                        || shell::unwrapped(&plain).iter().any(|c| r.matches_command(c))
+                        || shell::unwrapped(&plain)
+                            .iter()
+                            .any(|c| r.matches_command(c))
                 })
             }
             "WebFetch" => r.matches_url(call.input["url"].as_str().unwrap_or("")),
@@ -181,7 +183,9 @@ fn part_reads(part: &str, cwd: &Path, roots: &[PathBuf], fenced: bool) -> bool {
     }
     // Every argument that may name a file must be inside the roots, by its name and where it
     // really is (a symlink in the project pointing out is outside); `~` never is.
-    shell::is_read_only(part, &|arg| !arg.starts_with('~') && inside(&cwd.join(arg), roots))
+    shell::is_read_only(part, &|arg| {
+        !arg.starts_with('~') && inside(&cwd.join(arg), roots)
+    })
 }
 
 /// The working directories a call may touch without asking.

@@ -10,7 +10,7 @@
 //! does. `TETHER_TRUST_ALL=1` in tetherd's environment trusts every directory (CI machines that
 //! only ever see their own checkouts).
 
-use crate::json_file::{object_at, read, user_state_file, write};
+use crate::json_file::{object_at, read, update, user_state_file};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -63,10 +63,11 @@ pub fn canonical(dir: &Path) -> PathBuf {
 /// Records that `dir` is trusted (or no longer is); returns the file written.
 pub fn set(dir: &Path, home: Option<&Path>, trusted: bool) -> Result<PathBuf, String> {
     let file = user_state_file(home).ok_or("no home directory for ~/.claude.json")?;
-    let mut v = read(&file)?;
     let key = canonical(dir).to_string_lossy().into_owned();
-    object_at(&mut v, &["projects".into(), key]).insert(KEY.into(), json!(trusted));
-    write(&file, &v)?;
+    update(&file, |v| {
+        object_at(v, &["projects".into(), key]).insert(KEY.into(), json!(trusted));
+        Ok(())
+    })?;
     Ok(file)
 }
 
@@ -127,7 +128,10 @@ mod tests {
         set(Path::new("/"), h, true).expect("set");
         assert!(!trusted_in(&state(h), &project, h));
         set(&home.path().join("src"), h, true).expect("set");
-        assert!(trusted_in(&state(h), &project, h), "a folder between counts");
+        assert!(
+            trusted_in(&state(h), &project, h),
+            "a folder between counts"
+        );
     }
 
     #[test]

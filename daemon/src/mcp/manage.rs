@@ -36,8 +36,11 @@ fn read(file: &Path) -> Result<Value, ManageError> {
     crate::json_file::read(file).map_err(ManageError::File)
 }
 
-fn write(file: &Path, v: &Value) -> Result<(), ManageError> {
-    crate::json_file::write(file, v).map_err(ManageError::File)
+fn update<T>(
+    file: &Path,
+    change: impl FnOnce(&mut Value) -> Result<T, String>,
+) -> Result<T, ManageError> {
+    crate::json_file::update(file, change).map_err(ManageError::File)
 }
 
 /// The file a scope's servers are kept in, and the JSON path of its `mcpServers` object.
@@ -79,11 +82,11 @@ pub fn add(
     // Checked as it would be read (variables need not be set yet).
     server_of(name, entry, &|_| Some(String::new())).map_err(ManageError::Invalid)?;
     let (file, path) = place(scope, cwd, home)?;
-    let mut v = read(&file)?;
-    let replaced = object_at(&mut v, &path)
-        .insert(name.to_owned(), entry.clone())
-        .is_some();
-    write(&file, &v)?;
+    let replaced = update(&file, |v| {
+        Ok(object_at(v, &path)
+            .insert(name.to_owned(), entry.clone())
+            .is_some())
+    })?;
     let verb = if replaced { "Replaced" } else { "Added" };
     Ok((
         file.clone(),
@@ -108,9 +111,18 @@ pub fn remove(
         if !file.exists() {
             continue;
         }
-        let mut v = read(&file)?;
-        if object_at(&mut v, &path).remove(name).is_some() {
-            write(&file, &v)?;
+        // Only a file that had it changes.
+        let removed = update(&file, |v| {
+            let mut at = &mut *v;
+            for key in &path {
+                match at.get_mut(key.as_str()) {
+                    Some(next) => at = next,
+                    None => return Ok(false),
+                }
+            }
+            Ok(at.as_object_mut().is_some_and(|m| m.remove(name).is_some()))
+        })?;
+        if removed {
             return Ok((
                 file.clone(),
                 format!(
@@ -154,26 +166,27 @@ pub fn approve(
     }
     let file = user_state_file(home)
         .ok_or_else(|| ManageError::File("no home directory for ~/.claude.json".into()))?;
-    let mut v = read(&file)?;
     let project = cwd.to_string_lossy().into_owned();
     let (add_to, take_from) = if yes {
         ("enabledMcpjsonServers", "disabledMcpjsonServers")
     } else {
         ("disabledMcpjsonServers", "enabledMcpjsonServers")
     };
-    let answered = &v["projects"][project.as_str()];
-    let mut adding = names_at(answered, add_to);
-    let mut taking = names_at(answered, take_from);
-    for n in &names {
-        if !adding.contains(n) {
-            adding.push(n.clone());
+    update(&file, |v| {
+        let answered = &v["projects"][project.as_str()];
+        let mut adding = names_at(answered, add_to);
+        let mut taking = names_at(answered, take_from);
+        for n in &names {
+            if !adding.contains(n) {
+                adding.push(n.clone());
+            }
+            taking.retain(|t| t != n);
         }
-        taking.retain(|t| t != n);
-    }
-    let entry = object_at(&mut v, &["projects".into(), project]);
-    entry.insert(add_to.into(), json!(adding));
-    entry.insert(take_from.into(), json!(taking));
-    write(&file, &v)?;
+        let entry = object_at(v, &["projects".into(), project]);
+        entry.insert(add_to.into(), json!(adding));
+        entry.insert(take_from.into(), json!(taking));
+        Ok(())
+    })?;
     let verb = if yes { "Approved" } else { "Rejected" };
     Ok((
         file,

@@ -164,9 +164,9 @@ impl RuleSet {
                     self.add(kind, &texts, base, home, source);
                 }
                 // Deny or ask rules that cannot be read: nothing may run unasked.
-                _ if kind != "allow" => {
-                    self.fail(format!("{source}: permissions.{kind} must be a list of rules"))
-                }
+                _ if kind != "allow" => self.fail(format!(
+                    "{source}: permissions.{kind} must be a list of rules"
+                )),
                 _ => self.problems.push(format!(
                     "{source}: permissions.{kind} must be a list of rules"
                 )),
@@ -227,9 +227,9 @@ impl RuleSet {
             });
             match texts {
                 Some(t) => self.add(key, &t, base, home, &source),
-                None if key != "allow" => {
-                    self.fail(format!("{source}: permissions.{key} must be a list of rules"))
-                }
+                None if key != "allow" => self.fail(format!(
+                    "{source}: permissions.{key} must be a list of rules"
+                )),
                 None => self.problems.push(format!(
                     "{source}: permissions.{key} must be a list of rules"
                 )),
@@ -289,19 +289,20 @@ pub fn remember_always(root: &Path, home: Option<&Path>, rule: &str) -> Result<P
     if !crate::trust::is_trusted(root, home) {
         let file = crate::json_file::user_state_file(home)
             .ok_or("no home directory for ~/.claude.json")?;
-        let mut v = crate::json_file::read(&file)?;
         let key = root.to_string_lossy().into_owned();
-        let entry = crate::json_file::object_at(&mut v, &["projects".into(), key]);
-        let list = entry.entry("allowedTools").or_insert_with(|| json!([]));
-        if !list.is_array() {
-            *list = json!([]);
-        }
-        if let Some(list) = list.as_array_mut()
-            && !list.iter().any(|r| r.as_str() == Some(rule))
-        {
-            list.push(json!(rule));
-        }
-        crate::json_file::write(&file, &v)?;
+        crate::json_file::update(&file, |v| {
+            let entry = crate::json_file::object_at(v, &["projects".into(), key]);
+            let list = entry.entry("allowedTools").or_insert_with(|| json!([]));
+            if !list.is_array() {
+                *list = json!([]);
+            }
+            if let Some(list) = list.as_array_mut()
+                && !list.iter().any(|r| r.as_str() == Some(rule))
+            {
+                list.push(json!(rule));
+            }
+            Ok(())
+        })?;
         return Ok(file);
     }
     let file = root.join(".claude/settings.local.json");

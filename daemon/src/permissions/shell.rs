@@ -220,7 +220,9 @@ pub fn program_is_expansion(command: &str) -> bool {
 
 /// Whether `word` is a shell variable name.
 fn is_name(word: &str) -> bool {
-    word.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    word.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 

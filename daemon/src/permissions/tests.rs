@@ -463,7 +463,10 @@ fn a_settings_file_that_cannot_be_read_is_reported_and_nothing_runs_unasked() {
             Some(&b"{\"permissions\": {\"deny\": [\"Bash(rm:*)\"]"[..]),
         ),
         ("a directory", None),
-        ("deny not a list", Some(&br#"{"permissions": {"deny": "Bash(rm:*)"}}"#[..])),
+        (
+            "deny not a list",
+            Some(&br#"{"permissions": {"deny": "Bash(rm:*)"}}"#[..]),
+        ),
     ] {
         let file = claude.join("settings.json");
         let _ = std::fs::remove_file(&file);
@@ -621,7 +624,13 @@ fn the_paths_a_read_deny_rule_names_outright() {
     let set = rules(
         &[],
         &[],
-        &["Read(./.env)", "Read(./secrets/**)", "Read(**/.npmrc)", "Read(~/.netrc)", "Bash(rm:*)"],
+        &[
+            "Read(./.env)",
+            "Read(./secrets/**)",
+            "Read(**/.npmrc)",
+            "Read(~/.netrc)",
+            "Bash(rm:*)",
+        ],
     );
     assert_eq!(
         read_denied_paths(&set),

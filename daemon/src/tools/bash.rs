@@ -115,7 +115,11 @@ impl Tool for Bash {
 /// When a sandboxed command created files that would act outside the sandbox (a project
 /// `.claude/settings.json` that turns it off, a git hook), the session's directory is no longer
 /// trusted, so they do not act until the user trusts it again; the result says so.
-fn distrust_created(mut out: ToolOutput, created: Vec<std::path::PathBuf>, ctx: &ToolContext) -> ToolOutput {
+fn distrust_created(
+    mut out: ToolOutput,
+    created: Vec<std::path::PathBuf>,
+    ctx: &ToolContext,
+) -> ToolOutput {
     if created.is_empty() {
         return out;
     }
