@@ -139,7 +139,7 @@ impl Editor {
         self.keep(link.clone());
         let (modes, options) = self.described(&link).await?;
         self.commands_later(session.clone());
-        bridge::ask_trust(&self, session.clone(), cwd);
+        bridge::ask_trust(&self, &link, cwd);
         Ok(NewSessionResponse::new(session.0)
             .modes(modes)
             .config_options(options))
@@ -209,6 +209,9 @@ impl Editor {
         let session = SessionId(req.session_id.0.to_string());
         let input = prompt::input(&req.prompt)
             .map_err(|e| Error::invalid_params().data(serde_json::json!(e.to_string())))?;
+        if let Some(link) = self.link(&session) {
+            link.trust_answered().await;
+        }
         let end = self.run_turn(&session, input).await?;
         let stop = match end.stop_reason.as_str() {
             "end_turn" | "stop_sequence" | "pause_turn" | "tool_use" | "command" | "compacted" => {

@@ -130,6 +130,9 @@ pub struct Link {
     pub options: tether_proto::TurnOptions,
     inner: Mutex<Inner>,
     forwarder: Mutex<Option<AbortHandle>>,
+    /// The trust question of a new session, while the editor has not answered it: the first
+    /// prompt waits for it, so a folder trusted now acts from that prompt on.
+    trust: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Link {
@@ -155,6 +158,14 @@ pub enum Replay {
 impl Link {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the editor has answered the session's trust question, if one is open.
+    pub async fn trust_answered(&self) {
+        let pending = self.trust.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(task) = pending {
+            let _ = task.await;
+        }
     }
 
     fn lock_forwarder(&self) -> std::sync::MutexGuard<'_, Option<AbortHandle>> {
@@ -224,6 +235,7 @@ pub async fn open(
             ..Inner::default()
         }),
         forwarder: Mutex::new(None),
+        trust: Mutex::new(None),
     });
     let (ready_tx, ready_rx) = oneshot::channel();
     let task = tokio::spawn(forward(
@@ -559,13 +571,15 @@ fn ask(editor: &Arc<Editor>, link: &Arc<Link>, conn: &Arc<Connection>, request: 
 /// Asks the editor, once, whether a new session's directory may act, when it is not trusted
 /// and its own files would (hooks, allow rules, MCP servers…): a permission request the editor
 /// shows like any other, listing them. "Trust" is recorded by the daemon; anything else leaves
-/// the directory untrusted (its deny and ask rules still apply) and asks again next time.
-pub fn ask_trust(editor: &Arc<Editor>, session: SessionId, cwd: String) {
+/// the directory untrusted (its deny and ask rules still apply) and asks again next time. The
+/// session's first prompt waits for the answer ([`Link::trust_answered`]).
+pub fn ask_trust(editor: &Arc<Editor>, link: &Link, cwd: String) {
     use agent_client_protocol::v1::schema::{
         ContentBlock, ToolCallContent, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
     };
     let editor = editor.clone();
-    tokio::spawn(async move {
+    let session = link.session.clone();
+    let task = tokio::spawn(async move {
         let Ok(conn) = editor.daemon.get().await else {
             return;
         };
@@ -624,6 +638,7 @@ pub fn ask_trust(editor: &Arc<Editor>, session: SessionId, cwd: String) {
             ));
         }
     });
+    *link.trust.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
 }
 
 /// The daemon's model list, for config options and context windows.
