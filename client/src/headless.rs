@@ -295,7 +295,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
     let mode = crate::commands::parse_mode(h.permission_mode)?;
     let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
-    crate::trust::refuse_untrusted(&conn, &cwd).await?;
+    crate::trust::report_untrusted(&conn, &cwd).await?;
     let Some(first) = prompts.next().transpose()? else {
         bail!("no prompt on stdin");
     };

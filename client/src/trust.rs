@@ -87,8 +87,8 @@ pub async fn ask(conn: &Connection, cwd: &str) -> anyhow::Result<()> {
 }
 
 /// For a headless run: when `cwd` is not trusted and its own files would act, says on stderr
-/// what was left out and how to trust it.
-pub async fn refuse_untrusted(conn: &Connection, cwd: &str) -> anyhow::Result<()> {
+/// what the run leaves out (it goes on without them) and how to trust the folder.
+pub async fn report_untrusted(conn: &Connection, cwd: &str) -> anyhow::Result<()> {
     let t = conn.client.workspace_trust(cwd.to_owned(), None).await?;
     if !t.trusted && !t.acts.is_empty() {
         eprintln!(

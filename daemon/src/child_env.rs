@@ -1,7 +1,8 @@
 //! The environment tetherd's child processes start with — Bash commands, hooks and MCP stdio
-//! servers: the daemon's own, less the credentials the daemon itself uses (the Anthropic key
-//! and token, Claude Code's OAuth token, Bedrock's AWS keys, Vertex's Google credentials, the
-//! OTLP exporter's headers). A command the model runs could otherwise print them into the log.
+//! servers: the daemon's own, less the credentials its model providers and exporter read (the
+//! Anthropic key and token, Claude Code's OAuth token, Bedrock's AWS keys, Vertex's Google
+//! credentials, the OTLP exporter's headers), whichever provider is in use. A command the
+//! model runs could otherwise print them into the log.
 //!
 //! `CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=0` in tetherd's environment keeps them (Claude Code scrubs
 //! only when that variable is 1; tether scrubs unless it is 0). A variable a settings file's

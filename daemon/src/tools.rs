@@ -40,7 +40,7 @@ pub use task::Task;
 pub use tool::{
     Net, Spent, SubagentFuture, SubagentRunner, Tool, ToolContext, ToolFuture, ToolOutput, Tools,
 };
-pub use workspace::{FileStamp, Workspace, normalize};
+pub use workspace::{FileStamp, HOST_SUFFIX, Workspace, normalize};
 
 use std::sync::Arc;
 

@@ -127,6 +127,13 @@ pub fn acts(dir: &Path, home: Option<&Path>) -> Vec<String> {
         ) {
             parts.push("defaultMode".to_owned());
         }
+        // The sandbox: turning it on only narrows; anything else it says widens.
+        if v["sandbox"]
+            .as_object()
+            .is_some_and(|s| s.iter().any(|(k, val)| !(k == "enabled" && *val == true)))
+        {
+            parts.push("sandbox allowances".to_owned());
+        }
         if !parts.is_empty() {
             out.push(format!("{}: {}", file.display(), parts.join(", ")));
         }

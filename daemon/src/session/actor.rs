@@ -634,12 +634,19 @@ impl SessionActor {
         let result = self.journal.delete().await;
         if result.is_ok() {
             // The commands' saved outputs go with the session.
-            let scratch = self.workspace.scratch().to_owned();
-            tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&scratch) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    tracing::warn!(dir = %scratch.display(), "could not remove a deleted session's saved outputs: {e}");
+            let dirs = [
+                self.workspace.scratch().to_owned(),
+                self.workspace.host_scratch(),
+            ];
+            tokio::task::spawn_blocking(move || {
+                for dir in dirs {
+                    match std::fs::remove_dir_all(&dir) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            tracing::warn!(dir = %dir.display(), "could not remove a deleted session's saved outputs: {e}");
+                        }
+                        _ => {}
+                    }
                 }
-                _ => {}
             });
             self.session_end("other");
             self.journal

@@ -213,22 +213,22 @@ impl Sessions {
         let scratch = self.env().data_dir.join("scratch");
         let known: std::collections::HashSet<String> =
             records.iter().map(|r| r.id.0.clone()).collect();
-        // A session created since the scan may already have outputs: those are newer.
-        let scanned = std::time::SystemTime::now();
+        let store = self.store.clone();
         tokio::task::spawn_blocking(move || {
             let Ok(entries) = std::fs::read_dir(&scratch) else {
                 return;
             };
             for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let older = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t < scanned);
-                if !known.contains(&name)
-                    && older
-                    && let Err(e) = std::fs::remove_dir_all(entry.path())
-                {
+                let file_name = entry.file_name().to_string_lossy().into_owned();
+                let name = file_name
+                    .strip_suffix(crate::tools::HOST_SUFFIX)
+                    .unwrap_or(&file_name)
+                    .to_owned();
+                // Asked again at the moment of removal: a session created since the scan is
+                // in the store by then (ids are never reused).
+                let gone = !known.contains(&name)
+                    && matches!(store.session(&SessionId(name.clone())), Ok(None));
+                if gone && let Err(e) = std::fs::remove_dir_all(entry.path()) {
                     tracing::warn!(dir = %entry.path().display(), "could not remove orphaned outputs: {e}");
                 }
             }

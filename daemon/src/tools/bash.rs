@@ -247,7 +247,13 @@ async fn run(
     wrap: &[OsString],
 ) -> std::io::Result<ToolOutput> {
     let cwd = ctx.workspace.cwd();
-    let scratch = ctx.workspace.scratch().to_owned();
+    // Outside the sandbox while it is on, the call's files are kept where sandboxed commands
+    // cannot reach them.
+    let scratch = if wrap.is_empty() && ctx.workspace.sandbox().is_some() {
+        ctx.workspace.host_scratch()
+    } else {
+        ctx.workspace.scratch().to_owned()
+    };
     tether_proto::private::create_dir_all(&scratch)?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let pwd_file = scratch.join(format!("{id}.pwd"));

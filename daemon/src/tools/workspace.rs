@@ -211,7 +211,19 @@ impl Workspace {
     pub fn scratch(&self) -> &std::path::Path {
         &self.scratch
     }
+
+    /// Where a call that runs outside the OS sandbox keeps its script and files while the
+    /// sandbox is on: beside [`Workspace::scratch`] (which sandboxed commands can write), never
+    /// inside it, so a sandboxed command cannot rewrite what an unsandboxed one runs.
+    pub fn host_scratch(&self) -> PathBuf {
+        let mut name = self.scratch.file_name().unwrap_or_default().to_owned();
+        name.push(HOST_SUFFIX);
+        self.scratch.with_file_name(name)
+    }
 }
+
+/// The suffix of [`Workspace::host_scratch`]'s directory name.
+pub const HOST_SUFFIX: &str = ".host";
 
 /// `path` with `.` and `..` resolved lexically (symlinks are not followed).
 pub fn normalize(path: &std::path::Path) -> PathBuf {
