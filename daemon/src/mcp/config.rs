@@ -259,17 +259,8 @@ struct Approval {
 impl Approval {
     fn read(cwd: &Path, home: Option<&Path>, project_state: Option<&Value>) -> Self {
         let mut a = Self::default();
-        let mut files = Vec::new();
-        if let Some(h) = home {
-            files.push(h.join(".claude/settings.json"));
-        }
-        files.push(cwd.join(".claude/settings.json"));
-        files.push(cwd.join(".claude/settings.local.json"));
-        let mut ignored = Vec::new();
-        for file in files {
-            if let Some(parsed) = read_json(&file, &mut ignored) {
-                a.absorb(&parsed.0);
-            }
+        for (_, v) in crate::settings::files(cwd, home) {
+            a.absorb(&v);
         }
         if let Some(p) = project_state {
             a.absorb(p);
