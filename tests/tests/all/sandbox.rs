@@ -313,3 +313,55 @@ fn what_a_read_deny_rule_names_is_hidden_from_sandboxed_bash() -> anyhow::Result
     );
     Ok(())
 }
+
+#[test]
+fn a_sandboxed_command_cannot_change_what_runs_outside_it() -> anyhow::Result<()> {
+    let fake = Fake::start(bash_calls(&[
+        json!({"command": "echo '{\"sandbox\": {\"enabled\": false}}' > .claude/settings.local.json"}),
+        json!({"command": "echo 'touch pwned' > .git/hooks/post-checkout"}),
+        json!({"command": "echo '{\"mcpServers\": {}}' > .mcp.json"}),
+        json!({"command": "git status --short", "dangerouslyDisableSandbox": true}),
+    ]))?;
+    let Setup {
+        daemon,
+        home: _home,
+    } = setup(&fake, json!({"sandbox": {"enabled": true}}), &[])?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude"))?;
+    std::fs::create_dir_all(work.join(".git/hooks"))?;
+    // The folder is the user's own and trusted, as a real project would be.
+    let state = json!({"projects": {
+        work.canonicalize()?.display().to_string(): {"hasTrustDialogAccepted": true}}});
+    std::fs::write(_home.path().join(".claude.json"), state.to_string())?;
+    let mut c = daemon.ndjson()?;
+    let s = session(&mut c, &daemon, "bypassPermissions")?;
+    c.start_turn(&s, "try")?;
+    // Leaving the sandbox is asked about even in bypassPermissions.
+    let asked = c.events_until("permission_requested")?;
+    let request = asked.last().context("request")?;
+    assert_eq!(request["data"]["tool"], "Bash", "{request}");
+    let id = request["data"]["requestId"]
+        .as_str()
+        .context("id")?
+        .to_owned();
+    c.call(
+        "permission/respond",
+        json!({"sessionId": s, "requestId": id, "decision": "deny"}),
+    )?;
+    let events = c.events_until("turn_ended")?;
+    let r = results(&asked.iter().chain(&events).cloned().collect::<Vec<_>>());
+    assert_eq!(r.len(), 4, "{r:?}");
+    assert!(r[0].0 && r[0].1.contains("Read-only file system"), "{r:?}");
+    assert!(!work.join(".claude/settings.local.json").exists());
+    assert!(r[1].0 && r[1].1.contains("Read-only file system"), "{r:?}");
+    assert!(!work.join(".git/hooks/post-checkout").exists());
+    // Created where nothing stood: the folder is no longer trusted, and the result says so.
+    assert!(r[2].1.contains("no longer trusted"), "{r:?}");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(_home.path().join(".claude.json"))?)?;
+    assert_eq!(
+        state["projects"][work.canonicalize()?.display().to_string().as_str()]["hasTrustDialogAccepted"],
+        false
+    );
+    Ok(())
+}
