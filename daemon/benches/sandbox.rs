@@ -72,6 +72,7 @@ fn main() {
             scratch: scratch.clone(),
             data_dir: dir.path().join("data"),
             hidden: Vec::new(),
+            proxy_socket: dir.path().join("data/proxy/s.sock"),
         },
     );
     let rt = match tokio::runtime::Runtime::new() {
@@ -82,7 +83,7 @@ fn main() {
         return eprintln!("no sandbox here: {why}");
     }
     let plain = time_spawns(n, &[]);
-    let boxed = time_spawns(n, &sandbox.wrap());
+    let boxed = time_spawns(n, &sandbox.wrap(None));
     println!("start of `bash -c true`, median of {n}:");
     println!("  direct         {:>8.2} ms", plain.as_secs_f64() * 1e3);
     println!("  in the sandbox {:>8.2} ms", boxed.as_secs_f64() * 1e3);
