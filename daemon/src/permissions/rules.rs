@@ -245,11 +245,7 @@ pub fn named_path(rule: &Rule) -> Option<PathBuf> {
     (!literal.contains(['*', '?', '[', '{'])).then(|| PathBuf::from(literal))
 }
 
-fn path_globs(
-    spec: &str,
-    base: &Path,
-    home: Option<&Path>,
-) -> Result<(GlobSet, String), String> {
+fn path_globs(spec: &str, base: &Path, home: Option<&Path>) -> Result<(GlobSet, String), String> {
     let absolute: String = if let Some(rest) = spec.strip_prefix("//") {
         format!("/{rest}")
     } else if let Some(rest) = spec.strip_prefix("~/") {

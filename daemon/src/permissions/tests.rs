@@ -620,7 +620,13 @@ fn the_paths_a_read_deny_rule_names_outright() {
     let set = rules(
         &[],
         &[],
-        &["Read(./.env)", "Read(./secrets/**)", "Read(**/.npmrc)", "Read(~/.netrc)", "Bash(rm:*)"],
+        &[
+            "Read(./.env)",
+            "Read(./secrets/**)",
+            "Read(**/.npmrc)",
+            "Read(~/.netrc)",
+            "Bash(rm:*)",
+        ],
     );
     assert_eq!(
         read_denied_paths(&set),

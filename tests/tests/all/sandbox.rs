@@ -285,7 +285,10 @@ fn what_a_read_deny_rule_names_is_hidden_from_sandboxed_bash() -> anyhow::Result
         json!({"command": "python3 -c \"import os; print(os.listdir('secrets'))\""}),
         json!({"command": "python3 -c \"print(open('README').read())\""}),
     ]))?;
-    let Setup { daemon, home: _home } = setup(&fake, json!({"sandbox": {"enabled": true}}), &[])?;
+    let Setup {
+        daemon,
+        home: _home,
+    } = setup(&fake, json!({"sandbox": {"enabled": true}}), &[])?;
     let work = daemon.workdir();
     std::fs::create_dir_all(work.join(".claude"))?;
     std::fs::write(
@@ -304,6 +307,9 @@ fn what_a_read_deny_rule_names_is_hidden_from_sandboxed_bash() -> anyhow::Result
     assert_eq!(r.len(), 3, "{events:?}");
     assert!(!r[0].1.contains("hunter2"), "{r:?}");
     assert!(!r[1].1.contains("prod.key"), "{r:?}");
-    assert!(r[2].1.contains("readable"), "other files read as usual: {r:?}");
+    assert!(
+        r[2].1.contains("readable"),
+        "other files read as usual: {r:?}"
+    );
     Ok(())
 }
