@@ -218,3 +218,66 @@ fn the_prelude_starts_the_relay_before_the_command() {
     assert!(script.contains("https_proxy=http://127.0.0.1:3128"));
     assert!(script.ends_with("exec \"$@\""));
 }
+
+#[tokio::test]
+async fn a_tunnel_carries_bytes_both_ways() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("s.sock");
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = upstream.local_addr().expect("addr").port();
+    let echo = tokio::spawn(async move {
+        let (mut s, _) = upstream.accept().await.expect("accept");
+        let (mut r, mut w) = s.split();
+        tokio::io::copy(&mut r, &mut w).await.expect("echo");
+    });
+    let _proxy = Proxy::start(socket.clone(), Allowed::new(&["localhost".into()])).expect("start");
+    let mut s = UnixStream::connect(&socket).await.expect("connect");
+    // The first bytes may come with the request.
+    s.write_all(format!("CONNECT localhost:{port} HTTP/1.1\r\n\r\nping").as_bytes())
+        .await
+        .expect("write");
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 256];
+    let want = b"HTTP/1.1 200 Connection Established\r\n\r\nping".as_slice();
+    while got.len() < want.len() {
+        let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut chunk))
+            .await
+            .expect("in time")
+            .expect("read");
+        assert!(n > 0, "closed early: {got:?}");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(got, want);
+    s.shutdown().await.expect("shutdown");
+    tokio::time::timeout(Duration::from_secs(20), echo)
+        .await
+        .expect("the tunnel ended")
+        .expect("echo");
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_get_503() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("s.sock");
+    let _proxy = Proxy::start(socket.clone(), Allowed::default()).expect("start");
+    // Each holds a slot: it sends no head (the proxy waits HEAD_TIMEOUT for one).
+    let mut held = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        held.push(UnixStream::connect(&socket).await.expect("connect"));
+    }
+    let busy = exchange(&socket, b"CONNECT a.test:443 HTTP/1.1\r\n\r\n").await;
+    assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+    // One leaves, and a slot opens.
+    drop(held.pop());
+    let mut answer = String::new();
+    for _ in 0..200 {
+        answer = exchange(&socket, b"CONNECT a.test:443 HTTP/1.1\r\n\r\n").await;
+        if !answer.starts_with("HTTP/1.1 503") {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+}
