@@ -102,7 +102,7 @@ async fn sandbox_check() -> Check {
             "sandbox",
             CheckStatus::Ok,
             format!(
-                "bubblewrap ({}) starts; Bash runs in it where sandbox.enabled is set",
+                "bubblewrap ({}) starts; Bash runs in it where sandbox.enabled is set, with no network but the hosts sandbox.network.allowedDomains names (HTTP and HTTPS, through tether's proxy)",
                 bwrap.display()
             ),
         ),

@@ -58,10 +58,30 @@ enum Sub {
         #[arg(long)]
         json: bool,
     },
+    /// Inside the Bash sandbox: forward a loopback port to the session's network proxy.
+    #[command(hide = true)]
+    SandboxRelay {
+        /// The address to listen on (`127.0.0.1:PORT`).
+        #[arg(long, value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// The proxy's Unix socket.
+        #[arg(long, value_name = "PATH")]
+        to: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Runs in the sandbox: no configuration, no logging, nothing but the relay.
+    if let Some(Sub::SandboxRelay { listen, to }) = &args.command {
+        return match tether_daemon::sandbox::proxy::relay(*listen, to) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tetherd sandbox-relay: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut flags = args.set.clone();
     if let Some(f) = &args.log_format {
         flags.push(format!("log.format={f}"));
@@ -79,7 +99,7 @@ fn main() -> ExitCode {
     match args.command {
         Some(Sub::Config { json }) => return print_config(&config, json),
         Some(Sub::Doctor { online, json }) => return doctor(&config, &data_dir, online, json),
-        None => {}
+        Some(Sub::SandboxRelay { .. }) | None => {}
     }
     if args.detach {
         // Fails only if we already lead a process group, in which case we are detached enough.

@@ -6,14 +6,18 @@
 //! Inside: the whole filesystem read-only but the session's working directories, its scratch
 //! directory and a fresh `/tmp`; the user's secrets (`~/.ssh`, `~/.aws`, …), tether's data and
 //! configuration, and the sockets of the user's runtime directory hidden; no capabilities; its
-//! own process, IPC and network namespaces (no network: `network.allowedDomains` is reported
-//! but not yet routed through a proxy, so the network stays off).
+//! own process, IPC and network namespaces. The network is off, unless
+//! `network.allowedDomains` names hosts: then the session's filtering proxy ([`proxy`]) is
+//! bound in, a relay inside forwards the sandbox's loopback port to it, and the proxy
+//! variables point there, so only those hosts are reached (over HTTP and HTTPS).
 //!
 //! Invariant: when the sandbox is enabled a call it holds runs inside it or not at all — a
 //! bubblewrap that cannot start refuses the call, it never runs unsandboxed. Calls it does not
 //! hold (`excludedCommands`, `dangerouslyDisableSandbox`) go through the normal permission
 //! check; only calls it holds are allowed without asking (`autoAllowBashIfSandboxed`). Imports
 //! nothing of the crate but `settings`, so tools, sessions and `doctor` may all ask it.
+
+pub mod proxy;
 
 use serde_json::Value;
 use std::collections::HashSet;
@@ -221,6 +225,10 @@ pub struct Sandbox {
     pub scratch: PathBuf,
     /// Directories and files hidden inside (those that exist when a shell starts are masked).
     pub hidden: Vec<PathBuf>,
+    /// Where the session's network proxy listens (used when `allowedDomains` is not empty).
+    pub proxy_socket: PathBuf,
+    /// The program that runs the relay inside (`tetherd sandbox-relay`): this one.
+    pub relay: PathBuf,
 }
 
 /// The namespaces and the filesystem every sandboxed shell starts with (before the writable
@@ -277,6 +285,8 @@ pub struct Paths {
     pub data_dir: PathBuf,
     /// Other paths to hide: tether's configuration, its socket, the runtime directory.
     pub hidden: Vec<PathBuf>,
+    /// Where the session's network proxy listens (in tether's private data directory).
+    pub proxy_socket: PathBuf,
 }
 
 impl Sandbox {
@@ -318,7 +328,15 @@ impl Sandbox {
             writable: paths.roots,
             scratch: paths.scratch,
             hidden,
+            proxy_socket: paths.proxy_socket,
+            relay: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("tetherd")),
         }
+    }
+
+    /// The hosts the sandbox may reach through the proxy; `None` when the network is off.
+    pub fn network(&self) -> Option<proxy::Allowed> {
+        (!self.settings.allowed_domains.is_empty())
+            .then(|| proxy::Allowed::new(&self.settings.allowed_domains))
     }
 
     /// Where a Bash call with `input` runs: outside when the sandbox is off, when its command
@@ -345,9 +363,12 @@ impl Sandbox {
         self.settings.auto_allow && self.place(input) == Placement::Inside
     }
 
-    /// The `bwrap` command line (program first, ending with `--`) a shell starts under; the
-    /// shell's own directory is kept inside (bwrap stays in its working directory).
-    pub fn wrap(&self) -> Vec<OsString> {
+    /// The command line a shell starts under (`bwrap` first; the shell program and its
+    /// arguments follow it); the shell's own directory is kept inside (bwrap stays in its
+    /// working directory). With `proxy` (the socket of a running [`proxy::Proxy`]) the socket
+    /// is bound in and the line ends with the [`proxy::prelude`] that starts the relay before
+    /// the shell; without it, with `--`, and the sandbox has no network.
+    pub fn wrap(&self, proxy: Option<&Path>) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![self.bwrap.as_os_str().to_owned()];
         a.extend(NAMESPACES.iter().map(OsString::from));
         for dir in self.writable.iter().filter(|d| d.is_dir()) {
@@ -374,7 +395,17 @@ impl Sandbox {
         for sock in self.settings.unix_sockets.iter().filter(|s| s.exists()) {
             push_bind(&mut a, "--bind", sock, sock);
         }
+        if let Some(sock) = proxy {
+            push_bind(&mut a, "--bind", sock, sock);
+        }
         a.push("--".into());
+        if let Some(sock) = proxy {
+            a.extend(
+                proxy::prelude(&self.relay, sock)
+                    .into_iter()
+                    .map(OsString::from),
+            );
+        }
         a
     }
 
@@ -433,7 +464,7 @@ impl Sandbox {
                 "network: none".to_owned()
             } else {
                 format!(
-                    "network: none (allowedDomains {} are not reachable yet: tether has no domain proxy)",
+                    "network: only {} (allowedDomains; *.domain for its subdomains, :port for one port), over HTTP and HTTPS through tether's proxy (HTTP_PROXY/HTTPS_PROXY are set inside); any other host is refused with 403, other traffic has no route",
                     s.allowed_domains.join(", ")
                 )
             });

@@ -216,9 +216,10 @@ fn the_command_line_binds_the_roots_then_masks_then_the_scratch_directory() {
             scratch: scratch.clone(),
             data_dir: data.clone(),
             hidden: Vec::new(),
+            proxy_socket: PathBuf::new(),
         },
     );
-    let args = b.wrap();
+    let args = b.wrap(None);
     let s = |p: &Path| p.to_str().expect("utf8").to_owned();
     assert_eq!(
         args.first().map(OsString::as_os_str),
@@ -256,7 +257,7 @@ fn the_command_line_binds_the_roots_then_masks_then_the_scratch_directory() {
 
 /// Runs `script` with bash inside `b`, in `cwd`; its exit status and output.
 fn run_inside(b: &Sandbox, cwd: &Path, script: &str) -> (bool, String) {
-    let args = b.wrap();
+    let args = b.wrap(None);
     let out = std::process::Command::new(&args[0])
         .args(&args[1..])
         .args(["bash", "-c", script])
@@ -298,6 +299,7 @@ async fn inside_only_the_roots_are_writable_secrets_are_hidden_and_there_is_no_n
             scratch: scratch.clone(),
             data_dir: data.clone(),
             hidden: Vec::new(),
+            proxy_socket: PathBuf::new(),
         },
     );
     let (ok, text) = run_inside(&b, &project, "echo hi > inside.txt && pwd");

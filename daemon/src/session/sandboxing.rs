@@ -1,7 +1,8 @@
 //! The session's OS sandbox: built from the settings files (with the project's trust), the
 //! session's working directories, the files its Read deny rules name and tether's own paths, and set on the workspace as each turn
 //! starts — so a turn's permission checks and its Bash calls (sub-agents' and background
-//! shells' included) see the same one. Also `/sandbox`, which says what it is.
+//! shells' included) see the same one (and the session's network proxy, when one runs, the
+//! same allowed domains). Also `/sandbox`, which says what it is.
 
 use super::actor::{Command, SessionActor};
 use crate::sandbox::{Paths, Sandbox, Settings};
@@ -37,6 +38,11 @@ impl SessionActor {
                 scratch: self.workspace.scratch().to_owned(),
                 data_dir: self.env.data_dir.clone(),
                 hidden,
+                proxy_socket: self
+                    .env
+                    .data_dir
+                    .join("proxy")
+                    .join(format!("{}.sock", self.journal.record.id.0)),
             },
         )
     }

@@ -4,7 +4,9 @@
 //! included; a `cd` persists for later calls as long as it stays inside the working directories.
 //! With the sandbox enabled (`crate::sandbox`) a call runs in bubblewrap — its foreground shell,
 //! its spare and its background shells alike — unless it is excluded or asks to leave it
-//! (`dangerouslyDisableSandbox`); a bubblewrap that cannot start refuses the call.
+//! (`dangerouslyDisableSandbox`); a bubblewrap that cannot start refuses the call. When
+//! `network.allowedDomains` names hosts, the session's proxy is started first and each shell
+//! starts its relay before the command (`crate::sandbox::proxy`).
 
 use crate::tools::capture::{self, Capture, Progress, cut_middle};
 use crate::tools::shell::{self, Spawned, kill_group};
@@ -165,7 +167,12 @@ async fn jail(input: &Value, ctx: &ToolContext) -> Result<Vec<OsString>, String>
     // Bound inside: it must exist when the sandbox starts.
     tether_proto::private::create_dir_all(&sandbox.scratch)
         .map_err(|e| format!("could not prepare the sandbox: {e}"))?;
-    Ok(sandbox.wrap())
+    let proxy = ctx.workspace.proxy(&sandbox).map_err(|e| {
+        format!(
+            "the command was not run: the sandbox's network proxy (for sandbox.network.allowedDomains) could not start: {e}"
+        )
+    })?;
+    Ok(sandbox.wrap(proxy.as_deref()))
 }
 
 /// A file removed when this goes out of scope.

@@ -60,8 +60,8 @@ impl Started {
     }
 }
 
-/// How a shell starts: `bash` itself, or under the sandbox's `bwrap` command line (program
-/// first, ending with `--`).
+/// How a shell starts: `bash` itself, or under the sandbox's command line (`bwrap` first,
+/// ending with `--` or with the prelude that starts the network relay and then runs `bash`).
 fn command(wrap: &[OsString]) -> tokio::process::Command {
     match wrap.split_first() {
         Some((bwrap, args)) => {

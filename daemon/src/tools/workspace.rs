@@ -86,6 +86,9 @@ pub struct Workspace {
     fence: std::sync::Mutex<Option<super::walk::Fence>>,
     /// The OS sandbox Bash runs in, as the current turn set it (none: Bash runs unsandboxed).
     sandbox: std::sync::Mutex<Option<std::sync::Arc<crate::sandbox::Sandbox>>>,
+    /// The sandbox's network proxy, started by the first sandboxed call that needs it and
+    /// stopped with the workspace (or when the allowed domains become none).
+    proxy: std::sync::Mutex<Option<crate::sandbox::proxy::Proxy>>,
 }
 
 impl Workspace {
@@ -102,6 +105,7 @@ impl Workspace {
             env: Vec::new(),
             fence: Default::default(),
             sandbox: Default::default(),
+            proxy: Default::default(),
         }
     }
 
@@ -142,7 +146,45 @@ impl Workspace {
     /// Sets the sandbox for the calls to come (a turn sets it as it starts, so its permission
     /// checks and its Bash calls see the same one).
     pub fn set_sandbox(&self, sandbox: Option<crate::sandbox::Sandbox>) {
+        {
+            // A running proxy follows the new list at once (background jobs included).
+            let mut proxy = self.proxy.lock().unwrap_or_else(|p| p.into_inner());
+            match sandbox.as_ref().and_then(|s| s.network()) {
+                Some(allowed) => {
+                    if let Some(p) = proxy.as_ref() {
+                        p.allow(allowed);
+                    }
+                }
+                None => *proxy = None,
+            }
+        }
         *self.sandbox.lock().unwrap_or_else(|p| p.into_inner()) = sandbox.map(std::sync::Arc::new);
+    }
+
+    /// The socket of the session's network proxy for `sandbox` (`None` when its network is
+    /// off), started if it is not running; it serves `sandbox`'s allowed domains from now on.
+    /// Needs a runtime.
+    pub fn proxy(
+        &self,
+        sandbox: &crate::sandbox::Sandbox,
+    ) -> Result<Option<PathBuf>, crate::sandbox::proxy::ProxyError> {
+        let Some(allowed) = sandbox.network() else {
+            return Ok(None);
+        };
+        let mut slot = self.proxy.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = slot
+            .as_ref()
+            .filter(|p| p.running() && p.socket() == sandbox.proxy_socket)
+        {
+            p.allow(allowed);
+            return Ok(Some(p.socket().to_owned()));
+        }
+        // The old one (its socket file included) goes before the new one binds.
+        *slot = None;
+        let p = crate::sandbox::proxy::Proxy::start(sandbox.proxy_socket.clone(), allowed)?;
+        let socket = p.socket().to_owned();
+        *slot = Some(p);
+        Ok(Some(socket))
     }
 
     /// Remembers what a file looked like when it was read or written.

@@ -1,12 +1,15 @@
 //! The Bash sandbox (bubblewrap) end to end: with `sandbox.enabled` in the user's settings a
 //! command cannot write outside the project, read the user's keys or reach a local listener,
 //! and runs without asking; a call that leaves the sandbox is asked about; a bubblewrap that
-//! cannot start refuses the call and says why (`/sandbox`, `doctor`). And the daemon's
+//! cannot start refuses the call and says why (`/sandbox`, `doctor`); `network.allowedDomains`
+//! reaches the listed hosts through the daemon's proxy and nothing else. And the daemon's
 //! credentials stay out of Bash and hooks.
 
 use anyhow::Context;
 use serde_json::{Value, json};
+use std::io::{Read as _, Write as _};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake, Ndjson};
 
@@ -132,6 +135,87 @@ fn sandboxed_bash_writes_only_in_the_project_and_reaches_no_secret_and_no_networ
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert_eq!(std::fs::read_to_string(&later)?, "later\n");
+    Ok(())
+}
+
+/// A local HTTP server that answers every request with `body` and records its request lines.
+fn http_listener(body: &'static str) -> anyhow::Result<(u16, Arc<Mutex<Vec<String>>>)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(20)));
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && head.len() < 65536 {
+                match stream.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let line = String::from_utf8_lossy(&head)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            record.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Ok((port, seen))
+}
+
+#[test]
+fn allowed_domains_are_reached_through_the_proxy_and_other_hosts_are_refused() -> anyhow::Result<()>
+{
+    let has_curl = std::process::Command::new("sh")
+        .args(["-c", "command -v curl"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    anyhow::ensure!(has_curl, "this test needs curl (tests/run installs it)");
+    let (port, seen) = http_listener("hello-through-the-proxy")?;
+    let fake = Fake::start(bash_calls(&[
+        json!({"command": format!("curl -sS --max-time 20 http://localhost:{port}/allowed")}),
+        json!({"command": format!("curl -sS --max-time 20 -w '\nstatus %{{http_code}}\n' http://127.0.0.1:{port}/refused")}),
+        json!({"command": "echo \"$https_proxy|$NO_PROXY\""}),
+    ]))?;
+    let settings =
+        json!({"sandbox": {"enabled": true, "network": {"allowedDomains": ["localhost"]}}});
+    let Setup {
+        daemon,
+        home: _home,
+    } = setup(&fake, settings, &[])?;
+    let mut c = daemon.ndjson()?;
+    let s = session(&mut c, &daemon, "default")?;
+    c.start_turn(&s, "reach the listener")?;
+    let events = c.events_until("turn_ended")?;
+    let r = results(&events);
+    assert_eq!(r.len(), 3, "{events:?}");
+    assert_eq!(r[0], (false, "hello-through-the-proxy".to_owned()), "{r:?}");
+    assert!(
+        r[1].1.contains("status 403") && r[1].1.contains("not in sandbox.network.allowedDomains"),
+        "{r:?}"
+    );
+    assert!(r[2].1.starts_with("http://127.0.0.1:"), "{r:?}");
+    // The refused request never reached the listener (the allowed one has been answered).
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(seen, ["GET /allowed HTTP/1.1"], "{seen:?}");
+    // And /sandbox says so.
+    c.start_turn(&s, "/sandbox")?;
+    let said: String = c
+        .events_until("turn_ended")?
+        .iter()
+        .filter(|e| e["type"] == "notice")
+        .filter_map(|e| e["data"]["message"].as_str())
+        .collect();
+    assert!(said.contains("network: only localhost"), "{said}");
     Ok(())
 }
 
