@@ -221,18 +221,23 @@ pub fn read_denied_paths(rules: &RuleSet) -> Vec<PathBuf> {
 /// The Read deny rule a Bash command's file arguments run into (`cat .env` under
 /// `Read(./.env)`), if any.
 fn denied_argument<'r>(rules: &'r RuleSet, command: &str, cwd: &Path) -> Option<&'r Rule> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
     let args: Vec<PathBuf> = split_command(command)
         .iter()
         .flat_map(|part| shell::file_args(part))
-        .map(|a| cwd.join(a))
+        .map(|a| match (a.strip_prefix("~/"), &home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            _ => cwd.join(a),
+        })
         .collect();
     read_denials(rules).find(|r| args.iter().any(|a| r.matches_path(a)))
 }
 
 /// What a Bash call gets before any rule or mode could allow it: denied when a file argument
 /// is one a Read deny rule names; asked about (refused where nobody is asked) when the check
-/// cannot see what would run — a walk or a glob where Read deny rules exist, a program that is
-/// an expansion where Bash deny rules exist, a command the splitter does not understand where
+/// cannot see what would run — a walk, a glob or an expanded file name where Read deny rules
+/// exist, a program that is an expansion or runs another command (`eval`, `xargs`, `sh -c`,
+/// `find -exec`) where Bash deny rules exist, a command the splitter does not understand where
 /// either exists — or when the call asks to leave the OS sandbox.
 fn bash_gate(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Option<Decision> {
     let command = call.input["command"].as_str().unwrap_or("");
@@ -246,7 +251,14 @@ fn bash_gate(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Option<D
     let understood = shell::understood(command);
     let unseen = read_denials(rules)
         .next()
-        .filter(|_| !understood || parts.iter().any(|p| shell::reads_unnamed_files(p)))
+        .filter(|_| {
+            !understood
+                || parts.iter().any(|p| {
+                    // A walk, a glob, or a file named through an expansion (`.e${U}nv`).
+                    shell::reads_unnamed_files(p)
+                        || shell::file_args(p).iter().any(|a| a.contains(['$', '`']))
+                })
+        })
         .map(|rule| {
             format!(
                 "this command could read files the permission rule {} denies (a recursive search, a glob, \
@@ -260,11 +272,16 @@ fn bash_gate(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Option<D
                 .deny
                 .iter()
                 .find(|r| r.covers("Bash"))
-                .filter(|_| !understood || shell::program_is_expansion(command))
+                .filter(|_| {
+                    !understood
+                        || shell::program_is_expansion(command)
+                        || parts.iter().any(|p| shell::runs_another(p))
+                })
                 .map(|rule| {
                     format!(
                         "what this command runs cannot be checked against the permission rule {} \
-                         (an expansion, or shell syntax the check does not follow); write it plainly",
+                         (an expansion, a command run by another such as eval, xargs, sh -c or find -exec, \
+                         or shell syntax the check does not follow); write it plainly",
                         rule.text
                     )
                 })

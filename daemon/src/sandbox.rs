@@ -259,6 +259,9 @@ const PROTECTED: &[&str] = &[
     ".mcp.json",
     ".git/hooks",
     ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/worktrees",
     ".gitmodules",
     ".envrc",
     ".vscode",
@@ -373,6 +376,16 @@ impl Sandbox {
         a.extend(NAMESPACES.iter().map(OsString::from));
         for dir in self.writable.iter().filter(|d| d.is_dir()) {
             push_bind(&mut a, "--bind", dir, dir);
+        }
+        // A repository's `.git` is a mount point of its own, so it cannot be renamed away and
+        // replaced by one with another config.
+        for git in self
+            .writable
+            .iter()
+            .map(|d| d.join(".git"))
+            .filter(|g| g.is_dir())
+        {
+            push_bind(&mut a, "--bind", &git, &git);
         }
         // What changes what runs stays read-only inside the writable directories.
         for p in self.protected().iter().filter(|p| p.exists()) {

@@ -86,6 +86,13 @@ pub fn split(command: &str) -> Vec<String> {
                         _ => {}
                     }
                 }
+                // Part of a redirection, not a separator: `2>&1`, `<&0`, `&>file`, `>|file`.
+                '&' | '|'
+                    if i > 0 && matches!(chars[i - 1], '>' | '<')
+                        || (c == '&' && chars.get(i + 1) == Some(&'>')) =>
+                {
+                    current.push(c)
+                }
                 '&' | '|' => {
                     push(&mut current, &mut parts);
                     if chars.get(i + 1) == Some(&c) {
@@ -109,10 +116,23 @@ pub fn understood(command: &str) -> bool {
     let chars: Vec<char> = command.chars().collect();
     let mut quote: Option<char> = None;
     let mut ansi = false;
+    // The quoting outside each `$(` opened inside double quotes: inside it, quoting starts
+    // afresh (as in `split`), so a comment or a quote there is seen.
+    let mut outer: Vec<Option<char>> = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
+        // Backquotes nest only with escapes, which the splitter does not follow.
+        if c == '`' && quote != Some('\'') {
+            return false;
+        }
         match quote {
+            Some('"') if c == '$' && chars.get(i + 1) == Some(&'(') => {
+                outer.push(quote);
+                quote = None;
+                i += 2;
+                continue;
+            }
             Some(q) => {
                 if c == '\\' && (q == '"' || ansi) {
                     if q == '"' && chars.get(i + 1) == Some(&'\n') {
@@ -141,6 +161,7 @@ pub fn understood(command: &str) -> bool {
                         continue;
                     }
                     '\'' | '"' => quote = Some(c),
+                    ')' if !outer.is_empty() => quote = outer.pop().flatten(),
                     '#' if word_start => return false,
                     '<' if chars.get(i + 1) == Some(&'<') => return false,
                     '{' if brace_expands(&chars[i + 1..]) => return false,
@@ -231,6 +252,32 @@ const WRAPPERS: &[&str] = &[
     "env", "command", "exec", "nohup", "time", "sudo", "builtin", "nice", "timeout", "stdbuf",
 ];
 
+/// Shell words that come before a command without being it.
+const RESERVED: &[&str] = &[
+    "!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "coproc",
+    "time", "case", "esac", "in",
+];
+
+/// Programs that run another command given as their arguments or input: what they run is as
+/// unseen as an expansion (`eval "rm …"`, `xargs rm`, `sh -c 'rm …'`, `find -exec rm`).
+const RUNNERS: &[&str] = &[
+    "eval", "xargs", "sh", "bash", "dash", "zsh", "ksh", "fish", "source", ".", "parallel",
+    "watch", "script", "su", "runuser", "setsid", "flock", "chroot", "unshare", "nsenter",
+];
+
+/// Whether a simple command runs a command the check cannot see: an interpreter or a runner
+/// ([`RUNNERS`]), or `find` with `-exec`/`-execdir`/`-ok`/`-okdir`.
+pub fn runs_another(command: &str) -> bool {
+    unwrapped(&dequoted(command)).iter().any(|form| {
+        let mut words = form.split(' ');
+        match words.next() {
+            Some("find") => words.any(|w| matches!(w, "-exec" | "-execdir" | "-ok" | "-okdir")),
+            Some(p) => RUNNERS.contains(&p),
+            None => false,
+        }
+    })
+}
+
 /// How many words after a wrapper may be its options and their values.
 const MAX_WRAPPER_WORDS: usize = 12;
 
@@ -240,12 +287,17 @@ const MAX_WRAPPER_WORDS: usize = 12;
 /// vary) — every command the rest of the words could start. Allow rules never use these forms:
 /// an assignment such as `GIT_EXTERNAL_DIFF=…` changes what an allowed command does.
 pub fn unwrapped(command: &str) -> Vec<String> {
+    // Leading assignments, redirections (`>/dev/null rm`) and reserved words (`! rm`,
+    // `if rm`) are not the program.
     let words: Vec<&str> = command
         .split_whitespace()
         .skip_while(|w| {
             w.split_once('=').is_some_and(|(name, _)| {
                 !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            })
+            }) || w
+                .trim_start_matches(|c: char| c.is_ascii_digit() || c == '&')
+                .starts_with(['>', '<'])
+                || RESERVED.contains(w)
         })
         .collect();
     let form = |words: &[&str]| -> Option<String> {
@@ -401,10 +453,19 @@ pub fn output_targets(command: &str) -> Vec<String> {
 /// value attached to a short option (`-f.env`), and the path of a git `rev:path`.
 fn arg_paths(arg: &str) -> Vec<&str> {
     let mut out = Vec::new();
+    // An input redirection glued to its file (`<.env`, `0</etc/passwd`).
+    let arg = match arg
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .strip_prefix('<')
+    {
+        Some(file) => file,
+        None => arg,
+    };
     if let Some(option) = arg.strip_prefix("--") {
         out.extend(option.split_once('=').map(|(_, v)| v));
     } else if let Some(short) = arg.strip_prefix('-') {
-        out.extend(short.get(1..).filter(|v| !v.is_empty()));
+        // A cluster (`-kf/etc/passwd`): the value may start after any of its letters.
+        out.extend(short.char_indices().skip(1).map(|(i, _)| &short[i..]));
     } else {
         out.push(arg);
         out.extend(arg.split_once(':').map(|(_, path)| path));
@@ -426,7 +487,10 @@ pub fn file_args(command: &str) -> Vec<String> {
 
 /// The writing option `arg` is, if any, with its value when the same word carries it
 /// (`--output=F`, `-OF` for a short `-O`).
-fn writing_option<'a>(writers: &[&str], arg: &'a str) -> Option<(&'a str, Option<&'a str>)> {
+fn writing_option<'a>(
+    writers: &[&'static str],
+    arg: &'a str,
+) -> Option<(&'a str, Option<&'a str>)> {
     if let Some((flag, value)) = arg.split_once('=')
         && (writers.contains(&flag) || writes_generally(flag))
     {
@@ -435,10 +499,30 @@ fn writing_option<'a>(writers: &[&str], arg: &'a str) -> Option<(&'a str, Option
     if writers.contains(&arg) || writes_generally(arg) {
         return Some((arg, None));
     }
-    // A short option with its value attached.
-    let short = arg.get(..2)?;
-    (!arg.starts_with("--") && arg.len() > 2 && writers.contains(&short))
-        .then(|| (short, arg.get(2..)))
+    // An abbreviated long option (git takes any unique prefix: `--open` is
+    // `--open-files-in-pager`).
+    if let Some(long) = arg
+        .split('=')
+        .next()
+        .filter(|f| f.starts_with("--") && f.len() > 3)
+        && let Some(writer) = writers
+            .iter()
+            .find(|w| w.starts_with("--") && w.starts_with(long))
+    {
+        return Some((writer, arg.split_once('=').map(|(_, v)| v)));
+    }
+    // A short option in a cluster, its value attached (`-iO'cmd'`, `-OF`).
+    let cluster = arg.strip_prefix('-').filter(|c| !c.starts_with('-'))?;
+    cluster.char_indices().find_map(|(i, c)| {
+        let value = &cluster[i + c.len_utf8()..];
+        writers
+            .iter()
+            .find(|w| {
+                w.len() == 1 + c.len_utf8()
+                    && w.strip_prefix('-') == Some(&cluster[i..i + c.len_utf8()])
+            })
+            .map(|w| (*w, (!value.is_empty()).then_some(value)))
+    })
 }
 
 /// Whether a simple command reads files it does not name: a recursive search (`grep -r`, `rg`,
@@ -450,7 +534,13 @@ pub fn reads_unnamed_files(command: &str) -> bool {
     };
     let recursive = match program.as_str() {
         "rg" => true,
-        "git" => args.first().is_some_and(|a| a == "grep"),
+        // Patches and greps of the whole history or tree.
+        "git" => args
+            .first()
+            .is_some_and(|a| matches!(a.as_str(), "grep" | "log" | "show" | "diff" | "blame")),
+        "diff" => args.iter().any(|a| {
+            a == "--recursive" || (a.starts_with('-') && !a.starts_with("--") && a.contains('r'))
+        }),
         "grep" | "egrep" | "fgrep" => args.iter().any(|a| {
             a == "--recursive"
                 || a == "--dereference-recursive"
@@ -506,6 +596,8 @@ fn writing_args(program: &str) -> &'static [&'static str] {
             "--open-files-in-pager",
         ],
         "sort" => &["-o", "--output"],
+        // `printf -v 'a[$(cmd)]'` runs the subscript.
+        "printf" => &["-v"],
         "date" => &["-s", "--set"],
         "tree" => &["-o"],
         "file" => &["-C", "--compile"],
@@ -720,6 +812,8 @@ mod tests {
             ("echo `whoami`", &["echo", "whoami"]),
             ("git diff\ngit status", &["git diff", "git status"]),
             ("echo a\\;b", &["echo a\\;b"]),
+            ("make 2>&1 | tee log", &["make 2>&1", "tee log"]),
+            ("a &>out && b >|f", &["a &>out", "b >|f"]),
             ("   ", &[]),
         ];
         for (cmd, understood) in [

@@ -428,6 +428,70 @@ async fn accept(listener: UnixListener, allowed: watch::Receiver<Allowed>) {
     }
 }
 
+/// Connects to an allowed host. A name is resolved first and only its public addresses are
+/// used: a listed name that resolves to the host's own or a private network (a wildcard record,
+/// DNS rebinding) does not open those to the sandbox. `localhost` and address literals, which
+/// say what they reach, are taken as given.
+async fn connect_vetted(host: &str, port: u16) -> Result<TcpStream, Refusal> {
+    let literal = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+            .is_ok();
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| Refusal::new(502, format!("cannot resolve {host}: {e}")))?
+        .filter(|a| literal || is_public(a.ip()))
+        .collect();
+    if addrs.is_empty() {
+        return Err(Refusal::new(
+            403,
+            format!("{host} resolves only to local or private addresses"),
+        ));
+    }
+    let mut last = None;
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Refusal::new(
+        502,
+        format!(
+            "cannot connect to {host}:{port}: {}",
+            last.map(|e| e.to_string()).unwrap_or_default()
+        ),
+    ))
+}
+
+/// Whether `ip` is on the public internet: not loopback, private, link-local, unique-local,
+/// unspecified, multicast, nor one of those behind an IPv4-mapped IPv6 address.
+fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64)
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_public(IpAddr::V4(v4)),
+            None => {
+                !(v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    || v6.is_unique_local()
+                    || v6.is_unicast_link_local())
+            }
+        },
+    }
+}
+
 /// Serves one connection: reads the head, refuses or connects, then moves bytes both ways.
 async fn serve(mut client: UnixStream, allowed: &watch::Receiver<Allowed>) {
     let mut buf = Vec::with_capacity(2048);
@@ -450,18 +514,14 @@ async fn serve(mut client: UnixStream, allowed: &watch::Receiver<Allowed>) {
         );
         return refuse(client, &refusal).await;
     }
-    let upstream =
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port))).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                let refusal = Refusal::new(502, format!("cannot connect to {host}:{port}: {e}"));
-                return refuse(client, &refusal).await;
-            }
-            Err(_) => {
-                let refusal = Refusal::new(504, format!("connecting to {host}:{port} timed out"));
-                return refuse(client, &refusal).await;
-            }
-        };
+    let upstream = match tokio::time::timeout(CONNECT_TIMEOUT, connect_vetted(host, port)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(refusal)) => return refuse(client, &refusal).await,
+        Err(_) => {
+            let refusal = Refusal::new(504, format!("connecting to {host}:{port} timed out"));
+            return refuse(client, &refusal).await;
+        }
+    };
     let mut upstream = upstream;
     let first = match &request {
         Request::Tunnel { .. } => {
@@ -519,7 +579,12 @@ where
     let moved = AtomicU64::new(0);
     let (ar, aw) = tokio::io::split(a);
     let (br, bw) = tokio::io::split(b);
-    let both = async { tokio::try_join!(copy(ar, bw, &moved), copy(br, aw, &moved)).map(|_| ()) };
+    // Both directions run to their end: a side that fails to write (the peer stopped reading,
+    // as after a refusal) does not cut off what the other side still has to say.
+    let both = async {
+        let (there, back) = tokio::join!(copy(ar, bw, &moved), copy(br, aw, &moved));
+        there.and(back)
+    };
     tokio::pin!(both);
     loop {
         let seen = moved.load(Ordering::Relaxed);

@@ -281,3 +281,26 @@ async fn connections_over_the_limit_get_503() {
     }
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
 }
+
+#[test]
+fn a_name_reaches_only_public_addresses() {
+    for (ip, public) in [
+        ("127.0.0.1", false),
+        ("10.1.2.3", false),
+        ("172.16.0.9", false),
+        ("192.168.1.1", false),
+        ("169.254.169.254", false),
+        ("100.64.0.1", false),
+        ("0.0.0.0", false),
+        ("::1", false),
+        ("fe80::1", false),
+        ("fd00::1", false),
+        ("::ffff:127.0.0.1", false),
+        ("::ffff:10.0.0.1", false),
+        ("93.184.216.34", true),
+        ("2606:2800:220:1::1", true),
+    ] {
+        let addr: std::net::IpAddr = ip.parse().expect("address");
+        assert_eq!(is_public(addr), public, "{ip}");
+    }
+}
