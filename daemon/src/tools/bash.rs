@@ -115,24 +115,34 @@ impl Tool for Bash {
 }
 
 /// When a sandboxed command created files that would act outside the sandbox (a project
-/// `.claude/settings.json` that turns it off, a git hook), the session's directory is no longer
-/// trusted, so they do not act until the user trusts it again; the result says so.
+/// `.claude/settings.json` that turns it off, a git hook), the session's directories are no
+/// longer trusted, so they do not act until the user trusts them again; the result says so.
 fn distrust_created(
     mut out: ToolOutput,
     created: Vec<std::path::PathBuf>,
     ctx: &ToolContext,
 ) -> ToolOutput {
+    if let Some(note) = withdraw_trust(&created, ctx.workspace.roots())
+        && let Some(text) = out.content.as_str()
+    {
+        out.content = serde_json::Value::String(format!("{text}{note}"));
+    }
+    out
+}
+
+/// Withdraws the trust of `roots` when `created` is not empty; the note that says so.
+fn withdraw_trust(created: &[std::path::PathBuf], roots: &[std::path::PathBuf]) -> Option<String> {
     if created.is_empty() {
-        return out;
+        return None;
     }
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let roots = ctx.workspace.roots();
     let revoked = roots
         .iter()
         .map(|root| crate::trust::set(root, home.as_deref(), false))
         .collect::<Result<Vec<_>, _>>();
     let names: Vec<String> = created.iter().map(|p| p.display().to_string()).collect();
-    let note = match revoked {
+    tracing::warn!(created = ?names, "a sandboxed command created files that act outside the sandbox");
+    Some(match revoked {
         Ok(_) => format!(
             "\n[tether: this command created {}, which would act outside the sandbox; the folder is no \
              longer trusted, so its own settings do not act until the user trusts it again (tether trust)]",
@@ -143,11 +153,7 @@ fn distrust_created(
              trust could not be withdrawn: {e}]",
             names.join(", ")
         ),
-    };
-    if let Some(text) = out.content.as_str() {
-        out.content = serde_json::Value::String(format!("{text}{note}"));
-    }
-    out
+    })
 }
 
 /// The sandbox's command line a call runs under (empty: it runs outside), or why it cannot run.
@@ -217,6 +223,18 @@ fn start_background(
         mut pipe,
     } = shell::spawn(command, &ctx.workspace.cwd(), ctx.workspace.env(), wrap)?;
     let (id, job) = ctx.workspace.jobs.start(command);
+    // Checked when it ends, as a foreground call is: what it created that acts outside.
+    let absent = match ctx.workspace.sandbox() {
+        Some(sandbox) if !wrap.is_empty() => sandbox.absent(),
+        _ => Vec::new(),
+    };
+    let roots = ctx.workspace.roots().to_vec();
+    let distrust = move |job: &super::Job| {
+        let created = crate::sandbox::Sandbox::created(absent);
+        if let Some(note) = withdraw_trust(&created, &roots) {
+            job.append(note.as_bytes());
+        }
+    };
     tokio::spawn(async move {
         let mut buf = vec![0u8; 16 * 1024];
         let mut status = None;
@@ -232,6 +250,7 @@ fn start_background(
                 _ = job.stop.cancelled() => {
                     kill_group(pgid);
                     let _ = child.wait().await;
+                    distrust(&job);
                     job.finish(JobEnd::Killed);
                     return;
                 }
@@ -241,6 +260,7 @@ fn start_background(
             Some(code) => code,
             None => child.wait().await.ok().and_then(|s| s.code()),
         };
+        distrust(&job);
         job.finish(JobEnd::Exited(code));
     });
     Ok((id, pgid.map(Pid::as_raw)))

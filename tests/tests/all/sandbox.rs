@@ -449,3 +449,38 @@ fn a_sandboxed_command_cannot_change_what_runs_outside_it() -> anyhow::Result<()
     );
     Ok(())
 }
+
+#[test]
+fn a_sandboxed_background_command_that_creates_what_acts_outside_withdraws_trust()
+-> anyhow::Result<()> {
+    let fake = Fake::start(bash_calls(&[
+        json!({"command": "sleep 0.2; echo 'source evil' > .envrc", "run_in_background": true}),
+    ]))?;
+    let Setup { daemon, home } = setup(&fake, json!({"sandbox": {"enabled": true}}), &[])?;
+    let work = daemon.workdir();
+    let key = work.canonicalize()?.display().to_string();
+    let state_file = home.path().join(".claude.json");
+    std::fs::write(
+        &state_file,
+        json!({"projects": {key.as_str(): {"hasTrustDialogAccepted": true}}}).to_string(),
+    )?;
+    let mut c = daemon.ndjson()?;
+    let s = session(&mut c, &daemon, "default")?;
+    c.start_turn(&s, "in the background")?;
+    c.events_until("turn_ended")?;
+    let trusted = || -> anyhow::Result<Value> {
+        let state: Value = serde_json::from_str(&std::fs::read_to_string(&state_file)?)?;
+        Ok(state["projects"][key.as_str()]["hasTrustDialogAccepted"].clone())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while trusted()? != json!(false) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(work.join(".envrc").exists(), "the job ran");
+    assert_eq!(
+        trusted()?,
+        json!(false),
+        "trust was withdrawn when the job ended"
+    );
+    Ok(())
+}
