@@ -78,8 +78,9 @@ fn inside(path: &Path, roots: &[PathBuf]) -> bool {
 }
 
 /// Names that, anywhere in a path, make it a file that changes what runs: git's config and
-/// hooks, the project's settings, hooks and MCP servers, editors' tasks, direnv. acceptEdits
-/// does not write them unasked (an allow rule that names them still does).
+/// hooks, the project's settings, hooks and MCP servers, editors' tasks, direnv. Neither
+/// acceptEdits nor bypassPermissions writes them unasked (an allow rule that names them still
+/// does); `.claude/commands`, `agents` and `skills` are exempt, as in Claude Code.
 const RUNS_THINGS: &[&str] = &[
     ".git",
     ".gitmodules",
@@ -94,8 +95,15 @@ const RUNS_THINGS: &[&str] = &[
 /// Whether writing `path` could change what runs (by its name or where it really is).
 fn changes_what_runs(path: &Path) -> bool {
     let named = |p: &Path| {
-        p.components()
-            .any(|c| RUNS_THINGS.iter().any(|n| c.as_os_str() == *n))
+        let parts: Vec<&std::ffi::OsStr> = p.components().map(|c| c.as_os_str()).collect();
+        parts.iter().enumerate().any(|(i, c)| {
+            RUNS_THINGS.iter().any(|n| c == n)
+                // The project's commands, agents and skills are prompts, written as work.
+                && !(*c == ".claude"
+                    && parts
+                        .get(i + 1)
+                        .is_some_and(|d| ["commands", "agents", "skills"].iter().any(|e| d == e)))
+        })
     };
     named(&rules::normalize(path)) || rules::real_path(path).is_some_and(|p| named(&p))
 }
@@ -348,6 +356,11 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
         return Decision::Ask;
     }
     if mode == PermissionMode::BypassPermissions {
+        // As in Claude Code: even here, writing what changes what runs asks.
+        if EDIT_TOOLS.contains(&call.tool) && call_path(call).is_some_and(|p| changes_what_runs(&p))
+        {
+            return Decision::Ask;
+        }
         return Decision::Allow;
     }
     // The sandbox holds it (never a call that leaves it: `sandboxed_bash` is false for those).

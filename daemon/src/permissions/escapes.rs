@@ -282,6 +282,10 @@ fn no_escape_gets_past_the_rules() {
         file("Write", format!("{r}/src/.git/hooks/post-checkout")),
         file("Write", format!("{r}/.envrc")),
         file("Write", format!("{r}/.vscode/tasks.json")),
+        // Even bypassPermissions asks before these (as Claude Code does).
+        never(file("Write", format!("{r}/.claude/settings.json"))),
+        never(file("Edit", format!("{r}/.git/config"))),
+        never(file("Write", format!("{r}/.vscode/tasks.json"))),
         // Inside the project: only acceptEdits may write it without a rule.
         edit(file("Edit", format!("{r}/src/../.env"))),
         edit(file("Write", format!("{r}/notes.md"))),

@@ -1,6 +1,7 @@
 //! Permission rules in Claude Code's syntax: `Tool`, `Tool(specifier)`. Bash specifiers are a
 //! prefix (`npm run test:*`), a glob (`git diff *`) or an exact command; file-tool specifiers are
-//! gitignore-style paths (`./.env`, `src/**`, `//abs`, `~/home`, `/relative-to-the-settings`);
+//! gitignore-style paths (`./.env` and `src/**` in the session's directory, `//abs`, `~/home`,
+//! `/relative-to-the-settings`);
 //! `WebFetch(domain:example.com)` matches the host and its subdomains.
 //!
 //! A rule may name a tool by any of its names (`Agent` is `Task`: `tools/names.rs`).
@@ -78,6 +79,18 @@ pub fn normalize(path: &Path) -> PathBuf {
 impl Rule {
     /// Parses `text`; relative path specifiers resolve against `base`, `~/` against `home`.
     pub fn parse(text: &str, base: &Path, home: Option<&Path>) -> Result<Self, String> {
+        Self::parse_in(text, base, base, home)
+    }
+
+    /// Parses `text` as Claude Code reads a settings file's rules: `/path` relative to the
+    /// settings file's `base`, `path` and `./path` relative to the session's `cwd`, `~/path` to
+    /// `home`, `//path` absolute.
+    pub fn parse_in(
+        text: &str,
+        base: &Path,
+        cwd: &Path,
+        home: Option<&Path>,
+    ) -> Result<Self, String> {
         let t = text.trim();
         let (tool, spec) = match t.find('(') {
             None => (t, None),
@@ -133,7 +146,7 @@ impl Rule {
                     || EDIT_TOOLS.contains(&tool)
                     || READ_TOOLS.contains(&tool) =>
             {
-                let (set, pattern) = path_globs(s, base, home)?;
+                let (set, pattern) = path_globs(s, base, cwd, home)?;
                 Specifier::Paths(set, pattern)
             }
             Some(s) => Specifier::Other(s.to_owned()),
@@ -245,7 +258,12 @@ pub fn named_path(rule: &Rule) -> Option<PathBuf> {
     (!literal.contains(['*', '?', '[', '{'])).then(|| PathBuf::from(literal))
 }
 
-fn path_globs(spec: &str, base: &Path, home: Option<&Path>) -> Result<(GlobSet, String), String> {
+fn path_globs(
+    spec: &str,
+    base: &Path,
+    cwd: &Path,
+    home: Option<&Path>,
+) -> Result<(GlobSet, String), String> {
     let absolute: String = if let Some(rest) = spec.strip_prefix("//") {
         format!("/{rest}")
     } else if let Some(rest) = spec.strip_prefix("~/") {
@@ -254,12 +272,12 @@ fn path_globs(spec: &str, base: &Path, home: Option<&Path>) -> Result<(GlobSet, 
     } else if let Some(rest) = spec.strip_prefix('/') {
         format!("{}/{rest}", base.display())
     } else if let Some(rest) = spec.strip_prefix("./") {
-        format!("{}/{rest}", base.display())
+        format!("{}/{rest}", cwd.display())
     } else if spec.trim_end_matches('/').contains('/') {
-        format!("{}/{spec}", base.display())
+        format!("{}/{spec}", cwd.display())
     } else {
         // gitignore: a bare name matches at any depth.
-        format!("{}/**/{spec}", base.display())
+        format!("{}/**/{spec}", cwd.display())
     };
     let absolute = absolute.trim_end_matches('/').to_owned();
     let normalized = if absolute.contains('*') || absolute.contains('?') || absolute.contains('[') {

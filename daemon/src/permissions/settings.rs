@@ -26,6 +26,9 @@ pub struct RuleSet {
     pub unreadable: bool,
     /// `file: what` for each untrusted project file whose widening parts were left out.
     pub untrusted: Vec<String>,
+    /// The session's directory, which `./path` and `path` rules resolve against, whichever file
+    /// they are in (Claude Code's reading); unset, the rules' own base.
+    pub cwd: Option<PathBuf>,
     /// The call is a Bash call the OS sandbox holds with `autoAllowBashIfSandboxed` on
     /// (`crate::sandbox` says which): allowed unless a deny or ask rule matches it. Set per call
     /// by the session's permission check.
@@ -46,7 +49,7 @@ impl RuleSet {
         source: &str,
     ) {
         for text in texts {
-            match Rule::parse(text, base, home) {
+            match Rule::parse_in(text, base, self.cwd.as_deref().unwrap_or(base), home) {
                 Ok(mut rule) => {
                     rule.source = source.to_owned();
                     match kind {
@@ -241,7 +244,10 @@ impl RuleSet {
 /// The rules for a project at `root`, with the user's rules from `home` and tether's
 /// `config_file`.
 pub fn load(root: &Path, home: Option<&Path>) -> RuleSet {
-    let mut set = RuleSet::default();
+    let mut set = RuleSet {
+        cwd: Some(root.to_owned()),
+        ..RuleSet::default()
+    };
     if let Some(config) = crate::config::default_path() {
         set.add_config(&config, root, home);
     }

@@ -641,3 +641,47 @@ fn the_paths_a_read_deny_rule_names_outright() {
         ]
     );
 }
+
+#[test]
+fn a_users_relative_rules_mean_the_session_directory() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let root = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(home.path().join(".claude")).expect("mkdir");
+    std::fs::write(
+        home.path().join(".claude/settings.json"),
+        r#"{"permissions": {"deny": ["Read(./.env)", "Read(*.pem)", "Read(/notes/**)"]}}"#,
+    )
+    .expect("write");
+    let set = load_settings(root.path(), Some(home.path()));
+    let denied = |p: PathBuf| set.deny.iter().any(|r| r.matches_path(&p));
+    assert!(
+        denied(root.path().join(".env")),
+        "./ is the session's directory"
+    );
+    assert!(
+        denied(root.path().join("deep/key.pem")),
+        "a bare name, at any depth there"
+    );
+    assert!(
+        denied(home.path().join("notes/x")),
+        "/ is the settings file's"
+    );
+    assert!(!denied(home.path().join(".env")));
+}
+
+#[test]
+fn bypass_mode_still_asks_before_writing_what_changes_what_runs() {
+    use PermissionMode::*;
+    let none = rules(&[], &[], &[]);
+    for (path, asks) in [
+        (format!("{ROOT}/.claude/settings.json"), true),
+        (format!("{ROOT}/.git/hooks/pre-commit"), true),
+        (format!("{ROOT}/.vscode/settings.json"), true),
+        (format!("{ROOT}/.claude/commands/review.md"), false),
+        (format!("{ROOT}/.claude/agents/x.md"), false),
+        (format!("{ROOT}/src/main.rs"), false),
+    ] {
+        let got = verdict(BypassPermissions, &none, "Write", file(&path));
+        assert_eq!(got == 'K', asks, "{path}: {got}");
+    }
+}
