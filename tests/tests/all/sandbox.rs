@@ -75,6 +75,21 @@ fn session(c: &mut Ndjson, daemon: &Daemon, mode: &str) -> anyhow::Result<String
     Ok(s)
 }
 
+/// Records `work` as trusted (or not) in the `~/.claude.json` of `home`.
+fn set_trust(home: &Path, work: &Path, trusted: bool) -> anyhow::Result<()> {
+    let key = work.canonicalize()?.display().to_string();
+    let state = json!({"projects": {key: {"hasTrustDialogAccepted": trusted}}});
+    std::fs::write(home.join(".claude.json"), state.to_string())?;
+    Ok(())
+}
+
+/// What the `~/.claude.json` of `home` says of `work`'s trust.
+fn trust_of(home: &Path, work: &Path) -> anyhow::Result<Value> {
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(home.join(".claude.json"))?)?;
+    let key = work.canonicalize()?.display().to_string();
+    Ok(state["projects"][key.as_str()]["hasTrustDialogAccepted"].clone())
+}
+
 /// A command that tries to open a TCP connection to `port` on the loopback.
 fn connect_command(port: u16) -> String {
     let has_curl = std::process::Command::new("sh")
@@ -414,9 +429,7 @@ fn a_sandboxed_command_cannot_change_what_runs_outside_it() -> anyhow::Result<()
     std::fs::create_dir_all(work.join(".claude"))?;
     std::fs::create_dir_all(work.join(".git/hooks"))?;
     // The folder is the user's own and trusted, as a real project would be.
-    let state = json!({"projects": {
-        work.canonicalize()?.display().to_string(): {"hasTrustDialogAccepted": true}}});
-    std::fs::write(_home.path().join(".claude.json"), state.to_string())?;
+    set_trust(_home.path(), &work, true)?;
     let mut c = daemon.ndjson()?;
     let s = session(&mut c, &daemon, "bypassPermissions")?;
     c.start_turn(&s, "try")?;
@@ -441,12 +454,7 @@ fn a_sandboxed_command_cannot_change_what_runs_outside_it() -> anyhow::Result<()
     assert!(!work.join(".git/hooks/post-checkout").exists());
     // Created where nothing stood: the folder is no longer trusted, and the result says so.
     assert!(r[2].1.contains("no longer trusted"), "{r:?}");
-    let state: Value =
-        serde_json::from_str(&std::fs::read_to_string(_home.path().join(".claude.json"))?)?;
-    assert_eq!(
-        state["projects"][work.canonicalize()?.display().to_string().as_str()]["hasTrustDialogAccepted"],
-        false
-    );
+    assert_eq!(trust_of(_home.path(), &work)?, json!(false));
     Ok(())
 }
 
@@ -458,20 +466,12 @@ fn a_sandboxed_background_command_that_creates_what_acts_outside_withdraws_trust
     ]))?;
     let Setup { daemon, home } = setup(&fake, json!({"sandbox": {"enabled": true}}), &[])?;
     let work = daemon.workdir();
-    let key = work.canonicalize()?.display().to_string();
-    let state_file = home.path().join(".claude.json");
-    std::fs::write(
-        &state_file,
-        json!({"projects": {key.as_str(): {"hasTrustDialogAccepted": true}}}).to_string(),
-    )?;
+    set_trust(home.path(), &work, true)?;
     let mut c = daemon.ndjson()?;
     let s = session(&mut c, &daemon, "default")?;
     c.start_turn(&s, "in the background")?;
     c.events_until("turn_ended")?;
-    let trusted = || -> anyhow::Result<Value> {
-        let state: Value = serde_json::from_str(&std::fs::read_to_string(&state_file)?)?;
-        Ok(state["projects"][key.as_str()]["hasTrustDialogAccepted"].clone())
-    };
+    let trusted = || trust_of(home.path(), &work);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while trusted()? != json!(false) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
