@@ -4,7 +4,8 @@
 //! Code keeps it — `projects["<dir>"].hasTrustDialogAccepted` in `~/.claude.json` — so trust
 //! given in one tool holds in the other. A directory is trusted when the nearest answer for it
 //! or a directory above it (below home: trust given to home or `/` covers nothing) says so, or
-//! when it is the home directory (the user's own settings are not a project's).
+//! when it is the home directory (the user's own settings are not a project's). A directory
+//! with settings or an `.mcp.json` of its own needs its own answer.
 //!
 //! Until a directory is trusted its deny and ask rules apply and nothing that widens what runs
 //! does. `TETHER_TRUST_ALL=1` in tetherd's environment trusts every directory (CI machines that
@@ -41,10 +42,23 @@ fn trusted_in(state: &serde_json::Value, dir: &Path, home: Option<&Path>) -> boo
         return true;
     }
     let projects = &state["projects"];
+    // A folder with project files of its own needs its own answer: trust given to a folder
+    // above does not cover settings that appeared below it later (a command can write them).
+    let own_files = [
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".mcp.json",
+    ]
+    .iter()
+    .any(|f| dir.join(f).exists());
     for d in dir.ancestors() {
         // Trust given to the home directory or above it (or to `/`) would cover every folder
         // below: only the folder itself, or one between it and home, counts.
-        if d != dir && (d.parent().is_none() || home.as_ref().is_some_and(|h| h.starts_with(d))) {
+        if d != dir
+            && (own_files
+                || d.parent().is_none()
+                || home.as_ref().is_some_and(|h| h.starts_with(d)))
+        {
             break;
         }
         // The nearest answer decides: a folder withdrawn below a trusted one is not trusted.
@@ -132,6 +146,12 @@ mod tests {
             trusted_in(&state(h), &project, h),
             "a folder between counts"
         );
+        // Project files of its own: the folder above no longer answers for it.
+        std::fs::create_dir_all(project.join(".claude")).expect("mkdir");
+        std::fs::write(project.join(".claude/settings.json"), "{}").expect("write");
+        assert!(!trusted_in(&state(h), &project, h));
+        set(&project, h, true).expect("set");
+        assert!(trusted_in(&state(h), &project, h));
     }
 
     #[test]
