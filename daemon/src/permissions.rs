@@ -141,19 +141,20 @@ fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
 /// name as given and by the file it really is (a symlink inside an allowed directory that
 /// points outside it is not allowed).
 fn allowing(rules: &[Rule], call: &Call<'_>) -> bool {
+    let path = call_path(call);
+    // A file that changes what runs needs a rule that names it (`Edit(./.git/**)`), not one
+    // for a directory it happens to be in.
+    let runs_things =
+        EDIT_TOOLS.contains(&call.tool) && path.as_deref().is_some_and(changes_what_runs);
     rules
         .iter()
         .filter(|r| r.covers(call.tool))
         .any(|r| match call.tool {
             "WebFetch" => r.matches_url(call.input["url"].as_str().unwrap_or("")),
-            _ => match call_path(call) {
-                // A file that changes what runs needs a rule that names it (`Edit(./.git/**)`),
-                // not one for a directory it happens to be in.
+            _ => match &path {
                 Some(p) => {
-                    r.covers_path(&p)
-                        && (!EDIT_TOOLS.contains(&call.tool)
-                            || !changes_what_runs(&p)
-                            || RUNS_THINGS.iter().any(|n| r.text.contains(n)))
+                    r.covers_path(p)
+                        && (!runs_things || RUNS_THINGS.iter().any(|n| r.text.contains(n)))
                 }
                 None => r.matches_other(call.input),
             },
@@ -228,9 +229,9 @@ pub fn read_denied_paths(rules: &RuleSet) -> Vec<PathBuf> {
 
 /// The Read deny rule a Bash command's file arguments run into (`cat .env` under
 /// `Read(./.env)`), if any.
-fn denied_argument<'r>(rules: &'r RuleSet, command: &str, cwd: &Path) -> Option<&'r Rule> {
+fn denied_argument<'r>(rules: &'r RuleSet, parts: &[String], cwd: &Path) -> Option<&'r Rule> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let args: Vec<PathBuf> = split_command(command)
+    let args: Vec<PathBuf> = parts
         .iter()
         .flat_map(|part| shell::file_args(part))
         .map(|a| match (a.strip_prefix("~/"), &home) {
@@ -247,16 +248,20 @@ fn denied_argument<'r>(rules: &'r RuleSet, command: &str, cwd: &Path) -> Option<
 /// exist, a program that is an expansion or runs another command (`eval`, `xargs`, `sh -c`,
 /// `find -exec`) where Bash deny rules exist, a command the splitter does not understand where
 /// either exists — or when the call asks to leave the OS sandbox.
-fn bash_gate(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Option<Decision> {
+fn bash_gate(
+    mode: PermissionMode,
+    rules: &RuleSet,
+    call: &Call<'_>,
+    scan: &shell::Scan,
+) -> Option<Decision> {
     let command = call.input["command"].as_str().unwrap_or("");
-    if let Some(rule) = denied_argument(rules, command, call.cwd) {
+    let (parts, understood) = (&scan.parts, scan.understood);
+    if let Some(rule) = denied_argument(rules, parts, call.cwd) {
         return Some(Decision::Deny(format!(
             "denied by the permission rule {}",
             rule.text
         )));
     }
-    let parts = split_command(command);
-    let understood = shell::understood(command);
     let unseen = read_denials(rules)
         .next()
         .filter(|_| {
@@ -313,21 +318,24 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
     if let Some(rule) = matching(&rules.deny, call).first() {
         return Decision::Deny(format!("denied by the permission rule {}", rule.text));
     }
-    if call.tool == "Bash"
-        && let Some(decision) = bash_gate(mode, rules, call)
-    {
-        return decision;
-    }
-    let roots = roots_of(rules, call);
     let command = call.input["command"].as_str().unwrap_or("");
-    let parts = if call.tool == "Bash" {
-        split_command(command)
+    // A Bash command is split (and judged understood or not) once, for every check below.
+    let scan = if call.tool == "Bash" {
+        let scan = shell::scan(command);
+        if let Some(decision) = bash_gate(mode, rules, call, &scan) {
+            return decision;
+        }
+        scan
     } else {
-        Vec::new()
+        shell::Scan {
+            parts: Vec::new(),
+            understood: true,
+        }
     };
+    let (parts, understood) = (&scan.parts, scan.understood);
+    let roots = roots_of(rules, call);
     // Which parts only read (checked once: it looks at the filesystem for paths). A command
     // the splitter does not understand never only reads.
-    let understood = shell::understood(command);
     let fenced = read_denials(rules).next().is_some();
     let reads: Vec<bool> = parts
         .iter()
@@ -432,12 +440,13 @@ pub fn suggest_rules(call: &Call<'_>, rules: &RuleSet) -> Vec<String> {
     }
     let roots = roots_of(rules, call);
     let cmd = call.input["command"].as_str().unwrap_or("");
-    if !shell::understood(cmd) {
+    let scan = shell::scan(cmd);
+    if !scan.understood {
         return vec![format!("Bash({})", cmd.trim())];
     }
+    let fenced = read_denials(rules).next().is_some();
     let mut out: Vec<String> = Vec::new();
-    for part in split_command(cmd) {
-        let fenced = read_denials(rules).next().is_some();
+    for part in scan.parts {
         if part_allowed(&rules.allow, &part, call.cwd, &roots)
             || part_reads(&part, call.cwd, &roots, fenced)
         {

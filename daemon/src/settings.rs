@@ -15,8 +15,14 @@ pub fn files(root: &Path, home: Option<&Path>) -> Vec<(PathBuf, Value)> {
     let trusted = crate::trust::is_trusted(root, home);
     all_files(root, home)
         .into_iter()
-        .filter(|(p, _)| trusted || !p.starts_with(root.join(".claude")))
+        .filter(|(p, _)| trusted || !is_project_file(p, root))
         .collect()
+}
+
+/// Whether `file` is one of the project's own settings files (under `<root>/.claude`), not the
+/// user's.
+pub fn is_project_file(file: &Path, root: &Path) -> bool {
+    file.starts_with(root.join(".claude"))
 }
 
 /// Every settings file, trusted or not (for reports, and for the rules that only narrow).

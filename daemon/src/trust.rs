@@ -23,13 +23,17 @@ pub const TRUST_ALL_VAR: &str = "TETHER_TRUST_ALL";
 
 /// Whether `dir`'s project files may act.
 pub fn is_trusted(dir: &Path, home: Option<&Path>) -> bool {
-    if std::env::var(TRUST_ALL_VAR).is_ok_and(|v| v == "1" || v == "true") {
-        return true;
-    }
-    trusted_in(&state(home), dir, home)
+    is_trusted_in(&state(home), dir, home)
 }
 
-fn state(home: Option<&Path>) -> serde_json::Value {
+/// [`is_trusted`], with the user state file already read (`state`, as [`state`] reads it).
+pub fn is_trusted_in(state: &serde_json::Value, dir: &Path, home: Option<&Path>) -> bool {
+    std::env::var(TRUST_ALL_VAR).is_ok_and(|v| v == "1" || v == "true")
+        || trusted_in(state, dir, home)
+}
+
+/// The user state file's contents (`{}` when there is none or it cannot be read).
+pub fn state(home: Option<&Path>) -> serde_json::Value {
     user_state_file(home)
         .and_then(|f| read(&f).ok())
         .unwrap_or_default()

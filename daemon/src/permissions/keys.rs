@@ -4,7 +4,7 @@
 //! user), the report `/config` shows — every key, used or not used by tether, so nothing
 //! is dropped silently — and what an untrusted project's files would do once trusted.
 
-use crate::settings::all_files;
+use crate::settings::{all_files, is_project_file};
 use serde_json::Value;
 use std::path::Path;
 use tether_proto::{PermissionMode, SettingsKey};
@@ -72,7 +72,7 @@ pub fn defaults(root: &Path, home: Option<&Path>) -> Defaults {
     let mut out = Defaults::default();
     let trusted = crate::trust::is_trusted(root, home);
     for (path, v) in all_files(root, home) {
-        let project = path.starts_with(root.join(".claude"));
+        let project = is_project_file(&path, root);
         if let Some(mode) = v["permissions"]["defaultMode"].as_str() {
             match serde_json::from_value::<PermissionMode>(Value::String(mode.to_owned())) {
                 Ok(m) if trusted || !project || m == PermissionMode::Plan => {
@@ -92,49 +92,53 @@ pub fn defaults(root: &Path, home: Option<&Path>) -> Defaults {
     out
 }
 
-/// What of `dir`'s own would act once it is trusted ([`crate::trust`]): per settings file, the parts that widen
-/// what runs; the `.mcp.json` servers. Empty when there is nothing to trust.
+/// The parts of one project settings file that widen what runs, as a person reads them
+/// (`2 allow rules`, `SessionStart hooks`, `env`): what trust would let act.
+pub fn widening(v: &Value) -> Vec<String> {
+    let mut parts = Vec::new();
+    let allow = v["permissions"]["allow"].as_array().map_or(0, Vec::len);
+    if allow > 0 {
+        parts.push(format!(
+            "{allow} allow rule{}",
+            if allow == 1 { "" } else { "s" }
+        ));
+    }
+    if v["permissions"].get("additionalDirectories").is_some() {
+        parts.push("additionalDirectories".to_owned());
+    }
+    if let Some(hooks) = v["hooks"].as_object().filter(|h| !h.is_empty()) {
+        let events: Vec<&str> = hooks.keys().map(String::as_str).collect();
+        parts.push(format!("{} hooks", events.join("/")));
+    }
+    for key in ["env", "statusLine", "enableAllProjectMcpServers"] {
+        if v.get(key).is_some() {
+            parts.push(key.to_owned());
+        }
+    }
+    if matches!(
+        v["permissions"]["defaultMode"].as_str(),
+        Some("acceptEdits" | "bypassPermissions" | "dontAsk")
+    ) {
+        parts.push("defaultMode".to_owned());
+    }
+    // The sandbox: turning it on only narrows; anything else it says widens.
+    if v["sandbox"]
+        .as_object()
+        .is_some_and(|s| s.iter().any(|(k, val)| !(k == "enabled" && *val == true)))
+    {
+        parts.push("sandbox allowances".to_owned());
+    }
+    parts
+}
+
+/// What of `dir`'s own would act once it is trusted ([`crate::trust`]): per settings file, the
+/// parts that widen what runs ([`widening`]); the `.mcp.json` servers. Empty when there is
+/// nothing to trust.
 pub fn acts(dir: &Path, home: Option<&Path>) -> Vec<String> {
     let mut out = Vec::new();
-    let project = dir.join(".claude");
     for (file, v) in all_files(dir, home) {
-        if !file.starts_with(&project) {
-            continue;
-        }
-        let mut parts = Vec::new();
-        let allow = v["permissions"]["allow"].as_array().map_or(0, Vec::len);
-        if allow > 0 {
-            parts.push(format!(
-                "{allow} allow rule{}",
-                if allow == 1 { "" } else { "s" }
-            ));
-        }
-        if v["permissions"].get("additionalDirectories").is_some() {
-            parts.push("additionalDirectories".to_owned());
-        }
-        if let Some(hooks) = v["hooks"].as_object().filter(|h| !h.is_empty()) {
-            let events: Vec<&str> = hooks.keys().map(String::as_str).collect();
-            parts.push(format!("{} hooks", events.join("/")));
-        }
-        for key in ["env", "statusLine", "enableAllProjectMcpServers"] {
-            if v.get(key).is_some() {
-                parts.push(key.to_owned());
-            }
-        }
-        if matches!(
-            v["permissions"]["defaultMode"].as_str(),
-            Some("acceptEdits" | "bypassPermissions" | "dontAsk")
-        ) {
-            parts.push("defaultMode".to_owned());
-        }
-        // The sandbox: turning it on only narrows; anything else it says widens.
-        if v["sandbox"]
-            .as_object()
-            .is_some_and(|s| s.iter().any(|(k, val)| !(k == "enabled" && *val == true)))
-        {
-            parts.push("sandbox allowances".to_owned());
-        }
-        if !parts.is_empty() {
+        let parts = widening(&v);
+        if is_project_file(&file, dir) && !parts.is_empty() {
             out.push(format!("{}: {}", file.display(), parts.join(", ")));
         }
     }

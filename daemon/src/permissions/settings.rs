@@ -116,23 +116,11 @@ impl RuleSet {
     /// left out.
     fn add_narrowing(&mut self, v: &Value, base: &Path, home: Option<&Path>, source: &str) {
         let mut narrowing = v.clone();
-        let mut left_out = Vec::new();
         if let Some(p) = narrowing["permissions"].as_object_mut() {
-            if let Some(allow) = p.remove("allow") {
-                let n = allow.as_array().map_or(0, Vec::len);
-                if n > 0 {
-                    left_out.push(format!("{n} allow rule{}", if n == 1 { "" } else { "s" }));
-                }
-            }
-            if p.remove("additionalDirectories").is_some() {
-                left_out.push("additionalDirectories".to_owned());
-            }
+            p.remove("allow");
+            p.remove("additionalDirectories");
         }
-        for key in ["hooks", "env", "statusLine", "enableAllProjectMcpServers"] {
-            if v.get(key).is_some() {
-                left_out.push(key.to_owned());
-            }
-        }
+        let left_out = super::keys::widening(v);
         self.add_settings(&narrowing, base, home, source);
         if !left_out.is_empty() {
             self.untrusted
@@ -254,20 +242,19 @@ pub fn load(root: &Path, home: Option<&Path>) -> RuleSet {
     if let Some(h) = home {
         set.add_file(&h.join(".claude/settings.json"), h, home, true);
     }
-    // "Always" answers given while the project was not trusted: the user's own.
-    if let Some(file) = crate::json_file::user_state_file(home)
-        && let Ok(state) = crate::json_file::read(&file)
-    {
-        let key = root.to_string_lossy();
-        let rules: Vec<String> = state["projects"][key.as_ref()]["allowedTools"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|r| r.as_str().map(str::to_owned))
-            .collect();
-        set.add("allow", &rules, root, home, &file.display().to_string());
+    // The user state file, read once: "always" answers given while the project was not
+    // trusted (the user's own), and the project's trust.
+    let state = crate::trust::state(home);
+    let always: Vec<String> = state["projects"][root.to_string_lossy().as_ref()]["allowedTools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str().map(str::to_owned))
+        .collect();
+    if let Some(file) = crate::json_file::user_state_file(home) {
+        set.add("allow", &always, root, home, &file.display().to_string());
     }
-    let trusted = crate::trust::is_trusted(root, home);
+    let trusted = crate::trust::is_trusted_in(&state, root, home);
     set.add_file(&root.join(".claude/settings.json"), root, home, trusted);
     set.add_file(
         &root.join(".claude/settings.local.json"),

@@ -3,10 +3,28 @@
 //! respected; this is a splitter for permission checks, not a shell. Also which simple commands
 //! only look (`ls`, `cat`, `git status`, …), which run without asking as Claude Code's do.
 
+/// A command line as the permission check reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scan {
+    /// The simple commands, trimmed, in order.
+    pub parts: Vec<String>,
+    /// Whether the splitter and the lexer read it as bash does. What they do not model — a
+    /// comment, a heredoc, a line continuation, brace expansion, backquotes (which nest only
+    /// with escapes), whitespace other than space, tab and newline — makes a command not
+    /// understood: it never counts as only reading, and only a rule for exactly it allows it.
+    pub understood: bool,
+}
+
 /// The simple commands of `command`, trimmed, in order.
 pub fn split(command: &str) -> Vec<String> {
+    scan(command).parts
+}
+
+/// Splits `command` into its simple commands, and says whether it was understood.
+pub fn scan(command: &str) -> Scan {
     let mut parts = Vec::new();
     let mut current = String::new();
+    let mut understood = true;
     let chars: Vec<char> = command.chars().collect();
     let mut i = 0;
     let mut quote: Option<char> = None;
@@ -24,6 +42,9 @@ pub fn split(command: &str) -> Vec<String> {
     };
     while i < chars.len() {
         let c = chars[i];
+        if c == '`' && quote != Some('\'') {
+            understood = false;
+        }
         match quote {
             Some('"') if c == '`' || (c == '$' && chars.get(i + 1) == Some(&'(')) => {
                 push(&mut current, &mut parts);
@@ -34,6 +55,9 @@ pub fn split(command: &str) -> Vec<String> {
             }
             Some(q) => {
                 if c == '\\' && (q == '"' || ansi) && i + 1 < chars.len() {
+                    if q == '"' && chars[i + 1] == '\n' {
+                        understood = false;
+                    }
                     current.push(c);
                     current.push(chars[i + 1]);
                     i += 2;
@@ -45,135 +69,82 @@ pub fn split(command: &str) -> Vec<String> {
                 }
                 current.push(c);
             }
-            None => match c {
-                '$' if chars.get(i + 1) == Some(&'\'') => {
-                    current.push_str("$'");
-                    quote = Some('\'');
-                    ansi = true;
-                    i += 2;
-                    continue;
-                }
-                '\'' | '"' => {
-                    quote = Some(c);
-                    current.push(c);
-                }
-                '\\' if i + 1 < chars.len() => {
-                    current.push(c);
-                    current.push(chars[i + 1]);
-                    i += 2;
-                    continue;
-                }
-                ';' | '\n' => push(&mut current, &mut parts),
-                '(' => {
-                    push(&mut current, &mut parts);
-                    open.push((None, ')'));
-                }
-                '$' if chars.get(i + 1) == Some(&'(') => {
-                    push(&mut current, &mut parts);
-                    open.push((None, ')'));
-                    i += 2;
-                    continue;
-                }
-                ')' | '`' => {
-                    push(&mut current, &mut parts);
-                    match open.last() {
-                        Some((outer, closer)) if *closer == c => {
-                            quote = *outer;
-                            open.pop();
-                        }
-                        // An opening backquote.
-                        _ if c == '`' => open.push((None, '`')),
-                        _ => {}
-                    }
-                }
-                // Part of a redirection, not a separator: `2>&1`, `<&0`, `&>file`, `>|file`.
-                '&' | '|'
-                    if i > 0 && matches!(chars[i - 1], '>' | '<')
-                        || (c == '&' && chars.get(i + 1) == Some(&'>')) =>
-                {
-                    current.push(c)
-                }
-                '&' | '|' => {
-                    push(&mut current, &mut parts);
-                    if chars.get(i + 1) == Some(&c) {
-                        i += 1;
-                    }
-                }
-                _ => current.push(c),
-            },
-        }
-        i += 1;
-    }
-    push(&mut current, &mut parts);
-    parts
-}
-
-/// Whether [`split`] and the lexer read `command` as bash does. What they do not model — a
-/// comment, a heredoc, a line continuation, brace expansion, whitespace other than space, tab
-/// and newline — makes a command not understood: it never counts as only reading, and only a
-/// rule for exactly it allows it.
-pub fn understood(command: &str) -> bool {
-    let chars: Vec<char> = command.chars().collect();
-    let mut quote: Option<char> = None;
-    let mut ansi = false;
-    // The quoting outside each `$(` opened inside double quotes: inside it, quoting starts
-    // afresh (as in `split`), so a comment or a quote there is seen.
-    let mut outer: Vec<Option<char>> = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        // Backquotes nest only with escapes, which the splitter does not follow.
-        if c == '`' && quote != Some('\'') {
-            return false;
-        }
-        match quote {
-            Some('"') if c == '$' && chars.get(i + 1) == Some(&'(') => {
-                outer.push(quote);
-                quote = None;
-                i += 2;
-                continue;
-            }
-            Some(q) => {
-                if c == '\\' && (q == '"' || ansi) {
-                    if q == '"' && chars.get(i + 1) == Some(&'\n') {
-                        return false;
-                    }
-                    i += 2;
-                    continue;
-                }
-                if c == q {
-                    quote = None;
-                    ansi = false;
-                }
-            }
             None => {
                 let word_start = i == 0 || " \t\n;&|()<>".contains(chars[i - 1]);
+                let odd_blank =
+                    (c.is_whitespace() || c.is_control()) && !matches!(c, ' ' | '\t' | '\n');
+                if (c == '#' && word_start)
+                    || (c == '<' && chars.get(i + 1) == Some(&'<'))
+                    || (c == '{' && brace_expands(&chars[i + 1..]))
+                    || odd_blank
+                {
+                    understood = false;
+                }
                 match c {
-                    '\\' if chars.get(i + 1) == Some(&'\n') => return false,
-                    '\\' => {
-                        i += 2;
-                        continue;
-                    }
                     '$' if chars.get(i + 1) == Some(&'\'') => {
+                        current.push_str("$'");
                         quote = Some('\'');
                         ansi = true;
                         i += 2;
                         continue;
                     }
-                    '\'' | '"' => quote = Some(c),
-                    ')' if !outer.is_empty() => quote = outer.pop().flatten(),
-                    '#' if word_start => return false,
-                    '<' if chars.get(i + 1) == Some(&'<') => return false,
-                    '{' if brace_expands(&chars[i + 1..]) => return false,
-                    c if c.is_whitespace() && !matches!(c, ' ' | '\t' | '\n') => return false,
-                    c if c.is_control() && !matches!(c, '\t' | '\n') => return false,
-                    _ => {}
+                    '\'' | '"' => {
+                        quote = Some(c);
+                        current.push(c);
+                    }
+                    '\\' if i + 1 < chars.len() => {
+                        if chars[i + 1] == '\n' {
+                            understood = false;
+                        }
+                        current.push(c);
+                        current.push(chars[i + 1]);
+                        i += 2;
+                        continue;
+                    }
+                    ';' | '\n' => push(&mut current, &mut parts),
+                    '(' => {
+                        push(&mut current, &mut parts);
+                        open.push((None, ')'));
+                    }
+                    '$' if chars.get(i + 1) == Some(&'(') => {
+                        push(&mut current, &mut parts);
+                        open.push((None, ')'));
+                        i += 2;
+                        continue;
+                    }
+                    ')' | '`' => {
+                        push(&mut current, &mut parts);
+                        match open.last() {
+                            Some((outer, closer)) if *closer == c => {
+                                quote = *outer;
+                                open.pop();
+                            }
+                            // An opening backquote.
+                            _ if c == '`' => open.push((None, '`')),
+                            _ => {}
+                        }
+                    }
+                    // Part of a redirection, not a separator: `2>&1`, `<&0`, `&>file`, `>|file`.
+                    '&' | '|'
+                        if i > 0 && matches!(chars[i - 1], '>' | '<')
+                            || (c == '&' && chars.get(i + 1) == Some(&'>')) =>
+                    {
+                        current.push(c)
+                    }
+                    '&' | '|' => {
+                        push(&mut current, &mut parts);
+                        if chars.get(i + 1) == Some(&c) {
+                            i += 1;
+                        }
+                    }
+                    _ => current.push(c),
                 }
             }
         }
         i += 1;
     }
-    true
+    push(&mut current, &mut parts);
+    Scan { parts, understood }
 }
 
 /// Whether the text after an unquoted `{` is a brace expansion (`{a,b}`, `{1..9}`): a `,` or
@@ -528,7 +499,8 @@ fn writing_option<'a>(
 /// Whether a simple command reads files it does not name: a recursive search (`grep -r`, `rg`,
 /// `git grep`), or a file argument with a glob the shell expands.
 pub fn reads_unnamed_files(command: &str) -> bool {
-    let words = words_of(&lex(command));
+    let tokens = lex(command);
+    let words = words_of(&tokens);
     let Some((program, args)) = words.split_first() else {
         return false;
     };
@@ -551,7 +523,7 @@ pub fn reads_unnamed_files(command: &str) -> bool {
         _ => false,
     };
     recursive
-        || lex(command)
+        || tokens
             .iter()
             .any(|t| matches!(t, Token::Char('*' | '?' | '[', Quoting::Bare)))
 }
@@ -829,7 +801,7 @@ mod tests {
             ("cat\u{a0}./x.sh", false),
             ("ls\r-la", false),
         ] {
-            assert_eq!(super::understood(cmd), understood, "{cmd:?}");
+            assert_eq!(scan(cmd).understood, understood, "{cmd:?}");
         }
         for (cmd, hidden) in [
             ("echo $HOME", false),

@@ -154,11 +154,8 @@ impl SessionActor {
         {
             policy.effort = Some(e);
         }
-        // The search tools' walks skip what the Read deny rules name.
-        let fence = crate::permissions::read_fence(&self.rules());
-        self.workspace.set_fence(fence);
-        // The sandbox this turn's Bash calls run in, and its permission checks see.
-        self.refresh_sandbox();
+        // What the search tools' walks skip, and the sandbox this turn's Bash calls run in.
+        self.guard_workspace();
         let record = &self.journal.record;
         let cwd = std::path::PathBuf::from(&record.cwd);
         let span = tracing::info_span!(
