@@ -72,12 +72,12 @@ impl Tool for Bash {
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let command = input["command"].as_str().unwrap_or_default().to_owned();
-            let wrap = match jail(&input, ctx).await {
-                Ok(wrap) => wrap,
+            let jail = match jail(&input, ctx).await {
+                Ok(jail) => jail,
                 Err(why) => return ToolOutput::error(why),
             };
             if input["run_in_background"].as_bool().unwrap_or(false) {
-                return match start_background(&command, ctx, &wrap) {
+                return match start_background(&command, ctx, jail) {
                     Ok((id, pid)) => {
                         let mut out = ToolOutput::text(format!(
                             "Started background shell {id}. Read its output with BashOutput {{\"bash_id\": \"{id}\"}}; stop it with KillShell."
@@ -100,16 +100,11 @@ impl Tool for Bash {
                     .unwrap_or(DEFAULT_TIMEOUT_MS)
                     .min(MAX_TIMEOUT_MS),
             );
-            // What a sandboxed command could create that would act outside the sandbox.
-            let absent = match ctx.workspace.sandbox() {
-                Some(sandbox) if !wrap.is_empty() => sandbox.absent(),
-                _ => Vec::new(),
-            };
-            let out = match run(&command, timeout, ctx, &self.spare, &wrap).await {
+            let out = match run(&command, timeout, ctx, &self.spare, &jail.wrap).await {
                 Ok(out) => out,
                 Err(e) => ToolOutput::error(format!("could not run the command: {e}")),
             };
-            distrust_created(out, crate::sandbox::Sandbox::created(absent), ctx)
+            distrust_created(out, crate::sandbox::Sandbox::created(jail.absent), ctx)
         })
     }
 }
@@ -156,13 +151,13 @@ fn withdraw_trust(created: &[std::path::PathBuf], roots: &[std::path::PathBuf]) 
     })
 }
 
-/// The sandbox's command line a call runs under (empty: it runs outside), or why it cannot run.
-async fn jail(input: &Value, ctx: &ToolContext) -> Result<Vec<OsString>, String> {
+/// Where a call runs ([`Jail`]), or why it cannot run.
+async fn jail(input: &Value, ctx: &ToolContext) -> Result<Jail, String> {
     let Some(sandbox) = ctx.workspace.sandbox() else {
-        return Ok(Vec::new());
+        return Ok(Jail::default());
     };
     if sandbox.place(input) == crate::sandbox::Placement::Outside {
-        return Ok(Vec::new());
+        return Ok(Jail::default());
     }
     if let Err(why) = crate::sandbox::ready(&sandbox.bwrap).await {
         return Err(format!(
@@ -178,7 +173,19 @@ async fn jail(input: &Value, ctx: &ToolContext) -> Result<Vec<OsString>, String>
             "the command was not run: the sandbox's network proxy (for sandbox.network.allowedDomains) could not start: {e}"
         )
     })?;
-    Ok(sandbox.wrap(proxy.as_deref()))
+    Ok(Jail {
+        wrap: sandbox.wrap(proxy.as_deref()),
+        absent: sandbox.absent(),
+    })
+}
+
+/// Where a call runs: the sandbox's command line (empty: outside), and what a command inside
+/// could create that would act outside it ([`crate::sandbox::Sandbox::absent`], looked at
+/// again when the command ends).
+#[derive(Default)]
+struct Jail {
+    wrap: Vec<OsString>,
+    absent: Vec<std::path::PathBuf>,
 }
 
 /// A file removed when this goes out of scope.
@@ -215,19 +222,16 @@ pub fn reap_orphan(pid: i32, ticks: Option<u64>) -> bool {
 fn start_background(
     command: &str,
     ctx: &ToolContext,
-    wrap: &[OsString],
+    jail: Jail,
 ) -> std::io::Result<(String, Option<i32>)> {
+    let Jail { wrap, absent } = jail;
     let Spawned {
         mut child,
         pgid,
         mut pipe,
-    } = shell::spawn(command, &ctx.workspace.cwd(), ctx.workspace.env(), wrap)?;
+    } = shell::spawn(command, &ctx.workspace.cwd(), ctx.workspace.env(), &wrap)?;
     let (id, job) = ctx.workspace.jobs.start(command);
     // Checked when it ends, as a foreground call is: what it created that acts outside.
-    let absent = match ctx.workspace.sandbox() {
-        Some(sandbox) if !wrap.is_empty() => sandbox.absent(),
-        _ => Vec::new(),
-    };
     let roots = ctx.workspace.roots().to_vec();
     let distrust = move |job: &super::Job| {
         let created = crate::sandbox::Sandbox::created(absent);
