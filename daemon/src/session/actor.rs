@@ -10,7 +10,7 @@
 //! (`tasks`), never on this loop, so a cancel or a permission answer is served at once.
 
 use super::broker::Broker;
-use super::journal::{AppendError, Attachment, Journal};
+use super::journal::{Attachment, Journal};
 use super::ledger::Ledger;
 use super::presence::Presence;
 use super::recovery::{Loaded, OpenTurn, OrphanShell};
@@ -683,24 +683,17 @@ impl SessionActor {
     }
 
     /// Appends an event to the log (durable and broadcast at the end of the batch) and applies
-    /// it to the history and the ledger. A failed write makes the session read-only ([`Self::storage_failed`]).
+    /// it to the history and the ledger. A failed commit makes the session read-only
+    /// ([`Self::storage_failed`]); from then on this refuses.
     pub(super) fn try_emit(
         &mut self,
         kind: EventKind,
         turn_id: Option<TurnId>,
     ) -> Result<(), SessionError> {
-        match self.journal.append(kind, turn_id) {
-            Ok(event) => {
-                self.history.apply(&event.kind);
-                self.ledger.apply(&event.kind, event.turn_id.as_ref());
-                Ok(())
-            }
-            Err(AppendError::ReadOnly(e)) => Err(e),
-            Err(AppendError::Failed(e)) => {
-                self.storage_failed(&e);
-                Err(e)
-            }
-        }
+        let event = self.journal.append(kind, turn_id)?;
+        self.history.apply(&event.kind);
+        self.ledger.apply(&event.kind, event.turn_id.as_ref());
+        Ok(())
     }
 
     /// [`Self::try_emit`] for events nobody waits on: a failure is logged (and, when it is the

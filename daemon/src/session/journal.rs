@@ -44,15 +44,6 @@ pub struct Attachment {
 /// Something to do once the batch is durable (`None`) or has failed (`Some`).
 type Deferred = Box<dyn FnOnce(Option<&Arc<SessionError>>) + Send>;
 
-/// Why an append was refused.
-#[derive(Debug)]
-pub enum AppendError {
-    /// The session was already read-only.
-    ReadOnly(SessionError),
-    /// This write failed; the caller marks the journal read-only ([`Journal::fail`]).
-    Failed(SessionError),
-}
-
 /// A session's record and log, written in batches.
 pub struct Journal {
     /// The session's metadata; changes are saved with the next commit.
@@ -151,20 +142,18 @@ impl Journal {
         }
     }
 
-    /// Appends an event to the log (not yet durable nor broadcast) and returns it as logged.
+    /// Adds an event to the batch (written, made durable and broadcast by the next commit) and
+    /// returns it as it will be logged.
     pub fn append(
         &mut self,
         kind: EventKind,
         turn_id: Option<TurnId>,
-    ) -> Result<Event, AppendError> {
-        self.writable().map_err(AppendError::ReadOnly)?;
+    ) -> Result<Event, SessionError> {
+        self.writable()?;
         let seq = self.head + 1;
         let event = self.envelope(Some(seq), turn_id, kind);
-        let json = serde_json::to_string(&event)
-            .map_err(|e| AppendError::ReadOnly(SessionError::Commit(e.to_string())))?;
-        if let Err(e) = self.log.append(seq, json.as_bytes()) {
-            return Err(AppendError::Failed(SessionError::from(e)));
-        }
+        let json =
+            serde_json::to_string(&event).map_err(|e| SessionError::Commit(e.to_string()))?;
         self.head = seq;
         self.record.updated_at.clone_from(&event.ts);
         self.record_dirty = true;
@@ -252,16 +241,16 @@ impl Journal {
         if !self.pending() {
             return Ok(());
         }
-        let mut result = Ok(());
-        if self.record_dirty {
-            result = self
-                .store
-                .put_session(&self.record)
-                .map_err(SessionError::from);
-        }
-        if result.is_ok() {
-            result = self.store.flush().await.map_err(SessionError::from);
-        }
+        let events = self
+            .unsent
+            .iter()
+            .filter_map(|ev| Some((ev.seq?, ev.json.as_bytes())));
+        let record = self.record_dirty.then_some(&self.record);
+        let result = self
+            .store
+            .commit(&self.log, events, record)
+            .await
+            .map_err(SessionError::from);
         let deferred = std::mem::take(&mut self.deferred);
         match result {
             Ok(()) => {
@@ -384,7 +373,7 @@ mod tests {
         assert!(j.fail("disk full".into()));
         assert!(!j.fail("again".into()), "the first reason stays");
         match j.append(notice("lost"), None) {
-            Err(AppendError::ReadOnly(SessionError::StorageFailed(why))) => {
+            Err(SessionError::StorageFailed(why)) => {
                 assert_eq!(why, "disk full")
             }
             other => panic!("expected a read-only refusal, got {other:?}"),

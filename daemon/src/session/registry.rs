@@ -384,7 +384,7 @@ impl Sessions {
         let at = at.unwrap_or(summary.head_seq).min(summary.head_seq);
         let new_id = SessionId(uuid::Uuid::new_v4().to_string());
         let log = self.store.log(&new_id);
-        let mut seq = 0;
+        let mut copied = Vec::new();
         for mut e in events
             .into_iter()
             .filter(|e| e.seq.is_some_and(|s| s <= at))
@@ -396,11 +396,11 @@ impl Sessions {
             ) {
                 continue;
             }
-            seq += 1;
+            let seq = copied.len() as u64 + 1;
             e.seq = Some(seq);
             e.session_id = new_id.clone();
             let json = serde_json::to_vec(&e).map_err(|e| SessionError::Commit(e.to_string()))?;
-            log.append(seq, &json)?;
+            copied.push((seq, json));
         }
         let now = now_rfc3339();
         let forked = SessionRecord {
@@ -417,8 +417,8 @@ impl Sessions {
             updated_at: now,
             ..record
         };
-        self.store.put_session(&forked)?;
-        self.store.flush().await?;
+        let events = copied.iter().map(|(seq, json)| (*seq, json.as_slice()));
+        self.store.commit(&log, events, Some(&forked)).await?;
         let handle = self.get(&new_id)?;
         handle
             .note(format!("forked from session {id} at event #{at}"))
