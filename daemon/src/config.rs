@@ -238,6 +238,42 @@ const KEYS: &[Key] = &[
         default: "7",
         doc: "rotated log files kept",
     },
+    Key {
+        name: "cluster.nats",
+        env: &["TETHER_CLUSTER_NATS"],
+        default: "\"\"",
+        doc: "NATS servers of the JetStream cluster that holds the sessions, comma-separated or a list (empty: no cluster, sessions stay on this machine)",
+    },
+    Key {
+        name: "cluster.node",
+        env: &["TETHER_CLUSTER_NODE"],
+        default: "\"\"",
+        doc: "this node's name in the cluster (empty: the host name)",
+    },
+    Key {
+        name: "cluster.lease_ttl",
+        env: &["TETHER_CLUSTER_LEASE_TTL"],
+        default: "\"10s\"",
+        doc: "how long a session's owner may go silent before another node takes the session over",
+    },
+    Key {
+        name: "cluster.replicas",
+        env: &["TETHER_CLUSTER_REPLICAS"],
+        default: "3",
+        doc: "copies JetStream keeps of each log and record (at most the number of NATS servers)",
+    },
+    Key {
+        name: "cluster.creds",
+        env: &["TETHER_CLUSTER_CREDS"],
+        default: "\"\"",
+        doc: "NATS credentials file (.creds) to connect with",
+    },
+    Key {
+        name: "cluster.tls_ca",
+        env: &["TETHER_CLUSTER_TLS_CA"],
+        default: "\"\"",
+        doc: "PEM file of the CA that signed the NATS servers' certificates (requires TLS)",
+    },
 ];
 
 /// Keys whose value is a duration (`30s`, `10m`, `7d`).
@@ -248,6 +284,7 @@ const DURATIONS: &[&str] = &[
     "api.connect_timeout",
     "api.stream_idle_timeout",
     "api.request_timeout",
+    "cluster.lease_ttl",
 ];
 
 /// Tables that hold lists rather than keys of [`KEYS`]; read by the permission and hook code
@@ -408,6 +445,13 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
     );
     match (&default, value) {
         (_, toml::Value::String(s)) if off_ok && s == "off" => Ok(()),
+        (_, toml::Value::Array(urls)) if key.name == "cluster.nats" => {
+            if urls.iter().all(toml::Value::is_str) {
+                Ok(())
+            } else {
+                Err("expected a list of server URLs".into())
+            }
+        }
         (toml::Value::String(_), toml::Value::String(s)) => match key.name {
             "permission_mode" => PermissionMode::parse(s)
                 .map(|_| ())
@@ -439,6 +483,11 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
             "log.level" => tracing_subscriber::EnvFilter::try_new(s)
                 .map(|_| ())
                 .map_err(|e| format!("{s:?} is not a log filter: {e}")),
+            "cluster.lease_ttl"
+                if humantime::parse_duration(s).is_ok_and(|d| d < Duration::from_secs(1)) =>
+            {
+                Err(format!("{s:?} is too short: a lease lasts at least 1s"))
+            }
             _ if DURATIONS.contains(&key.name) => {
                 humantime::parse_duration(s)
                     .map(|_| ())
@@ -694,6 +743,23 @@ impl Config {
             toml::Value::String(s) => Some(s.trim().to_owned()),
             other => Some(show(other)),
         }
+    }
+
+    /// A list, written as a TOML list or as one comma-separated string (empty items dropped).
+    pub fn list(&self, name: &str) -> Vec<String> {
+        let items: Vec<String> = match self.get(name) {
+            Some(toml::Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+            Some(toml::Value::String(s)) => s.split(',').map(str::to_owned).collect(),
+            _ => Vec::new(),
+        };
+        items
+            .into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
     }
 
     /// A duration value; `None` for "off".

@@ -9,7 +9,7 @@ use crate::llm::{
 };
 use crate::rpc::{self, Connections, Listener, RpcApi};
 use crate::session::{Sessions, TurnEnv};
-use crate::store::Store;
+use crate::store::{ClusterSettings, Store};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,6 +43,31 @@ pub enum DaemonError {
     Io(String),
 }
 
+/// The `[cluster]` settings, when `cluster.nats` names servers.
+pub fn cluster_settings(config: &Config) -> Option<ClusterSettings> {
+    let urls = config.list("cluster.nats");
+    if urls.is_empty() {
+        return None;
+    }
+    let node = config.string("cluster.node").unwrap_or_else(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "tetherd".into())
+    });
+    let path = |key: &str| config.string(key).map(PathBuf::from);
+    Some(ClusterSettings {
+        urls,
+        node,
+        lease_ttl: config
+            .duration("cluster.lease_ttl")
+            .unwrap_or(std::time::Duration::from_secs(10)),
+        replicas: config.number("cluster.replicas").unwrap_or(3.0).max(1.0) as usize,
+        creds: path("cluster.creds"),
+        tls_ca: path("cluster.tls_ca"),
+    })
+}
+
 /// Runs the daemon until it is told to stop.
 pub async fn run(options: Options) -> Result<(), DaemonError> {
     let env = PathEnv::from_process(nix::unistd::getuid().as_raw());
@@ -68,7 +93,17 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
         ))
     })?;
     survive_file_size_limit();
-    let store = Store::open(&data_dir)?;
+    let store = match cluster_settings(&options.config) {
+        Some(cluster) => {
+            tracing::info!(
+                node = cluster.node,
+                nats = cluster.urls.join(","),
+                "joining the cluster"
+            );
+            Store::open_clustered(&data_dir, &cluster).await?
+        }
+        None => Store::open(&data_dir)?,
+    };
     // The store creates its files with the process umask; they are nobody else's to read.
     tighten_data_dir(&data_dir);
     let epoch = store.next_epoch()?;

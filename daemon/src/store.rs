@@ -10,11 +10,15 @@
 //! Events are appended only through [`Store::commit`]: one call per journal commit, durable
 //! when it returns.
 
+mod jetstream;
 mod local;
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 use tether_proto::{PermissionMode, Seq, SessionId, SessionStatus};
+use tokio_util::sync::CancellationToken;
 
 pub use local::DiskError;
 
@@ -50,6 +54,96 @@ pub enum StoreError {
         /// Version found on disk.
         found: u64,
     },
+    /// No NATS server of the cluster answered, or JetStream did not.
+    #[error(
+        "cannot reach the cluster's NATS servers ({urls}): {reason}. Check that they run and are reachable from here, the cluster.nats URLs, and the cluster.creds and cluster.tls_ca settings"
+    )]
+    Unreachable {
+        /// The servers tried.
+        urls: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The cluster's data was written by a tetherd of another schema version.
+    #[error(
+        "the cluster's data has schema version {found}, this tetherd has {SCHEMA_VERSION}: every node must run a tetherd of the same schema version"
+    )]
+    ClusterSchema {
+        /// The cluster's version.
+        found: u64,
+    },
+    /// Another node runs the session and keeps its lease.
+    #[error("session {session} is running on node {node} of the cluster; attach to it there")]
+    OwnedElsewhere {
+        /// The session.
+        session: SessionId,
+        /// The node that holds it.
+        node: String,
+    },
+    /// In a cluster: this node cannot see the session's working directory, so it does not take
+    /// the session.
+    #[error(
+        "session {session} works in {cwd}, which node {node} cannot see; run it on a node that has that directory (the same path on a shared filesystem)"
+    )]
+    CwdUnreachable {
+        /// The session.
+        session: SessionId,
+        /// Its working directory.
+        cwd: String,
+        /// This node.
+        node: String,
+    },
+    /// This node lost the session's lease: it may not write the session any more.
+    #[error("this node no longer holds session {session}: {why}")]
+    Fenced {
+        /// The session.
+        session: SessionId,
+        /// Why.
+        why: String,
+    },
+    /// JetStream refused or failed an operation.
+    #[error("cluster storage error: {0}")]
+    Cluster(String),
+}
+
+/// Where a clustered store's NATS servers are and how this node takes part (`[cluster]`).
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// Server URLs.
+    pub urls: Vec<String>,
+    /// This node's name.
+    pub node: String,
+    /// How long an owner may go silent before another node takes its sessions.
+    pub lease_ttl: Duration,
+    /// Copies JetStream keeps of each log and bucket.
+    pub replicas: usize,
+    /// A `.creds` file.
+    pub creds: Option<PathBuf>,
+    /// A CA file; TLS is then required.
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// What a store holding a session for this node gives its actor.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The epoch the session's events are stamped with.
+    pub epoch: u64,
+    /// Cancelled when this node loses the session (another node took it over): the actor must
+    /// stop at once, writing nothing more. Never cancelled on one machine.
+    pub lost: CancellationToken,
+}
+
+/// The cluster as this node sees it, for `daemon/status` and doctor.
+#[derive(Debug, Clone)]
+pub struct ClusterStatus {
+    /// This node's name.
+    pub node: String,
+    /// The servers it was given.
+    pub urls: Vec<String>,
+    /// Whether the connection is up.
+    pub connected: bool,
+    /// The sessions this node holds, with the age of each lease's last renewal.
+    pub held: Vec<(SessionId, Duration)>,
 }
 
 /// A session's stored metadata (its settings; the history lives in its log).
@@ -87,11 +181,13 @@ pub struct SessionRecord {
 #[derive(Clone)]
 pub struct Store {
     db: local::Db,
+    cluster: Option<Arc<jetstream::Cluster>>,
 }
 
 /// One session's append-only event log.
 #[derive(Clone)]
 pub struct EventLog {
+    id: SessionId,
     local: local::Log,
 }
 
@@ -100,7 +196,74 @@ impl Store {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
             db: local::Db::open(dir)?,
+            cluster: None,
         })
+    }
+
+    /// Opens the local database in `dir` as this node's copy of a clustered store: connects to
+    /// the cluster and copies every session's record (logs are copied when claimed).
+    pub async fn open_clustered(
+        dir: &Path,
+        settings: &ClusterSettings,
+    ) -> Result<Self, StoreError> {
+        let db = local::Db::open(dir)?;
+        let cluster = Arc::new(jetstream::Cluster::connect(settings).await?);
+        cluster.mirror_records(db.clone()).await?;
+        Ok(Self {
+            db,
+            cluster: Some(cluster),
+        })
+    }
+
+    /// The cluster as this node sees it; `None` on one machine.
+    pub fn cluster_status(&self) -> Option<ClusterStatus> {
+        self.cluster.as_ref().map(|c| ClusterStatus {
+            node: c.node().to_owned(),
+            urls: c.urls().to_vec(),
+            connected: c.connected(),
+            held: c.held(),
+        })
+    }
+
+    /// Takes a session for this node before its actor runs: on one machine at once, stamped
+    /// with the daemon's `epoch`; in a cluster by taking its lease (waiting out a silent
+    /// owner's) and copying what the shared log has beyond the local copy.
+    ///
+    /// A node that cannot see the session's working directory `cwd` does not take it. (This is
+    /// where a working tree that travels with its session would be fetched.)
+    pub async fn claim(&self, id: &SessionId, epoch: u64, cwd: &str) -> Result<Claim, StoreError> {
+        match &self.cluster {
+            None => Ok(Claim {
+                epoch,
+                lost: CancellationToken::new(),
+            }),
+            Some(cluster) => {
+                if !Path::new(cwd).is_dir() {
+                    return Err(StoreError::CwdUnreachable {
+                        session: id.clone(),
+                        cwd: cwd.to_owned(),
+                        node: cluster.node().to_owned(),
+                    });
+                }
+                let claimed = cluster.claim(id, &self.db).await?;
+                Ok(Claim {
+                    epoch: claimed.epoch,
+                    lost: claimed.lost,
+                })
+            }
+        }
+    }
+
+    /// Gives a session back when its actor stops: this daemon stops holding it at once, and
+    /// the returned future lets the cluster know (another node may then take it without
+    /// waiting for the lease to run out).
+    pub fn release(&self, id: &SessionId) -> impl std::future::Future<Output = ()> + use<> {
+        let released = self.cluster.as_ref().map(|c| c.release(id));
+        async move {
+            if let Some(released) = released {
+                released.await;
+            }
+        }
     }
 
     /// Allocates this start's epoch: one more than the last, made durable before returning.
@@ -140,14 +303,18 @@ impl Store {
         self.db.put_checkpoint(id, bytes)
     }
 
-    /// Removes a session's log, record and checkpoint, durably.
+    /// Removes a session's log, record and checkpoint, durably (from the cluster too).
     pub async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
+        if let Some(cluster) = &self.cluster {
+            cluster.delete(id).await?;
+        }
         self.db.delete_session(id).await
     }
 
     /// The event log of a session.
     pub fn log(&self, id: &SessionId) -> EventLog {
         EventLog {
+            id: id.clone(),
             local: self.db.log(id),
         }
     }
@@ -161,6 +328,11 @@ impl Store {
         events: impl IntoIterator<Item = (Seq, &'a [u8])>,
         record: Option<&SessionRecord>,
     ) -> Result<(), StoreError> {
+        let events: Vec<(Seq, &[u8])> = events.into_iter().collect();
+        if let Some(cluster) = &self.cluster {
+            let last = cluster.publish(&log.id, &events, record).await?;
+            self.db.put_mark(&log.id, last)?;
+        }
         for (seq, json) in events {
             log.local.append(seq, json)?;
         }

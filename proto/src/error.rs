@@ -24,6 +24,9 @@ pub enum ErrorCode {
     /// The daemon serves as many connections as it allows (`max_connections`); sent on a
     /// refused NDJSON connection before it is closed.
     TooManyConnections = -32008,
+    /// In cluster mode: another node runs the session and keeps its lease; the message names
+    /// the node.
+    SessionElsewhere = -32009,
 }
 
 impl ErrorCode {
@@ -43,6 +46,7 @@ impl ErrorCode {
             Self::NotImplemented,
             Self::Storage,
             Self::TooManyConnections,
+            Self::SessionElsewhere,
         ]
         .into_iter()
         .find(|c| c.code() == code)

@@ -5,6 +5,7 @@
 //! built into (build them first: `cargo build --workspace --bins`).
 
 pub mod fake_anthropic;
+pub mod nats;
 pub mod otlp;
 
 use anyhow::{Context, bail};

@@ -6,6 +6,7 @@
 use super::attach::{self, Subscriber};
 use super::connections::Connections;
 use crate::session::{Configure, ListFilter, NewSession, SessionError, Sessions, TurnRequest};
+use crate::store::StoreError;
 use jsonrpsee::Extensions;
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::PendingSubscriptionSink;
@@ -42,6 +43,9 @@ fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
 fn rpc_error(e: SessionError) -> ErrorObjectOwned {
     let code = match &e {
         SessionError::NotFound(_) => ErrorCode::SessionNotFound,
+        SessionError::Store(
+            StoreError::OwnedElsewhere { .. } | StoreError::CwdUnreachable { .. },
+        ) => ErrorCode::SessionElsewhere,
         SessionError::Store(_) | SessionError::Commit(_) | SessionError::StorageFailed(_) => {
             ErrorCode::Storage
         }
@@ -243,7 +247,7 @@ impl TetherRpcServer for RpcApi {
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/get"))]
     async fn session_get(&self, session_id: SessionId) -> RpcResult<SessionSnapshot> {
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         handle.snapshot().await.map_err(rpc_error)
     }
 
@@ -264,7 +268,7 @@ impl TetherRpcServer for RpcApi {
             permission_mode,
             on_no_controller,
         };
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         handle
             .configure(change, self.by(ext))
             .await
@@ -309,7 +313,7 @@ impl TetherRpcServer for RpcApi {
         instructions: Option<String>,
     ) -> RpcResult<TurnStarted> {
         self.check_running()?;
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         let by = self.connections.client_ref(connection_id(ext));
         let instructions = instructions.filter(|i| !i.trim().is_empty());
         // The turn's logged input reads as the command a terminal would have typed.
@@ -424,7 +428,7 @@ impl TetherRpcServer for RpcApi {
                 }
             }
         }
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         let by = self.connections.client_ref(connection_id(ext));
         handle
             .start_turn(TurnRequest {
@@ -445,7 +449,7 @@ impl TetherRpcServer for RpcApi {
         ext: &Extensions,
         session_id: SessionId,
     ) -> RpcResult<TurnCancelled> {
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         let cancelled = handle.cancel_turn(self.by(ext)).await.map_err(rpc_error)?;
         Ok(TurnCancelled { cancelled })
     }
@@ -468,7 +472,7 @@ impl TetherRpcServer for RpcApi {
         if updated_input.as_ref().is_some_and(|v| !v.is_object()) {
             return Err(invalid_params("updatedInput must be an object"));
         }
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         let by = self.connections.client_ref(connection_id(ext));
         let answer = crate::session::Answer {
             decision,
@@ -483,7 +487,7 @@ impl TetherRpcServer for RpcApi {
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/list"))]
     async fn permission_list(&self, session_id: SessionId) -> RpcResult<Vec<serde_json::Value>> {
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         Ok(handle
             .snapshot()
             .await
@@ -493,7 +497,7 @@ impl TetherRpcServer for RpcApi {
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/commands"))]
     async fn session_commands(&self, session_id: SessionId) -> RpcResult<Vec<CommandInfo>> {
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         let cwd = handle.summary().await.map_err(rpc_error)?.cwd;
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
         Ok(crate::agent::list_commands(
@@ -579,7 +583,7 @@ impl TetherRpcServer for RpcApi {
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/rules"))]
     async fn permission_rules(&self, session_id: SessionId) -> RpcResult<PermissionRules> {
-        let handle = self.sessions.get(&session_id).map_err(rpc_error)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         handle.rules().await.map_err(rpc_error)
     }
 
@@ -596,7 +600,7 @@ impl TetherRpcServer for RpcApi {
             pending.reject(e).await;
             return Ok(());
         }
-        let session = match self.sessions.get(&session_id) {
+        let session = match self.sessions.get(&session_id).await {
             Ok(h) => h,
             Err(e) => {
                 pending.reject(rpc_error(e)).await;

@@ -141,6 +141,8 @@ pub(super) enum Command {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
+    /// Another node of the cluster took the session over: stop now, writing nothing.
+    Fence,
 }
 
 /// A cheap, cloneable address of a session actor.
@@ -159,6 +161,16 @@ impl SessionHandle {
     /// Whether the actor has stopped.
     pub fn is_stopped(&self) -> bool {
         self.tx.is_closed()
+    }
+
+    /// Waits until the actor has stopped.
+    pub async fn stopped(&self) {
+        self.tx.closed().await;
+    }
+
+    /// Stops the actor at once without writing anything more: another node holds the session.
+    pub(super) async fn fence(&self) {
+        let _ = self.tx.send(Command::Fence);
     }
 
     async fn call<T>(
@@ -531,6 +543,7 @@ impl SessionActor {
             Command::RecoverOpenTurn { open } => self.recover(open),
             Command::Delete { by, reply } => return self.delete(by, reply).await,
             Command::Shutdown { reply } => return self.shutdown(reply).await,
+            Command::Fence => return self.fence(),
         }
         Flow::Continue
     }
@@ -667,6 +680,28 @@ impl SessionActor {
         self.commit().await;
         self.journal.broadcast_control(EventKind::DaemonShutdown {});
         let _ = reply.send(());
+        Flow::Stop
+    }
+
+    /// Another node took the session over: its tools and background commands are killed,
+    /// nothing more is written, clients are told where the session went, and the actor stops.
+    fn fence(&mut self) -> Flow {
+        self.workspace.jobs.stop_all();
+        self.turns.clear_queue();
+        if let Some(running) = self.turns.take_running() {
+            running.cancel.cancel();
+        }
+        self.tasks.abort_all();
+        let why = "another node of the cluster took this session over".to_owned();
+        self.journal.fail(why.clone());
+        self.journal.broadcast_control(EventKind::Error {
+            code: "session_moved".into(),
+            message: format!(
+                "{why}; nothing more is written here (events up to #{} are saved). Attach again to follow it there.",
+                self.journal.committed()
+            ),
+        });
+        tracing::warn!(session = %self.journal.record.id, "{why}: stopped");
         Flow::Stop
     }
 

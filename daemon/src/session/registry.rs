@@ -9,7 +9,7 @@ use super::recovery::{Loaded, replay};
 use super::{
     ListFilter, NewSession, SessionError, TurnEnv, export, now_rfc3339, retention, summary_of,
 };
-use crate::store::{EventLog, SessionRecord, Store};
+use crate::store::{Claim, EventLog, SessionRecord, Store};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -92,14 +92,18 @@ impl Sessions {
             updated_at: now,
             pruned_through: 0,
         };
+        if picked && (self.live().contains_key(&id) || self.store.session(&id)?.is_some()) {
+            return Err(SessionError::AlreadyExists(id));
+        }
+        let claim = self.store.claim(&id, self.epoch, &record.cwd).await?;
         let handle = {
-            // Checked and claimed under one lock, so two callers cannot both take an id.
+            // Checked again and taken under one lock, so two callers cannot both take an id.
             let mut live = self.live();
-            if picked && (live.contains_key(&id) || self.store.session(&id)?.is_some()) {
+            if picked && live.contains_key(&id) {
                 return Err(SessionError::AlreadyExists(id));
             }
             let log = self.store.log(&id);
-            let handle = self.start(record, log, Loaded::empty());
+            let handle = self.start(record, log, Loaded::empty(), claim);
             live.insert(id.clone(), handle.clone());
             handle
         };
@@ -112,10 +116,14 @@ impl Sessions {
     /// replayed without holding the registry's lock, so other sessions are served meanwhile;
     /// when two callers load the same session at once, the first to finish starts its actor and
     /// the other uses it.
-    pub fn get(&self, id: &SessionId) -> Result<SessionHandle, SessionError> {
+    pub async fn get(&self, id: &SessionId) -> Result<SessionHandle, SessionError> {
         if let Some(h) = self.live().get(id).filter(|h| !h.is_stopped()) {
             return Ok(h.clone());
         }
+        let Some(stored) = self.store.session(id)? else {
+            return Err(SessionError::NotFound(id.clone()));
+        };
+        let claim = self.store.claim(id, self.epoch, &stored.cwd).await?;
         let (record, log, loaded) = self.load(id)?;
         let mut live = self.live();
         if let Some(h) = live.get(id).filter(|h| !h.is_stopped()) {
@@ -125,34 +133,53 @@ impl Sessions {
         if self.store.session(id)?.is_none() {
             return Err(SessionError::NotFound(id.clone()));
         }
-        let handle = self.start(record, log, loaded);
+        let handle = self.start(record, log, loaded, claim);
         live.insert(id.clone(), handle.clone());
         Ok(handle)
     }
 
-    /// Starts the actor of a session whose log says `loaded`.
-    fn start(&self, record: SessionRecord, log: EventLog, loaded: Loaded) -> SessionHandle {
+    /// Starts the actor of a session whose log says `loaded`, held for this daemon by `claim`.
+    fn start(
+        &self,
+        record: SessionRecord,
+        log: EventLog,
+        loaded: Loaded,
+        claim: Claim,
+    ) -> SessionHandle {
         let id = record.id.clone();
         let live = Arc::downgrade(&self.live);
+        let store = self.store.clone();
         // An unloaded session's handle would keep its channel's memory: the actor removes it
-        // when it stops, unless a newer actor of the session has taken its place.
+        // when it stops, unless a newer actor of the session has taken its place; and it gives
+        // the session back to the store.
         let on_stop = Box::new(move || {
             if let Some(live) = live.upgrade() {
                 let mut live = lock_live(&live);
                 if live.get(&id).is_some_and(SessionHandle::is_stopped) {
                     live.remove(&id);
+                    tokio::spawn(store.release(&id));
                 }
             }
         });
-        actor::spawn(
+        let handle = actor::spawn(
             record,
             self.store.clone(),
             log,
-            self.epoch,
+            claim.epoch,
             loaded,
             self.env.clone(),
             on_stop,
-        )
+        );
+        // Another node took the session over: this actor stops at once, writing nothing more.
+        let lost = claim.lost;
+        let fenced = handle.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = lost.cancelled() => fenced.fence().await,
+                () = fenced.stopped() => {}
+            }
+        });
+        handle
     }
 
     /// Reads a session's record and replays its log (pruning old deltas first).
@@ -193,8 +220,12 @@ impl Sessions {
         // before anything else it is asked.
         let mut loaded = Vec::new();
         for record in records.iter().filter(|r| r.status != SessionStatus::Idle) {
-            match self.get(&record.id) {
+            match self.get(&record.id).await {
                 Ok(handle) => loaded.push((record.id.clone(), handle)),
+                // Running on another node of the cluster.
+                Err(SessionError::Store(e @ crate::store::StoreError::OwnedElsewhere { .. })) => {
+                    tracing::debug!("not recovering: {e}");
+                }
                 Err(e) => tracing::error!(session = %record.id, "cannot recover: {e}"),
             }
         }
@@ -330,7 +361,7 @@ impl Sessions {
 
     /// Deletes a session; its subscribers get `session_deleted` and their subscriptions end.
     pub async fn delete(&self, id: &SessionId, by: Option<ClientRef>) -> Result<(), SessionError> {
-        let handle = self.get(id)?;
+        let handle = self.get(id).await?;
         handle.delete(by).await?;
         self.live().remove(id);
         Ok(())
@@ -341,7 +372,7 @@ impl Sessions {
         &self,
         id: &SessionId,
     ) -> Result<(SessionSummary, Vec<tether_proto::Event>), SessionError> {
-        let summary = self.get(id)?.summary().await?;
+        let summary = self.get(id).await?.summary().await?;
         let log = self.store.log(id);
         let mut events = Vec::new();
         for record in log.iter_between(0, summary.head_seq) {
@@ -417,9 +448,13 @@ impl Sessions {
             updated_at: now,
             ..record
         };
+        // Held before its first write: in a cluster only the holder of a session writes it.
+        let claim = self.store.claim(&new_id, self.epoch, &forked.cwd).await?;
         let events = copied.iter().map(|(seq, json)| (*seq, json.as_slice()));
         self.store.commit(&log, events, Some(&forked)).await?;
-        let handle = self.get(&new_id)?;
+        let (record, log, loaded) = self.load(&new_id)?;
+        let handle = self.start(record, log, loaded, claim);
+        self.live().insert(new_id.clone(), handle.clone());
         handle
             .note(format!("forked from session {id} at event #{at}"))
             .await?;
@@ -434,9 +469,10 @@ impl Sessions {
 
     /// Stops every actor after committing its events; subscribers get `daemon_shutdown`.
     pub async fn shutdown(&self) {
-        let handles: Vec<SessionHandle> = self.live().drain().map(|(_, h)| h).collect();
-        for h in handles {
+        let handles: Vec<(SessionId, SessionHandle)> = self.live().drain().collect();
+        for (id, h) in handles {
             h.shutdown().await;
+            self.store.release(&id).await;
         }
         self.env.mcp.stop_all().await;
     }
@@ -535,7 +571,7 @@ mod tests {
             );
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        let again = sessions.get(&id).expect("loads again");
+        let again = sessions.get(&id).await.expect("loads again");
         assert!(!again.is_stopped());
         assert_eq!(sessions.counts().1, 1);
         sessions.shutdown().await;
@@ -561,7 +597,7 @@ mod tests {
         store.flush().await.expect("flush");
 
         let reloaded = Sessions::new(store.clone(), 2, env(dir.path()));
-        let handle = reloaded.get(&id).expect("loads");
+        let handle = reloaded.get(&id).await.expect("loads");
         // The first answer may come within the batch that logs the notice; the second is after.
         handle.summary().await.expect("summary");
         let summary = handle.summary().await.expect("summary");

@@ -171,6 +171,26 @@ impl Db {
         Ok(())
     }
 
+    /// How far this node's copy of a session's log follows the shared one: the JetStream
+    /// sequence of the last message copied (0: none).
+    pub fn mark(&self, id: &SessionId) -> Result<u64, StoreError> {
+        Ok(self.meta_u64(&mark_key(id))?.unwrap_or(0))
+    }
+
+    /// Records how far the copy of a session's log follows the shared one (not flushed).
+    pub fn put_mark(&self, id: &SessionId, seq: u64) -> Result<(), StoreError> {
+        self.put_meta_u64(&mark_key(id), seq)
+    }
+
+    /// Forgets this node's copy of a session's log (not flushed), so it is copied again whole.
+    pub fn forget_log(&self, id: &SessionId) -> Result<(), StoreError> {
+        self.log(id).clear()?;
+        self.meta
+            .remove(mark_key(id))
+            .map_err(|e| self.sled_err(e))?;
+        Ok(())
+    }
+
     /// Allocates this start's epoch: one more than the last, made durable before returning.
     pub fn next_epoch(&self) -> Result<u64, StoreError> {
         let epoch = self.meta_u64(META_EPOCH)?.unwrap_or(0) + 1;
@@ -232,7 +252,7 @@ impl Db {
     /// atomic batch: a stop in between leaves the session listed with an empty log, never
     /// half of one.
     pub async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.log(id).clear()?;
+        self.forget_log(id)?;
         self.sessions.remove(&id.0).map_err(|e| self.sled_err(e))?;
         self.checkpoints
             .remove(&id.0)
@@ -388,6 +408,10 @@ impl Log {
     ) -> Result<Vec<(Seq, Vec<u8>)>, StoreError> {
         self.iter_between(after, upto).take(limit).collect()
     }
+}
+
+fn mark_key(id: &SessionId) -> String {
+    format!("mark/{id}")
 }
 
 fn seq_of(key: &[u8]) -> Seq {

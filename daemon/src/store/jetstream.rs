@@ -1,0 +1,714 @@
+//! The clustered store: session logs, records and leases on a NATS JetStream cluster, so a
+//! session outlives the node running it and any node can take it over.
+//!
+//! Invariant: the only module that imports async-nats. Exactly one node writes a session: the
+//! one holding its lease (a KV entry created if absent, renewed on its expected revision, whose
+//! revision is the session's epoch), and each commit is one publish per chunk carrying the
+//! expected last sequence of the session's subject, so a stale owner's write is refused by the
+//! log itself. A node copies what it reads into its local store ([`super::local`]); the copy is
+//! always a prefix of the shared log, brought up to date when the node claims the session.
+//!
+//! Layout: sessions are spread over [`SHARDS`] file streams `TETHER_LOG_<n>` (each stream is a
+//! Raft group, so not one per session), subject `tether.log.<n>.<session token>`; a message is
+//! one commit's events, one JSON line each, its first seq in the `Tether-Seq` header. Buckets:
+//! `tether-sessions` (records), `tether-leases` (owners), `tether-meta` (schema version).
+//! Checkpoints stay local: each node derives its own from the log.
+
+use super::{ClusterSettings, SCHEMA_VERSION, SessionRecord, StoreError, local};
+use async_nats::jetstream::{self, kv, stream};
+use base64::Engine;
+use bytes::Bytes;
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tether_proto::{Seq, SessionId};
+use tokio_util::sync::CancellationToken;
+
+/// How many log streams sessions are spread over.
+pub const SHARDS: u32 = 4;
+/// The header naming the seq of a message's first event.
+const SEQ_HEADER: &str = "Tether-Seq";
+/// Largest payload of one publish; a bigger commit goes as several, each expecting the last.
+const CHUNK_BYTES: usize = 256 * 1024;
+const RECORDS: &str = "tether-sessions";
+const LEASES: &str = "tether-leases";
+const META: &str = "tether-meta";
+/// How often a node waiting for a lease looks at it again.
+const LEASE_POLL: Duration = Duration::from_millis(100);
+
+/// A connection to the cluster, shared by every session of this node.
+pub(super) struct Cluster {
+    client: async_nats::Client,
+    node: String,
+    ttl: Duration,
+    urls: Vec<String>,
+    logs: Vec<stream::Stream>,
+    records: kv::Store,
+    leases: kv::Store,
+    /// The sessions this node holds the lease of.
+    held: Mutex<HashMap<SessionId, Arc<Held>>>,
+}
+
+/// A session whose lease this node holds.
+struct Held {
+    key: String,
+    /// The lease's revision when it was claimed: the session's epoch here.
+    epoch: u64,
+    state: Mutex<HeldState>,
+    /// Cancelled when the node lost the lease (or gave it back).
+    lost: CancellationToken,
+    /// One commit at a time (the actor commits serially; a fork commits before its actor runs).
+    writing: tokio::sync::Mutex<()>,
+}
+
+struct HeldState {
+    /// The lease's current revision (each renewal makes a new one).
+    revision: u64,
+    /// When the lease was last renewed (or claimed).
+    renewed: Instant,
+    /// The stream sequence of the session's last message, as this node wrote or read it.
+    last: u64,
+    /// Why the lease was lost, once it was.
+    lost_why: Option<String>,
+}
+
+/// What [`Cluster::claim`] gives the session's actor.
+pub(super) struct Claimed {
+    pub epoch: u64,
+    pub lost: CancellationToken,
+}
+
+/// The subject-safe form of a session id (ids a client picks may hold dots or spaces).
+fn token(id: &SessionId) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.0.as_bytes())
+}
+
+fn shard_of(id: &SessionId) -> u32 {
+    crc32fast::hash(id.0.as_bytes()) % SHARDS
+}
+
+fn subject(id: &SessionId) -> String {
+    format!("tether.log.{}.{}", shard_of(id), token(id))
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Cluster(format!("{what}: {e}"))
+}
+
+impl Cluster {
+    /// Connects to the cluster and makes sure its streams and buckets exist. Fails with a clear
+    /// error when no server answers or the cluster's data has another schema version.
+    pub async fn connect(settings: &ClusterSettings) -> Result<Self, StoreError> {
+        let unreachable = |reason: String| StoreError::Unreachable {
+            urls: settings.urls.join(", "),
+            reason,
+        };
+        let mut options = async_nats::ConnectOptions::new()
+            .name(format!("tetherd {}", settings.node))
+            .connection_timeout(Duration::from_secs(5))
+            .max_reconnects(None);
+        if let Some(creds) = &settings.creds {
+            options = options.credentials_file(creds).await.map_err(|e| {
+                unreachable(format!(
+                    "cannot read the credentials file {}: {e}",
+                    creds.display()
+                ))
+            })?;
+        }
+        if let Some(ca) = &settings.tls_ca {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        let client = options
+            .connect(settings.urls.clone())
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let js = jetstream::new(client.clone());
+        let replicas = settings.replicas.max(1);
+        let bucket = |name: &str| kv::Config {
+            bucket: name.to_owned(),
+            history: 1,
+            num_replicas: replicas,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        };
+        let open_bucket = |name: &'static str| {
+            let js = js.clone();
+            let config = bucket(name);
+            async move {
+                match js.get_key_value(name).await {
+                    Ok(store) => Ok(store),
+                    Err(_) => js
+                        .create_key_value(config)
+                        .await
+                        .map_err(|e| jetstream_down(&settings.urls, name, e)),
+                }
+            }
+        };
+        let meta = open_bucket(META).await?;
+        check_schema(&meta).await?;
+        let records = open_bucket(RECORDS).await?;
+        let leases = open_bucket(LEASES).await?;
+        let mut logs = Vec::new();
+        for shard in 0..SHARDS {
+            let config = stream::Config {
+                name: format!("TETHER_LOG_{shard}"),
+                subjects: vec![format!("tether.log.{shard}.*")],
+                num_replicas: replicas,
+                storage: stream::StorageType::File,
+                allow_message_ttl: true,
+                ..Default::default()
+            };
+            let log = js
+                .get_or_create_stream(config)
+                .await
+                .map_err(|e| jetstream_down(&settings.urls, "the log streams", e))?;
+            logs.push(log);
+        }
+        Ok(Self {
+            client,
+            node: settings.node.clone(),
+            ttl: settings.lease_ttl,
+            urls: settings.urls.clone(),
+            logs,
+            records,
+            leases,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The servers it was given.
+    pub fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// Whether the connection to NATS is up now.
+    pub fn connected(&self) -> bool {
+        matches!(
+            self.client.connection_state(),
+            async_nats::connection::State::Connected
+        )
+    }
+
+    /// The sessions this node holds, with how long ago each lease was renewed.
+    pub fn held(&self) -> Vec<(SessionId, Duration)> {
+        self.held_map()
+            .iter()
+            .map(|(id, h)| (id.clone(), h.state().renewed.elapsed()))
+            .collect()
+    }
+
+    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Arc<Held>>> {
+        // Single inserts and removes: a panic cannot leave the map half-changed.
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Copies every session record into `db` and keeps copying changes (a session created,
+    /// changed or deleted on any node), so listing sessions reads the local store.
+    pub async fn mirror_records(self: &Arc<Self>, db: local::Db) -> Result<(), StoreError> {
+        let down = |e: &dyn std::fmt::Display| failed("cannot read the session records", e);
+        let status = self.records.status().await.map_err(|e| down(&e))?;
+        let from = status.info.state.last_sequence;
+        let mut keys = self.records.keys().await.map_err(|e| down(&e))?;
+        let mut known = std::collections::HashSet::new();
+        while let Some(key) = keys.next().await {
+            let key = key.map_err(|e| down(&e))?;
+            if let Some(value) = self.records.get(&key).await.map_err(|e| down(&e))? {
+                match serde_json::from_slice::<SessionRecord>(&value) {
+                    Ok(record) => {
+                        known.insert(record.id.clone());
+                        db.put_session(&record)?;
+                    }
+                    Err(e) => tracing::warn!(key, "skipping an unreadable session record: {e}"),
+                }
+            }
+        }
+        // Sessions deleted on other nodes while this one was away.
+        for record in db.sessions()? {
+            if !known.contains(&record.id) {
+                db.delete_session(&record.id).await?;
+            }
+        }
+        let mut watch = self
+            .records
+            .watch_all_from_revision(from + 1)
+            .await
+            .map_err(|e| down(&e))?;
+        tokio::spawn(async move {
+            while let Some(entry) = watch.next().await {
+                let entry = match entry {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!("the watch of session records failed: {e}");
+                        continue;
+                    }
+                };
+                let result = match entry.operation {
+                    kv::Operation::Put => {
+                        match serde_json::from_slice::<SessionRecord>(&entry.value) {
+                            Ok(record) => db.put_session(&record),
+                            Err(e) => {
+                                tracing::warn!(
+                                    key = entry.key,
+                                    "skipping an unreadable session record: {e}"
+                                );
+                                Ok(())
+                            }
+                        }
+                    }
+                    kv::Operation::Delete | kv::Operation::Purge => {
+                        match base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(&entry.key) {
+                            Ok(bytes) => {
+                                let id = SessionId(String::from_utf8_lossy(&bytes).into_owned());
+                                db.delete_session(&id).await
+                            }
+                            Err(_) => Ok(()),
+                        }
+                    }
+                };
+                if let Err(e) = result {
+                    tracing::warn!("could not copy a session record: {e}");
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Takes the lease of a session for this node and brings the local copy of its log up to
+    /// date. A lease held by another node is taken only when its owner has not renewed it for
+    /// the lease's lifetime; while the owner renews, this fails with [`StoreError::OwnedElsewhere`].
+    pub async fn claim(&self, id: &SessionId, db: &local::Db) -> Result<Claimed, StoreError> {
+        if let Some(held) = self.held_map().get(id).cloned()
+            && !held.lost.is_cancelled()
+        {
+            return Ok(Claimed {
+                epoch: held.epoch,
+                lost: held.lost.clone(),
+            });
+        }
+        let key = token(id);
+        let revision = self.take_lease(id, &key).await?;
+        let last = match self.catch_up(id, db).await {
+            Ok(last) => last,
+            Err(e) => {
+                // Nobody else is kept out by a lease this node cannot use.
+                let _ = self
+                    .leases
+                    .delete_expect_revision(&key, Some(revision))
+                    .await;
+                return Err(e);
+            }
+        };
+        let held = Arc::new(Held {
+            key,
+            epoch: revision,
+            state: Mutex::new(HeldState {
+                revision,
+                renewed: Instant::now(),
+                last,
+                lost_why: None,
+            }),
+            lost: CancellationToken::new(),
+            writing: tokio::sync::Mutex::new(()),
+        });
+        self.held_map().insert(id.clone(), held.clone());
+        tokio::spawn(renew(
+            self.leases.clone(),
+            self.node.clone(),
+            self.ttl,
+            held.clone(),
+        ));
+        tracing::info!(session = %id, epoch = revision, "holding the session's lease");
+        Ok(Claimed {
+            epoch: revision,
+            lost: held.lost.clone(),
+        })
+    }
+
+    async fn take_lease(&self, id: &SessionId, key: &str) -> Result<u64, StoreError> {
+        let down = |e: &dyn std::fmt::Display| failed("cannot read the session's lease", e);
+        let me = Bytes::from(self.node.clone());
+        // Long enough for a dead owner's lease to run out, and for a live one to renew.
+        let give_up = Instant::now() + self.ttl * 2;
+        loop {
+            let entry = self.leases.entry(key).await.map_err(|e| down(&e))?;
+            let entry = match entry {
+                Some(e) if e.operation == kv::Operation::Put => e,
+                _ => match self.leases.create(key, me.clone()).await {
+                    Ok(revision) => return Ok(revision),
+                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(down(&e)),
+                },
+            };
+            let holder = String::from_utf8_lossy(&entry.value).into_owned();
+            let age = SystemTime::now()
+                .duration_since(SystemTime::from(entry.created))
+                .unwrap_or_default();
+            // This node's own lease (from before a restart) or one its owner let run out.
+            if holder == self.node || age >= self.ttl {
+                match self.leases.update(key, me.clone(), entry.revision).await {
+                    Ok(revision) => {
+                        if holder != self.node {
+                            tracing::info!(session = %id, from = holder, "took over the session");
+                        }
+                        return Ok(revision);
+                    }
+                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                    Err(e) => return Err(down(&e)),
+                }
+            }
+            // Held by another node: wait for it to renew (it is alive) or to run out.
+            loop {
+                tokio::time::sleep(LEASE_POLL).await;
+                let now = self.leases.entry(key).await.map_err(|e| down(&e))?;
+                let renewed = now.as_ref().is_some_and(|e| {
+                    e.revision != entry.revision || e.operation != kv::Operation::Put
+                });
+                if renewed {
+                    if now.is_some_and(|e| e.operation == kv::Operation::Put) {
+                        return Err(StoreError::OwnedElsewhere {
+                            session: id.clone(),
+                            node: holder,
+                        });
+                    }
+                    break;
+                }
+                let age = SystemTime::now()
+                    .duration_since(SystemTime::from(entry.created))
+                    .unwrap_or_default();
+                if age >= self.ttl {
+                    break;
+                }
+                if Instant::now() >= give_up {
+                    return Err(StoreError::OwnedElsewhere {
+                        session: id.clone(),
+                        node: holder,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Copies into `db` what the shared log has beyond the local copy; returns the stream
+    /// sequence of the session's last message.
+    async fn catch_up(&self, id: &SessionId, db: &local::Db) -> Result<u64, StoreError> {
+        let down = |e: &dyn std::fmt::Display| failed("cannot read the session's log", e);
+        let stream = &self.logs[shard_of(id) as usize];
+        let subject = subject(id);
+        let last = match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => m.sequence,
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => 0,
+            Err(e) => return Err(down(&e)),
+        };
+        let mut mark = db.mark(id)?;
+        if mark > last {
+            // The local copy is of another log (a cluster started afresh): copy it again whole.
+            db.forget_log(id)?;
+            mark = 0;
+        }
+        if mark == last {
+            return Ok(last);
+        }
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                filter_subject: subject.clone(),
+                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: mark + 1,
+                },
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| down(&e))?;
+        let mut messages = consumer.messages().await.map_err(|e| down(&e))?;
+        let log = db.log(id);
+        let mut head = log.head()?;
+        while mark < last {
+            let Some(message) = messages.next().await else {
+                break;
+            };
+            let message = message.map_err(|e| down(&e))?;
+            let sequence = message.info().map_err(|e| down(&e))?.stream_sequence;
+            let first: Seq = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(SEQ_HEADER))
+                .and_then(|v| v.as_str().parse().ok())
+                .ok_or_else(|| failed("a log message has no seq", sequence))?;
+            for (i, line) in message.payload.split(|b| *b == b'\n').enumerate() {
+                let seq = first + i as u64;
+                if seq > head {
+                    log.append(seq, line)?;
+                    head = seq;
+                }
+            }
+            mark = sequence;
+            db.put_mark(id, mark)?;
+        }
+        db.flush().await?;
+        Ok(last)
+    }
+
+    /// Publishes a commit to the shared log (then the record), as the session's lease holder.
+    pub async fn publish(
+        &self,
+        id: &SessionId,
+        events: &[(Seq, &[u8])],
+        record: Option<&SessionRecord>,
+    ) -> Result<u64, StoreError> {
+        let held = self
+            .held_map()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| StoreError::Fenced {
+                session: id.clone(),
+                why: "this node does not hold the session's lease".into(),
+            })?;
+        let _writing = held.writing.lock().await;
+        held.usable(self.ttl).map_err(|why| StoreError::Fenced {
+            session: id.clone(),
+            why,
+        })?;
+        let subject = subject(id);
+        let js = jetstream::new(self.client.clone());
+        let mut last = held.state().last;
+        for chunk in chunks(events) {
+            let Some((first, _)) = chunk.first() else {
+                continue;
+            };
+            let mut payload = Vec::with_capacity(chunk.iter().map(|(_, j)| j.len() + 1).sum());
+            for (i, (_, json)) in chunk.iter().enumerate() {
+                if i > 0 {
+                    payload.push(b'\n');
+                }
+                payload.extend_from_slice(json);
+            }
+            let message = jetstream::message::PublishMessage::build()
+                .payload(Bytes::from(payload))
+                .header(SEQ_HEADER, first.to_string().as_str())
+                .message_id(format!("{}:{}:{first}", token(id), held.epoch))
+                .expected_last_subject_sequence(last);
+            let ack = match js.send_publish(subject.clone(), message).await {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            match ack {
+                Ok(ack) => last = ack.sequence,
+                Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+                    let why = "another node wrote to the session's log".to_owned();
+                    held.lose(why.clone());
+                    return Err(StoreError::Fenced {
+                        session: id.clone(),
+                        why,
+                    });
+                }
+                Err(e) => return Err(failed("cannot write to the session's log", e)),
+            }
+            held.state().last = last;
+        }
+        if let Some(record) = record {
+            let json = serde_json::to_vec(record).map_err(|source| StoreError::Decode {
+                what: "session record".into(),
+                source,
+            })?;
+            self.records
+                .put(token(id), Bytes::from(json))
+                .await
+                .map_err(|e| failed("cannot save the session's record", e))?;
+        }
+        Ok(last)
+    }
+
+    /// Gives back the lease of a session this node stops running. This node stops holding it
+    /// at once; the returned future deletes the lease (unless it was renewed or claimed anew
+    /// since), so another node may take the session without waiting.
+    pub fn release(&self, id: &SessionId) -> impl std::future::Future<Output = ()> + use<> {
+        let held = self.held_map().remove(id);
+        let leases = self.leases.clone();
+        let id = id.clone();
+        async move {
+            let Some(held) = held else {
+                return;
+            };
+            held.lose("the session was unloaded".into());
+            let revision = held.state().revision;
+            if let Err(e) = leases
+                .delete_expect_revision(&held.key, Some(revision))
+                .await
+            {
+                tracing::debug!(session = %id, "could not give the lease back: {e}");
+            }
+        }
+    }
+
+    /// Removes a session from the cluster: its log, record and lease.
+    pub async fn delete(&self, id: &SessionId) -> Result<(), StoreError> {
+        let stream = &self.logs[shard_of(id) as usize];
+        stream
+            .purge()
+            .filter(subject(id))
+            .await
+            .map_err(|e| failed("cannot delete the session's log", e))?;
+        self.records
+            .delete(token(id))
+            .await
+            .map_err(|e| failed("cannot delete the session's record", e))?;
+        if let Some(held) = self.held_map().remove(id) {
+            held.lose("the session was deleted".into());
+        }
+        let _ = self.leases.delete(token(id)).await;
+        Ok(())
+    }
+}
+
+impl Held {
+    fn state(&self) -> std::sync::MutexGuard<'_, HeldState> {
+        // Plain values, each written whole.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refuses a write once the lease is lost or has gone unrenewed for half its lifetime
+    /// (another node may take it at the full lifetime).
+    fn usable(&self, ttl: Duration) -> Result<(), String> {
+        let state = self.state();
+        if let Some(why) = &state.lost_why {
+            return Err(why.clone());
+        }
+        if self.lost.is_cancelled() {
+            return Err("the lease was given back".into());
+        }
+        if state.renewed.elapsed() >= ttl / 2 {
+            let why = format!(
+                "the lease went unrenewed for {:.1}s",
+                state.renewed.elapsed().as_secs_f64()
+            );
+            drop(state);
+            self.lose(why.clone());
+            return Err(why);
+        }
+        Ok(())
+    }
+
+    fn lose(&self, why: String) {
+        let mut state = self.state();
+        if state.lost_why.is_none() {
+            state.lost_why = Some(why);
+        }
+        drop(state);
+        self.lost.cancel();
+    }
+}
+
+/// Renews a held lease every third of its lifetime until it is lost or given back.
+async fn renew(leases: kv::Store, node: String, ttl: Duration, held: Arc<Held>) {
+    let every = ttl / 3;
+    loop {
+        tokio::select! {
+            () = held.lost.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        if held.usable(ttl).is_err() {
+            return;
+        }
+        let revision = held.state().revision;
+        let update = leases.update(&held.key, Bytes::from(node.clone()), revision);
+        match tokio::time::timeout(every, update).await {
+            Ok(Ok(revision)) => {
+                let mut state = held.state();
+                state.revision = revision;
+                state.renewed = Instant::now();
+            }
+            Ok(Err(e)) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                held.lose("another node took the session over".into());
+                return;
+            }
+            Ok(Err(e)) => tracing::warn!(key = held.key, "could not renew a lease: {e}"),
+            Err(_) => tracing::warn!(key = held.key, "renewing a lease timed out"),
+        }
+    }
+}
+
+/// Splits a commit into publishes of at most [`CHUNK_BYTES`] (one event each at least).
+fn chunks<'a>(events: &'a [(Seq, &'a [u8])]) -> Vec<&'a [(Seq, &'a [u8])]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut size = 0;
+    for (i, (_, json)) in events.iter().enumerate() {
+        if i > start && size + json.len() > CHUNK_BYTES {
+            out.push(&events[start..i]);
+            start = i;
+            size = 0;
+        }
+        size += json.len() + 1;
+    }
+    if start < events.len() {
+        out.push(&events[start..]);
+    }
+    out
+}
+
+/// The error for JetStream not answering while setting up `what`.
+fn jetstream_down(urls: &[String], what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unreachable {
+        urls: urls.join(", "),
+        reason: format!(
+            "JetStream did not set up {what}: {e} (is JetStream enabled, and does the cluster have a leader?)"
+        ),
+    }
+}
+
+/// Refuses a cluster whose data was written with another schema version.
+async fn check_schema(meta: &kv::Store) -> Result<(), StoreError> {
+    let ours = Bytes::from(SCHEMA_VERSION.to_string());
+    match meta.create("schema", ours).await {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+        Err(e) => return Err(failed("cannot read the cluster's schema version", e)),
+    }
+    let found = meta
+        .get("schema")
+        .await
+        .map_err(|e| failed("cannot read the cluster's schema version", e))?
+        .and_then(|v| String::from_utf8_lossy(&v).trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    if found == SCHEMA_VERSION {
+        Ok(())
+    } else {
+        Err(StoreError::ClusterSchema { found })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_commits_split_and_small_ones_do_not() {
+        let big = vec![b'x'; CHUNK_BYTES / 2 + 1];
+        let events: Vec<(Seq, &[u8])> = (1..=5).map(|s| (s, big.as_slice())).collect();
+        let split = chunks(&events);
+        assert_eq!(
+            split.iter().map(|c| c.len()).collect::<Vec<_>>(),
+            [1, 1, 1, 1, 1]
+        );
+        let small: Vec<(Seq, &[u8])> = (1..=50).map(|s| (s, b"{}".as_slice())).collect();
+        assert_eq!(chunks(&small).len(), 1);
+        assert!(chunks(&[]).is_empty());
+    }
+
+    #[test]
+    fn any_session_id_makes_one_subject_token() {
+        for id in ["a.b", "with space", "*", ">", "ümlaut"] {
+            let t = token(&SessionId(id.into()));
+            assert!(
+                t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                "{t}"
+            );
+        }
+    }
+}
