@@ -310,6 +310,18 @@ impl NatsCluster {
         }
     }
 
+    /// Restarts every server at once (the whole cluster down, then up) and waits until
+    /// JetStream is ready again: one at a time would never find a quorum.
+    pub fn restart_all(&mut self) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        for node in &mut self.nodes {
+            node.spawn()?;
+        }
+        self.wait_ready()
+    }
+
     /// Freezes server `i` with SIGSTOP: it keeps its ports but answers nothing.
     pub fn stop(&self, i: usize) -> anyhow::Result<()> {
         let node = &self.nodes[i];
@@ -515,6 +527,48 @@ fn http_get_json(port: u16, path: &str) -> anyhow::Result<Value> {
         "answered {status}: {body}"
     );
     serde_json::from_str(body).context("a body that is not JSON")
+}
+
+/// Publishes `payload` on `subject` through the server at `url`, speaking the NATS protocol
+/// itself, and waits for JetStream's acknowledgement (a stream captures the subject); e.g. to
+/// write a key of a KV bucket as another program would (`$KV.<bucket>.<key>`).
+pub fn publish(url: &str, subject: &str, payload: &[u8]) -> anyhow::Result<Value> {
+    use std::io::{BufRead, BufReader, Read};
+    let addr = url.strip_prefix("nats://").context("a nats:// URL")?;
+    let stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(READY))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    ensure!(line.starts_with("INFO "), "greeted with {line}");
+    write!(
+        writer,
+        "CONNECT {{\"verbose\":false,\"pedantic\":false}}\r\nSUB _INBOX.publish 1\r\nPING\r\n"
+    )?;
+    write!(writer, "PUB {subject} _INBOX.publish {}\r\n", payload.len())?;
+    writer.write_all(payload)?;
+    writer.write_all(b"\r\n")?;
+    loop {
+        line.clear();
+        ensure!(reader.read_line(&mut line)? > 0, "the server hung up");
+        if line.starts_with("PING") {
+            writer.write_all(b"PONG\r\n")?;
+        } else if line.starts_with("-ERR") {
+            bail!("the server refused: {line}");
+        } else if let Some(header) = line.strip_prefix("MSG ") {
+            let len: usize = header
+                .split_whitespace()
+                .last()
+                .context("a MSG without a size")?
+                .parse()?;
+            let mut body = vec![0; len + 2];
+            reader.read_exact(&mut body)?;
+            let ack: Value = serde_json::from_slice(&body[..len])?;
+            ensure!(ack["error"].is_null(), "not stored: {ack}");
+            return Ok(ack);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -34,12 +34,17 @@ const CHUNK_BYTES: usize = 256 * 1024;
 const RECORDS: &str = "tether-sessions";
 const LEASES: &str = "tether-leases";
 const META: &str = "tether-meta";
+/// How long a starting node waits for JetStream to answer (its leaders being elected).
+const JETSTREAM_PATIENCE: Duration = Duration::from_secs(30);
 /// How often a node waiting for a lease looks at it again.
 const LEASE_POLL: Duration = Duration::from_millis(100);
 
 /// A connection to the cluster, shared by every session of this node.
 pub(super) struct Cluster {
     client: async_nats::Client,
+    /// JetStream, answering within a quarter of the lease (so a write can be retried before
+    /// the lease is in doubt).
+    js: jetstream::Context,
     node: String,
     ttl: Duration,
     urls: Vec<String>,
@@ -124,6 +129,42 @@ impl Cluster {
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let js = jetstream::new(client.clone());
+        // A cluster that starts with its nodes elects its leaders meanwhile: wait a while.
+        let started = Instant::now();
+        let (records, leases, logs) = loop {
+            match Self::prepare(&js, settings).await {
+                Ok(ready) => break ready,
+                Err(StoreError::Unreachable { reason, .. })
+                    if started.elapsed() < JETSTREAM_PATIENCE =>
+                {
+                    tracing::warn!("JetStream is not ready yet, trying again: {reason}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mut js = js;
+        js.set_timeout(
+            (settings.lease_ttl / 4).clamp(Duration::from_millis(250), Duration::from_secs(5)),
+        );
+        Ok(Self {
+            client,
+            js,
+            node: settings.node.clone(),
+            ttl: settings.lease_ttl,
+            urls: settings.urls.clone(),
+            logs,
+            records,
+            leases,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Makes sure the buckets and log streams exist and the schema version is this one's.
+    async fn prepare(
+        js: &jetstream::Context,
+        settings: &ClusterSettings,
+    ) -> Result<(kv::Store, kv::Store, Vec<stream::Stream>), StoreError> {
         let replicas = settings.replicas.max(1);
         let bucket = |name: &str| kv::Config {
             bucket: name.to_owned(),
@@ -146,7 +187,13 @@ impl Cluster {
             }
         };
         let meta = open_bucket(META).await?;
-        check_schema(&meta).await?;
+        check_schema(&meta).await.map_err(|e| match e {
+            StoreError::Cluster(reason) => StoreError::Unreachable {
+                urls: settings.urls.join(", "),
+                reason,
+            },
+            other => other,
+        })?;
         let records = open_bucket(RECORDS).await?;
         let leases = open_bucket(LEASES).await?;
         let mut logs = Vec::new();
@@ -165,16 +212,7 @@ impl Cluster {
                 .map_err(|e| jetstream_down(&settings.urls, "the log streams", e))?;
             logs.push(log);
         }
-        Ok(Self {
-            client,
-            node: settings.node.clone(),
-            ttl: settings.lease_ttl,
-            urls: settings.urls.clone(),
-            logs,
-            records,
-            leases,
-            held: Mutex::new(HashMap::new()),
-        })
+        Ok((records, leases, logs))
     }
 
     /// This node's name.
@@ -473,8 +511,6 @@ impl Cluster {
             session: id.clone(),
             why,
         })?;
-        let subject = subject(id);
-        let js = jetstream::new(self.client.clone());
         let mut last = held.state().last;
         for chunk in chunks(events) {
             let Some((first, _)) = chunk.first() else {
@@ -487,27 +523,17 @@ impl Cluster {
                 }
                 payload.extend_from_slice(json);
             }
-            let message = jetstream::message::PublishMessage::build()
-                .payload(Bytes::from(payload))
-                .header(SEQ_HEADER, first.to_string().as_str())
-                .message_id(format!("{}:{}:{first}", token(id), held.epoch))
-                .expected_last_subject_sequence(last);
-            let ack = match js.send_publish(subject.clone(), message).await {
-                Ok(ack) => ack.await,
-                Err(e) => Err(e),
-            };
-            match ack {
-                Ok(ack) => last = ack.sequence,
-                Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
-                    let why = "another node wrote to the session's log".to_owned();
-                    held.lose(why.clone());
-                    return Err(StoreError::Fenced {
-                        session: id.clone(),
-                        why,
-                    });
-                }
-                Err(e) => return Err(failed("cannot write to the session's log", e)),
-            }
+            let id_of_message = format!("{}:{}:{first}", token(id), held.epoch);
+            last = self
+                .publish_chunk(
+                    id,
+                    &held,
+                    Bytes::from(payload),
+                    *first,
+                    &id_of_message,
+                    last,
+                )
+                .await?;
             held.state().last = last;
         }
         if let Some(record) = record {
@@ -521,6 +547,74 @@ impl Cluster {
                 .map_err(|e| failed("cannot save the session's record", e))?;
         }
         Ok(last)
+    }
+
+    /// Publishes one chunk of a commit expecting the subject's last message to be `last`;
+    /// returns the new one. A failure other than a refused expectation (a leader election, a
+    /// lost connection) is retried with the same message id, which JetStream deduplicates,
+    /// while the lease is still this node's.
+    async fn publish_chunk(
+        &self,
+        id: &SessionId,
+        held: &Held,
+        payload: Bytes,
+        first: Seq,
+        message_id: &str,
+        last: u64,
+    ) -> Result<u64, StoreError> {
+        let subject = subject(id);
+        let mut delay = Duration::from_millis(50);
+        let mut retried = false;
+        loop {
+            let message = jetstream::message::PublishMessage::build()
+                .payload(payload.clone())
+                .header(SEQ_HEADER, first.to_string().as_str())
+                .message_id(message_id)
+                .expected_last_subject_sequence(last);
+            let ack = match self.js.send_publish(subject.clone(), message).await {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            let e = match ack {
+                Ok(ack) => return Ok(ack.sequence),
+                Err(e) => e,
+            };
+            if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence {
+                // A retried publish that was stored after all is the subject's last message.
+                if retried && let Some(sequence) = self.last_with_id(id, message_id).await {
+                    return Ok(sequence);
+                }
+                let why = "another node wrote to the session's log".to_owned();
+                held.lose(why.clone());
+                return Err(StoreError::Fenced {
+                    session: id.clone(),
+                    why,
+                });
+            }
+            if let Err(why) = held.usable(self.ttl) {
+                return Err(failed(
+                    "cannot write to the session's log",
+                    format!("{e}; gave up: {why}"),
+                ));
+            }
+            if !retried {
+                tracing::warn!(session = %id, "writing to the session's log failed, retrying: {e}");
+            }
+            retried = true;
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// The sequence of the session's last message when its id is `message_id`.
+    async fn last_with_id(&self, id: &SessionId, message_id: &str) -> Option<u64> {
+        let stream = &self.logs[shard_of(id) as usize];
+        let last = stream
+            .get_last_raw_message_by_subject(&subject(id))
+            .await
+            .ok()?;
+        let found = last.headers.get(async_nats::header::NATS_MESSAGE_ID)?;
+        (found.as_str() == message_id).then_some(last.sequence)
     }
 
     /// Gives back the lease of a session this node stops running. This node stops holding it

@@ -5,6 +5,7 @@ mod acp;
 mod asking;
 mod cache;
 mod chaos;
+mod cluster;
 mod exhaustion;
 mod headless;
 mod limits;

@@ -1,0 +1,404 @@
+//! Cluster mode end to end: real nats-servers in one JetStream cluster on loopback, several
+//! `tetherd` nodes on it, the fake API. A session outlives the node that ran it (killed,
+//! or paused past its lease), its tool never runs twice, a stale owner is fenced, a leader
+//! election of the log's stream costs no write, and bad cluster settings are named.
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::nats::NatsCluster;
+use tether_tests::{Daemon, Fake, Ndjson};
+
+/// How long a node may go silent before another takes its sessions, in these tests.
+const TTL: &str = "2s";
+
+/// A node of the cluster: its own socket, data directory and logs; sessions work in `shared`.
+fn node(
+    nats: &NatsCluster,
+    name: &str,
+    fake: &Fake,
+    shared: &Path,
+    ttl: &str,
+) -> anyhow::Result<Daemon> {
+    let mut env = fake.env();
+    env.extend([
+        ("TETHER_CLUSTER_NATS".to_owned(), nats.urls().join(",")),
+        ("TETHER_CLUSTER_NODE".to_owned(), name.to_owned()),
+        ("TETHER_CLUSTER_LEASE_TTL".to_owned(), ttl.to_owned()),
+        (
+            "TETHER_CLUSTER_REPLICAS".to_owned(),
+            nats.len().min(3).to_string(),
+        ),
+    ]);
+    let mut daemon = Daemon::prepare(env)?;
+    daemon.trust(shared)?;
+    daemon
+        .spawn()
+        .with_context(|| format!("node {name} did not start: {}", daemon.log()))?;
+    Ok(daemon)
+}
+
+/// A working directory every node sees (one host).
+fn shared_dir() -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
+    let dir = tempfile::Builder::new()
+        .prefix("tether-cluster")
+        .tempdir()?;
+    let path = dir.path().canonicalize()?;
+    Ok((dir, path))
+}
+
+/// The events of `session` from the start as `c` replays them, through `replay_complete`.
+fn replay(c: &mut Ndjson, session: &str, since: u64) -> anyhow::Result<Vec<Value>> {
+    c.subscribe(session, json!(since))?;
+    let mut seen = c.events_until("replay_complete")?;
+    seen.pop();
+    Ok(seen)
+}
+
+fn logged(events: &[Value]) -> Vec<&Value> {
+    events.iter().filter(|e| e["seq"].is_u64()).collect()
+}
+
+fn no_rejections(fake: &Fake) {
+    for r in fake.server.message_requests() {
+        assert!(
+            r.rejected.is_none(),
+            "the fake API rejected a request: {:?}\n{}",
+            r.rejected,
+            r.body
+        );
+    }
+}
+
+/// Whether a process whose command line contains `marker` runs.
+fn running(marker: &str) -> bool {
+    std::process::Command::new("pgrep")
+        .arg("-f")
+        .arg(marker)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Seqs dense from 1, epochs never decreasing, one result per tool call.
+fn check_log(events: &[&Value]) -> anyhow::Result<()> {
+    let mut epoch = 0;
+    let mut results = std::collections::HashMap::<String, usize>::new();
+    for (i, e) in events.iter().enumerate() {
+        if e["seq"].as_u64() != Some(i as u64 + 1) {
+            bail!("seqs are not dense at #{}: {e}", i + 1);
+        }
+        let this = e["epoch"].as_u64().context("epoch")?;
+        if this < epoch {
+            bail!("the epoch went back from {epoch} at {e}");
+        }
+        epoch = this;
+        if e["type"] == "tool_result" {
+            *results
+                .entry(e["data"]["toolCallId"].as_str().unwrap_or("").to_owned())
+                .or_default() += 1;
+        }
+    }
+    if let Some((id, n)) = results.iter().find(|(_, n)| **n != 1) {
+        bail!("tool call {id} has {n} results");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_session_outlives_its_node_killed_mid_tool_and_the_tool_never_runs_twice() -> anyhow::Result<()>
+{
+    let nats = NatsCluster::start(3)?;
+    let (_keep, shared) = shared_dir()?;
+    let runs = shared.join("runs.txt");
+    let fake = Fake::start(Script::of([
+        Step::text("Running it.").tool_use(
+            "Bash",
+            json!({"command": format!("echo run >> {}; echo started; sleep 30", runs.display())}),
+        ),
+        Step::text("It was interrupted; carrying on."),
+    ]))?;
+    let mut a = node(&nats, "a", &fake, &shared, TTL)?;
+    let b = node(&nats, "b", &fake, &shared, TTL)?;
+
+    let mut on_a = a.ndjson()?;
+    let session = on_a.new_session_in(&shared)?;
+    on_a.watch(&session)?;
+    on_a.start_turn(&session, "run the slow thing")?;
+    let seen_on_a = on_a.events_until("tool_progress")?;
+    let last_seen = seen_on_a
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .max()
+        .context("seqs")?;
+    a.kill9()?;
+
+    // Any node lists it; the first to be asked takes it over once a's lease runs out.
+    let mut on_b = b.ndjson()?;
+    let listed = on_b.call("session/list", json!({}))?;
+    assert_eq!(
+        listed["sessions"][0]["sessionId"],
+        json!(session),
+        "{listed}"
+    );
+    let started = Instant::now();
+    on_b.subscribe(&session, json!(0))?;
+    let mut events = on_b.events_until("replay_complete")?;
+    let took = started.elapsed();
+    while !events.iter().any(|e| e["type"] == "turn_ended") {
+        events.push(on_b.next_event()?);
+    }
+    // Everything a's client saw, with the same seq and content.
+    for e in seen_on_a
+        .iter()
+        .filter(|e| e["seq"].as_u64().is_some_and(|s| s <= last_seen))
+    {
+        let seq = e["seq"].as_u64().context("seq")?;
+        let there = events
+            .iter()
+            .find(|x| x["seq"].as_u64() == Some(seq))
+            .with_context(|| format!("#{seq} is missing on b"))?;
+        assert_eq!(there, e, "#{seq} differs on b");
+    }
+    let ended = events
+        .iter()
+        .find(|e| e["type"] == "turn_ended")
+        .context("turn_ended")?;
+    assert_eq!(ended["data"]["stopReason"], "interrupted_by_restart");
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("the interrupted result")?;
+    assert_eq!(result["data"]["isError"], true);
+    assert!(
+        ended["epoch"].as_u64() > seen_on_a[0]["epoch"].as_u64(),
+        "the new owner's epoch is higher: {ended} vs {}",
+        seen_on_a[0]
+    );
+
+    // The next turn runs on b, and the tool ran once.
+    on_b.start_turn(&session, "what happened?")?;
+    let next = on_b.events_until("turn_ended")?;
+    assert_eq!(
+        next.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    assert_eq!(std::fs::read_to_string(&runs)?, "run\n");
+    let mut check = b.ndjson()?;
+    let all = replay(&mut check, &session, 0)?;
+    check_log(&logged(&all))?;
+    no_rejections(&fake);
+    eprintln!("failover: b answered after {took:?} (lease {TTL})");
+    Ok(())
+}
+
+#[test]
+fn a_paused_owner_is_fenced_and_its_tool_is_gone() -> anyhow::Result<()> {
+    let nats = NatsCluster::start(3)?;
+    let (_keep, shared) = shared_dir()?;
+    let marker = format!("tether-fence-{}", std::process::id());
+    let fake = Fake::start(Script::of([
+        Step::text("Sleeping.").tool_use(
+            "Bash",
+            json!({"command": format!("echo started; sleep 60 # {marker}")}),
+        ),
+        Step::text("Noted."),
+    ]))?;
+    let mut a = node(&nats, "a", &fake, &shared, TTL)?;
+    let b = node(&nats, "b", &fake, &shared, TTL)?;
+    let mut on_a = a.ndjson()?;
+    let session = on_a.new_session_in(&shared)?;
+    on_a.watch(&session)?;
+    on_a.start_turn(&session, "sleep")?;
+    on_a.events_until("tool_progress")?;
+    assert!(running(&marker), "the tool runs");
+
+    let pid = a.child.as_ref().context("a runs")?.id();
+    signal(pid, "STOP")?;
+    let mut on_b = b.ndjson()?;
+    let takeover = replay(&mut on_b, &session, 0);
+    signal(pid, "CONT")?;
+    let mut events = takeover?;
+    while !events.iter().any(|e| e["type"] == "turn_ended") {
+        events.push(on_b.next_event()?);
+    }
+    let b_epoch = events.last().context("events")?["epoch"].as_u64();
+
+    // Back from its pause, a finds its lease gone: it stops, kills the tool, tells its client.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let moved = loop {
+        let e = on_a.next_event()?;
+        if e["type"] == "error" {
+            break e;
+        }
+        if Instant::now() > deadline {
+            bail!("a's client was not told");
+        }
+    };
+    assert_eq!(moved["data"]["code"], "session_moved", "{moved}");
+    while running(&marker) {
+        if Instant::now() > deadline {
+            bail!("the fenced node's tool still runs");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Nothing from a's epoch after b's first event; the session goes on on b.
+    on_b.start_turn(&session, "and now?")?;
+    let next = on_b.events_until("turn_ended")?;
+    assert_eq!(
+        next.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let mut check = b.ndjson()?;
+    let all = replay(&mut check, &session, 0)?;
+    let all = logged(&all);
+    check_log(&all)?;
+    let first_b = all
+        .iter()
+        .position(|e| e["epoch"].as_u64() == b_epoch)
+        .context("b's events")?;
+    assert!(
+        all[first_b..]
+            .iter()
+            .all(|e| e["epoch"].as_u64() == b_epoch),
+        "a wrote after b took over"
+    );
+    assert!(a.log().contains("took this session over"), "{}", a.log());
+    a.kill9()?;
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> {
+    let mut nats = NatsCluster::start(3)?;
+    let (_keep, shared) = shared_dir()?;
+    let fake = Fake::start(Script::of([
+        Step::text("Waiting.").tool_use("Bash", json!({"command": "sleep 3; echo done"})),
+        Step::text("All done."),
+    ]))?;
+    // The default lease: long enough to ride out an election.
+    let mut a = node(&nats, "a", &fake, &shared, "10s")?;
+    let mut c = a.ndjson()?;
+    let session = c.new_session_in(&shared)?;
+    c.watch(&session)?;
+    c.start_turn(&session, "wait")?;
+    c.events_until("tool_progress")?;
+    // The server leading the session's log stream (sessions are spread over four by a hash
+    // of their id).
+    let stream = format!("TETHER_LOG_{}", crc32fast::hash(session.as_bytes()) % 4);
+    let leader = nats
+        .stream_leader(&stream)?
+        .context("the stream's leader")?;
+    let leader = nats.index_of(&leader).context("the leader's index")?;
+    nats.kill(leader);
+    let rest = c
+        .events_until("turn_ended")
+        .with_context(|| format!("the turn did not end: {}", a.log()))?;
+    assert_eq!(
+        rest.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    nats.restart(leader)?;
+    nats.wait_ready()?;
+
+    // The whole cluster restarted: everything acknowledged is still there.
+    let mut check = a.ndjson()?;
+    let before = replay(&mut check, &session, 0)?;
+    drop(check);
+    a.terminate()?;
+    nats.restart_all()?;
+    let b = node(&nats, "b", &fake, &shared, "10s")?;
+    let mut on_b = b.ndjson()?;
+    let after =
+        replay(&mut on_b, &session, 0).with_context(|| format!("b did not replay: {}", b.log()))?;
+    // The check client's own attach and detach come after what it replayed.
+    let (before, after) = (logged(&before), logged(&after));
+    assert!(after.len() >= before.len(), "events were lost");
+    if let Some(i) = (0..before.len()).find(|i| before[*i] != after[*i]) {
+        bail!("#{} differs: {} vs {}", i + 1, before[i], after[i]);
+    }
+    check_log(&after)?;
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
+fn bad_cluster_settings_and_an_unreachable_cluster_are_named() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([]))?;
+    // Nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let mut env = fake.env();
+    env.push(("TETHER_CLUSTER_NATS".into(), url.clone()));
+    let daemon = Daemon::prepare(env)?;
+    let out = briefly(daemon.command())?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&url) && err.contains("cannot reach"), "{err}");
+
+    let daemon = Daemon::prepare(fake.env())?;
+    daemon.write_config("[cluster]\nnats = [\"nats://127.0.0.1:4222\"]\nlease_ttl = \"10ms\"\n")?;
+    let out = briefly(daemon.command())?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("config.toml:3") && err.contains("cluster.lease_ttl"),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_node_of_another_schema_version_refuses_to_join() -> anyhow::Result<()> {
+    let nats = NatsCluster::start(1)?;
+    let (_keep, shared) = shared_dir()?;
+    let fake = Fake::start(Script::of([]))?;
+    // The first node sets the cluster's schema version up; then a newer one takes over.
+    let first = node(&nats, "a", &fake, &shared, TTL)?;
+    drop(first);
+    tether_tests::nats::publish(&nats.url(0), "$KV.tether-meta.schema", b"99")?;
+    let mut env = fake.env();
+    env.push(("TETHER_CLUSTER_NATS".into(), nats.url(0)));
+    env.push(("TETHER_CLUSTER_REPLICAS".into(), "1".into()));
+    let daemon = Daemon::prepare(env)?;
+    let out = briefly(daemon.command())?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("schema version 99") && err.contains("this tetherd has 2"),
+        "{err}"
+    );
+    Ok(())
+}
+
+fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()?;
+    if !status.success() {
+        bail!("kill -{sig} {pid} failed");
+    }
+    Ok(())
+}
+
+/// Runs a command that should stop by itself, killing it after 30 s.
+fn briefly(mut cmd: std::process::Command) -> anyhow::Result<std::process::Output> {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            child.kill()?;
+            bail!("it did not stop: {:?}", child.wait_with_output()?);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(child.wait_with_output()?)
+}
