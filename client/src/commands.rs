@@ -331,6 +331,26 @@ pub async fn daemon_status(socket: &Path, out: Output) -> anyhow::Result<ExitCod
             "  clients        {} connections, {} subscriptions",
             status.connections, status.subscriptions
         );
+        if let Some(cluster) = &status.cluster {
+            println!(
+                "  cluster        node {} ({}), nodes seen: {}",
+                cluster.node,
+                if cluster.connected {
+                    "connected to NATS"
+                } else {
+                    "NATS unreachable"
+                },
+                cluster.nodes.join(", ")
+            );
+            println!("  nats           {}", cluster.servers.join(", "));
+            for held in &cluster.held {
+                println!(
+                    "  runs           {} (lease renewed {:.1}s ago)",
+                    held.session_id,
+                    held.lease_age_ms as f64 / 1000.0
+                );
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -43,31 +43,6 @@ pub enum DaemonError {
     Io(String),
 }
 
-/// The `[cluster]` settings, when `cluster.nats` names servers.
-pub fn cluster_settings(config: &Config) -> Option<ClusterSettings> {
-    let urls = config.list("cluster.nats");
-    if urls.is_empty() {
-        return None;
-    }
-    let node = config.string("cluster.node").unwrap_or_else(|| {
-        nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_else(|| "tetherd".into())
-    });
-    let path = |key: &str| config.string(key).map(PathBuf::from);
-    Some(ClusterSettings {
-        urls,
-        node,
-        lease_ttl: config
-            .duration("cluster.lease_ttl")
-            .unwrap_or(std::time::Duration::from_secs(10)),
-        replicas: config.number("cluster.replicas").unwrap_or(3.0).max(1.0) as usize,
-        creds: path("cluster.creds"),
-        tls_ca: path("cluster.tls_ca"),
-    })
-}
-
 /// Runs the daemon until it is told to stop.
 pub async fn run(options: Options) -> Result<(), DaemonError> {
     let env = PathEnv::from_process(nix::unistd::getuid().as_raw());
@@ -93,7 +68,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
         ))
     })?;
     survive_file_size_limit();
-    let store = match cluster_settings(&options.config) {
+    let store = match ClusterSettings::from_config(&options.config) {
         Some(cluster) => {
             tracing::info!(
                 node = cluster.node,

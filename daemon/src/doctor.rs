@@ -153,6 +153,16 @@ pub async fn checks(
         Err(why) => check("credentials", CheckStatus::Fail, why.to_owned()),
     });
     out.push(git_check());
+    if let Some(cluster) = crate::store::ClusterSettings::from_config(config) {
+        out.push(match crate::store::probe_cluster(&cluster).await {
+            Ok(found) => check(
+                "cluster",
+                CheckStatus::Ok,
+                format!("node {}: {found}", cluster.node),
+            ),
+            Err(e) => check("cluster", CheckStatus::Fail, e.to_string()),
+        });
+    }
     out.push(sandbox_check().await);
     let base = match llm.map(|c| c.provider()) {
         Ok(crate::llm::Provider::Vertex(v)) => format!(

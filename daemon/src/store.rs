@@ -123,6 +123,48 @@ pub struct ClusterSettings {
     pub tls_ca: Option<PathBuf>,
 }
 
+impl ClusterSettings {
+    /// The `[cluster]` settings, when `cluster.nats` names servers.
+    pub fn from_config(config: &crate::config::Config) -> Option<Self> {
+        let urls = config.list("cluster.nats");
+        if urls.is_empty() {
+            return None;
+        }
+        let node = config.string("cluster.node").unwrap_or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_else(|| "tetherd".into())
+        });
+        let path = |key: &str| config.string(key).map(PathBuf::from);
+        Some(Self {
+            urls,
+            node,
+            lease_ttl: config
+                .duration("cluster.lease_ttl")
+                .unwrap_or(Duration::from_secs(10)),
+            replicas: config.number("cluster.replicas").unwrap_or(3.0).max(1.0) as usize,
+            creds: path("cluster.creds"),
+            tls_ca: path("cluster.tls_ca"),
+        })
+    }
+}
+
+/// Connects to the cluster as `tetherd doctor` does: what it found, or why it could not.
+pub async fn probe_cluster(settings: &ClusterSettings) -> Result<String, StoreError> {
+    let cluster = jetstream::Cluster::connect(settings).await?;
+    let nodes = cluster.nodes().await;
+    Ok(format!(
+        "{} reachable, JetStream ready; nodes seen: {}",
+        settings.urls.join(", "),
+        if nodes.is_empty() {
+            "none".to_owned()
+        } else {
+            nodes.join(", ")
+        }
+    ))
+}
+
 /// What a store holding a session for this node gives its actor.
 #[derive(Debug, Clone)]
 pub struct Claim {
@@ -142,6 +184,8 @@ pub struct ClusterStatus {
     pub urls: Vec<String>,
     /// Whether the connection is up.
     pub connected: bool,
+    /// The nodes that announced themselves recently.
+    pub nodes: Vec<String>,
     /// The sessions this node holds, with the age of each lease's last renewal.
     pub held: Vec<(SessionId, Duration)>,
 }
@@ -209,6 +253,7 @@ impl Store {
         let db = local::Db::open(dir)?;
         let cluster = Arc::new(jetstream::Cluster::connect(settings).await?);
         cluster.mirror_records(db.clone()).await?;
+        cluster.announce();
         Ok(Self {
             db,
             cluster: Some(cluster),
@@ -216,11 +261,13 @@ impl Store {
     }
 
     /// The cluster as this node sees it; `None` on one machine.
-    pub fn cluster_status(&self) -> Option<ClusterStatus> {
-        self.cluster.as_ref().map(|c| ClusterStatus {
+    pub async fn cluster_status(&self) -> Option<ClusterStatus> {
+        let c = self.cluster.as_ref()?;
+        Some(ClusterStatus {
             node: c.node().to_owned(),
             urls: c.urls().to_vec(),
             connected: c.connected(),
+            nodes: c.nodes().await,
             held: c.held(),
         })
     }

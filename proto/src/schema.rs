@@ -18,6 +18,8 @@ pub fn wire_schema() -> Value {
         types::ClientInfo,
         types::Capabilities,
         types::DaemonStatus,
+        types::ClusterInfo,
+        types::HeldSession,
         types::ShutdownResult,
         types::ConfigReport,
         types::Check,

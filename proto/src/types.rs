@@ -457,6 +457,35 @@ pub struct DaemonStatus {
     /// The tools a session's model is offered, by name.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// The cluster this daemon is a node of (absent on one machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterInfo>,
+}
+
+/// A node's view of its cluster (`daemon/status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterInfo {
+    /// This node's name.
+    pub node: String,
+    /// The NATS servers it was given.
+    pub servers: Vec<String>,
+    /// Whether its connection to NATS is up.
+    pub connected: bool,
+    /// The nodes that announced themselves recently (this one included when connected).
+    pub nodes: Vec<String>,
+    /// The sessions this node runs, with the age of each lease's last renewal.
+    pub held: Vec<HeldSession>,
+}
+
+/// A session a node runs, in [`ClusterInfo`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldSession {
+    /// The session.
+    pub session_id: SessionId,
+    /// Milliseconds since its lease was last renewed.
+    pub lease_age_ms: u64,
 }
 
 /// Result of `daemon/shutdown`.

@@ -149,6 +149,22 @@ impl TetherRpcServer for RpcApi {
                 .into_iter()
                 .map(str::to_owned)
                 .collect(),
+            cluster: self.sessions.store().cluster_status().await.map(|c| {
+                tether_proto::ClusterInfo {
+                    node: c.node,
+                    servers: c.urls,
+                    connected: c.connected,
+                    nodes: c.nodes,
+                    held: c
+                        .held
+                        .into_iter()
+                        .map(|(session_id, age)| tether_proto::HeldSession {
+                            session_id,
+                            lease_age_ms: age.as_millis() as u64,
+                        })
+                        .collect(),
+                }
+            }),
         })
     }
 

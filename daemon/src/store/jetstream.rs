@@ -34,6 +34,7 @@ const CHUNK_BYTES: usize = 256 * 1024;
 const RECORDS: &str = "tether-sessions";
 const LEASES: &str = "tether-leases";
 const META: &str = "tether-meta";
+const NODES: &str = "tether-nodes";
 /// How long a starting node waits for JetStream to answer (its leaders being elected).
 const JETSTREAM_PATIENCE: Duration = Duration::from_secs(30);
 /// How often a node waiting for a lease looks at it again.
@@ -51,6 +52,8 @@ pub(super) struct Cluster {
     logs: Vec<stream::Stream>,
     records: kv::Store,
     leases: kv::Store,
+    /// Who is in the cluster: each node's name, renewed every third of the lease while it runs.
+    nodes: kv::Store,
     /// The sessions this node holds the lease of.
     held: Mutex<HashMap<SessionId, Arc<Held>>>,
 }
@@ -131,7 +134,7 @@ impl Cluster {
         let js = jetstream::new(client.clone());
         // A cluster that starts with its nodes elects its leaders meanwhile: wait a while.
         let started = Instant::now();
-        let (records, leases, logs) = loop {
+        let (records, leases, nodes, logs) = loop {
             match Self::prepare(&js, settings).await {
                 Ok(ready) => break ready,
                 Err(StoreError::Unreachable { reason, .. })
@@ -156,6 +159,7 @@ impl Cluster {
             logs,
             records,
             leases,
+            nodes,
             held: Mutex::new(HashMap::new()),
         })
     }
@@ -164,7 +168,7 @@ impl Cluster {
     async fn prepare(
         js: &jetstream::Context,
         settings: &ClusterSettings,
-    ) -> Result<(kv::Store, kv::Store, Vec<stream::Stream>), StoreError> {
+    ) -> Result<(kv::Store, kv::Store, kv::Store, Vec<stream::Stream>), StoreError> {
         let replicas = settings.replicas.max(1);
         let bucket = |name: &str| kv::Config {
             bucket: name.to_owned(),
@@ -196,6 +200,17 @@ impl Cluster {
         })?;
         let records = open_bucket(RECORDS).await?;
         let leases = open_bucket(LEASES).await?;
+        // A node that stops announcing itself drops out after a few of its lease's lifetimes.
+        let nodes = match js.get_key_value(NODES).await {
+            Ok(store) => store,
+            Err(_) => js
+                .create_key_value(kv::Config {
+                    max_age: settings.lease_ttl * 3,
+                    ..bucket(NODES)
+                })
+                .await
+                .map_err(|e| jetstream_down(&settings.urls, NODES, e))?,
+        };
         let mut logs = Vec::new();
         for shard in 0..SHARDS {
             let config = stream::Config {
@@ -212,7 +227,44 @@ impl Cluster {
                 .map_err(|e| jetstream_down(&settings.urls, "the log streams", e))?;
             logs.push(log);
         }
-        Ok((records, leases, logs))
+        Ok((records, leases, nodes, logs))
+    }
+
+    /// Announces this node every third of the lease while it runs.
+    pub fn announce(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        let every = self.ttl / 3;
+        tokio::spawn(async move {
+            loop {
+                let Some(cluster) = me.upgrade() else {
+                    return;
+                };
+                let key = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&cluster.node);
+                if let Err(e) = cluster
+                    .nodes
+                    .put(key, Bytes::from(cluster.node.clone()))
+                    .await
+                {
+                    tracing::debug!("could not announce this node: {e}");
+                }
+                drop(cluster);
+                tokio::time::sleep(every).await;
+            }
+        });
+    }
+
+    /// The nodes that announced themselves recently.
+    pub async fn nodes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Ok(mut keys) = self.nodes.keys().await {
+            while let Some(Ok(key)) = keys.next().await {
+                if let Ok(Some(name)) = self.nodes.get(&key).await {
+                    out.push(String::from_utf8_lossy(&name).into_owned());
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     /// This node's name.

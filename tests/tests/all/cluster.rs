@@ -185,6 +185,23 @@ fn a_session_outlives_its_node_killed_mid_tool_and_the_tool_never_runs_twice() -
         "end_turn"
     );
     assert_eq!(std::fs::read_to_string(&runs)?, "run\n");
+    // b says it runs the session now, and which nodes it has seen.
+    let status = on_b.call("daemon/status", json!({}))?;
+    let cluster = &status["cluster"];
+    assert_eq!(cluster["node"], "b", "{status}");
+    assert_eq!(cluster["connected"], true);
+    assert!(
+        cluster["nodes"]
+            .as_array()
+            .is_some_and(|n| n.contains(&json!("b"))),
+        "{status}"
+    );
+    assert!(
+        cluster["held"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|s| s["sessionId"] == json!(session))),
+        "{status}"
+    );
     let mut check = b.ndjson()?;
     let all = replay(&mut check, &session, 0)?;
     check_log(&logged(&all))?;
@@ -339,6 +356,21 @@ fn bad_cluster_settings_and_an_unreachable_cluster_are_named() -> anyhow::Result
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains(&url) && err.contains("cannot reach"), "{err}");
+    // `tetherd doctor` says the same.
+    let mut doctor = daemon.command();
+    doctor.args(["doctor", "--json"]);
+    let out = briefly(doctor)?;
+    let checks: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
+    let cluster = checks
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "cluster"))
+        .context("a cluster check")?;
+    assert_eq!(cluster["status"], "fail", "{cluster}");
+    assert!(
+        cluster["detail"].as_str().is_some_and(|d| d.contains(&url)),
+        "{cluster}"
+    );
 
     let daemon = Daemon::prepare(fake.env())?;
     daemon.write_config("[cluster]\nnats = [\"nats://127.0.0.1:4222\"]\nlease_ttl = \"10ms\"\n")?;
