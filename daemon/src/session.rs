@@ -44,7 +44,7 @@ pub enum SessionError {
     /// An earlier write failed (e.g. the disk is full): the session is read-only until the
     /// daemon restarts.
     #[error(
-        "this session is read-only: saving its events failed ({0}); free disk space and restart tetherd"
+        "this session is read-only: saving its events failed ({0}); free disk space (in a cluster: bring NATS back) and restart tetherd"
     )]
     StorageFailed(String),
     /// The session's actor has stopped (the daemon is shutting down).

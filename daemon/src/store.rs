@@ -175,6 +175,15 @@ pub struct Claim {
     pub lost: CancellationToken,
 }
 
+/// A session followed from a node that does not run it ([`Store::follow`]).
+#[derive(Debug)]
+pub struct Following {
+    /// The local copy's head when following began: replay through it from the local log.
+    pub head: Seq,
+    /// Each event written after `head`, encoded, as the session's owner writes it.
+    pub events: tokio::sync::mpsc::Receiver<Result<(Seq, Vec<u8>), StoreError>>,
+}
+
 /// The cluster as this node sees it, for `daemon/status` and doctor.
 #[derive(Debug, Clone)]
 pub struct ClusterStatus {
@@ -298,6 +307,21 @@ impl Store {
                     lost: claimed.lost,
                 })
             }
+        }
+    }
+
+    /// Follows a session another node runs (`None` on one machine, where every session is
+    /// this daemon's): its log copied here, then its new events as they are written.
+    pub async fn follow(&self, id: &SessionId) -> Option<Result<Following, StoreError>> {
+        let cluster = self.cluster.as_ref()?;
+        Some(cluster.follow(id, &self.db).await)
+    }
+
+    /// Whether another node runs the session now (never on one machine).
+    pub async fn held_elsewhere(&self, id: &SessionId) -> bool {
+        match &self.cluster {
+            Some(cluster) => cluster.held_elsewhere(id).await,
+            None => false,
         }
     }
 

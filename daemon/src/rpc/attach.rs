@@ -5,11 +5,12 @@
 
 use super::connections::Connections;
 use crate::session::{Attachment, SessionHandle};
+use crate::store::{EventLog, Following};
 use jsonrpsee::core::server::{SubscriptionMessage, SubscriptionSink};
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Duration;
-use tether_proto::{ClientRef, DetachReason, Event, EventKind, Role, Seq, Since};
+use tether_proto::{ClientRef, DetachReason, Event, EventKind, Role, Seq, SessionId, Since};
 use tokio::sync::broadcast::error::RecvError;
 
 /// Events read from the log per replay step.
@@ -48,15 +49,96 @@ fn message(json: String) -> Option<SubscriptionMessage> {
 }
 
 fn control(sub: &Subscriber, kind: EventKind) -> Option<SubscriptionMessage> {
+    control_of(sub.session.id(), sub.epoch, kind)
+}
+
+/// A stream-control event (no seq) of a session.
+fn control_of(session: &SessionId, epoch: u64, kind: EventKind) -> Option<SubscriptionMessage> {
     let event = Event {
-        session_id: sub.session.id().clone(),
+        session_id: session.clone(),
         seq: None,
-        epoch: sub.epoch,
+        epoch,
         ts: crate::session::now_rfc3339(),
         turn_id: None,
         kind,
     };
     serde_json::to_string(&event).ok().and_then(message)
+}
+
+/// A subscription on a node of the cluster to a session another node runs: replay from this
+/// node's copy of the log, `replay_complete`, then the events the owner writes as they are
+/// written, until the client goes or the log cannot be read. The owner does not know this
+/// subscriber (it is not in the session's presence), and commands for the session are refused
+/// here, naming the node that runs it.
+pub async fn follow(
+    sink: SubscriptionSink,
+    log: EventLog,
+    session: SessionId,
+    following: Following,
+    since: Since,
+    epoch: u64,
+    connections: Arc<Connections>,
+) {
+    connections.count_subscription(1);
+    follow_events(&sink, &log, &session, following, since, epoch).await;
+    connections.count_subscription(-1);
+}
+
+async fn follow_events(
+    sink: &SubscriptionSink,
+    log: &EventLog,
+    session: &SessionId,
+    mut following: Following,
+    since: Since,
+    epoch: u64,
+) {
+    let head = following.head;
+    let mut last = match since {
+        Since::Seq(n) => n.min(head),
+        Since::Head => head,
+    };
+    while last < head {
+        let chunk = match log.read(last, head, REPLAY_CHUNK) {
+            Ok(c) if !c.is_empty() => c,
+            Ok(_) => break,
+            Err(e) => {
+                tracing::error!(session = %session, "replay failed: {e}");
+                return;
+            }
+        };
+        for (seq, bytes) in chunk {
+            let json = String::from_utf8_lossy(&bytes).into_owned();
+            if send(sink, message(json)).await.is_err() {
+                return;
+            }
+            last = seq;
+        }
+    }
+    let complete = control_of(session, epoch, EventKind::ReplayComplete { head_seq: head });
+    if send(sink, complete).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            biased;
+            _ = sink.closed() => return,
+            next = following.events.recv() => match next {
+                Some(Ok((seq, bytes))) if seq > last => {
+                    last = seq;
+                    let json = String::from_utf8_lossy(&bytes).into_owned();
+                    if send(sink, message(json)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::warn!(session = %session, "following stopped: {e}");
+                    return;
+                }
+                None => return,
+            },
+        }
+    }
 }
 
 async fn send(sink: &SubscriptionSink, msg: Option<SubscriptionMessage>) -> Result<(), ()> {

@@ -618,6 +618,39 @@ impl TetherRpcServer for RpcApi {
         }
         let session = match self.sessions.get(&session_id).await {
             Ok(h) => h,
+            // Another node of the cluster runs it: follow its log from here.
+            Err(SessionError::Store(StoreError::OwnedElsewhere { .. })) => {
+                let store = self.sessions.store();
+                let following = match store.follow(&session_id).await {
+                    Some(Ok(f)) => f,
+                    Some(Err(e)) => {
+                        pending.reject(rpc_error(SessionError::Store(e))).await;
+                        return Ok(());
+                    }
+                    None => {
+                        let e = SessionError::Commit(
+                            "this daemon has no cluster to follow the session in".into(),
+                        );
+                        pending.reject(rpc_error(e)).await;
+                        return Ok(());
+                    }
+                };
+                let Ok(sink) = pending.accept().await else {
+                    return Ok(());
+                };
+                let log = store.log(&session_id);
+                attach::follow(
+                    sink,
+                    log,
+                    session_id,
+                    following,
+                    since.unwrap_or(Since::Seq(0)),
+                    self.sessions.epoch(),
+                    self.connections.clone(),
+                )
+                .await;
+                return Ok(());
+            }
             Err(e) => {
                 pending.reject(rpc_error(e)).await;
                 return Ok(());

@@ -757,7 +757,7 @@ impl SessionActor {
         }
         let dropped = self.turns.clear_queue();
         let mut message = format!(
-            "could not save this session's events: {why}. The running turn was stopped and the session is read-only (events up to #{} are saved); free disk space and restart tetherd to go on.",
+            "could not save this session's events: {why}. The running turn was stopped and the session is read-only (events up to #{} are saved); free disk space (in a cluster: bring NATS back) and restart tetherd to go on.",
             self.journal.committed()
         );
         if dropped > 0 {

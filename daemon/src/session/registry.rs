@@ -220,6 +220,10 @@ impl Sessions {
         // before anything else it is asked.
         let mut loaded = Vec::new();
         for record in records.iter().filter(|r| r.status != SessionStatus::Idle) {
+            // Running on another node of the cluster: it is that node's to finish.
+            if self.store.held_elsewhere(&record.id).await {
+                continue;
+            }
             match self.get(&record.id).await {
                 Ok(handle) => loaded.push((record.id.clone(), handle)),
                 // Running on another node of the cluster.

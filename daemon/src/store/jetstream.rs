@@ -14,7 +14,7 @@
 //! `tether-sessions` (records), `tether-leases` (owners), `tether-meta` (schema version).
 //! Checkpoints stay local: each node derives its own from the log.
 
-use super::{ClusterSettings, SCHEMA_VERSION, SessionRecord, StoreError, local};
+use super::{ClusterSettings, Following, SCHEMA_VERSION, SessionRecord, StoreError, local};
 use async_nats::jetstream::{self, kv, stream};
 use base64::Engine;
 use bytes::Bytes;
@@ -37,6 +37,8 @@ const META: &str = "tether-meta";
 const NODES: &str = "tether-nodes";
 /// How long a starting node waits for JetStream to answer (its leaders being elected).
 const JETSTREAM_PATIENCE: Duration = Duration::from_secs(30);
+/// Events a follower may have waiting before the log is read further.
+const FOLLOW_BUFFER: usize = 256;
 /// How often a node waiting for a lease looks at it again.
 const LEASE_POLL: Duration = Duration::from_millis(100);
 
@@ -420,6 +422,20 @@ impl Cluster {
         })
     }
 
+    /// Whether another node holds the session's lease and renewed it within its lifetime
+    /// (`false` when that cannot be read: the claim then finds out).
+    pub async fn held_elsewhere(&self, id: &SessionId) -> bool {
+        let Ok(Some(entry)) = self.leases.entry(token(id)).await else {
+            return false;
+        };
+        let age = SystemTime::now()
+            .duration_since(SystemTime::from(entry.created))
+            .unwrap_or_default();
+        entry.operation == kv::Operation::Put
+            && *entry.value != *self.node.as_bytes()
+            && age < self.ttl
+    }
+
     async fn take_lease(&self, id: &SessionId, key: &str) -> Result<u64, StoreError> {
         let down = |e: &dyn std::fmt::Display| failed("cannot read the session's lease", e);
         let me = Bytes::from(self.node.clone());
@@ -484,6 +500,60 @@ impl Cluster {
         }
     }
 
+    /// Follows a session another node runs: brings the local copy up to date and returns its
+    /// head, then sends each event written after it as it is written, until the receiver goes.
+    pub async fn follow(&self, id: &SessionId, db: &local::Db) -> Result<Following, StoreError> {
+        let down = |e: &dyn std::fmt::Display| failed("cannot follow the session's log", e);
+        let last = self.catch_up(id, db).await?;
+        let mut head = db.log(id).head()?;
+        let stream = &self.logs[shard_of(id) as usize];
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                filter_subject: subject(id),
+                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: last + 1,
+                },
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| down(&e))?;
+        let mut messages = consumer.messages().await.map_err(|e| down(&e))?;
+        let (tx, events) = tokio::sync::mpsc::channel(FOLLOW_BUFFER);
+        let started_at = head;
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    () = tx.closed() => return,
+                    message = messages.next() => message,
+                };
+                let message = match message {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => {
+                        let _ = tx.send(Err(down(&e))).await;
+                        return;
+                    }
+                    None => return,
+                };
+                let Some(first) = first_seq(&message.headers) else {
+                    continue;
+                };
+                for (i, line) in message.payload.split(|b| *b == b'\n').enumerate() {
+                    let seq = first + i as u64;
+                    if seq > head {
+                        head = seq;
+                        if tx.send(Ok((seq, line.to_vec()))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Following {
+            head: started_at,
+            events,
+        })
+    }
+
     /// Copies into `db` what the shared log has beyond the local copy; returns the stream
     /// sequence of the session's last message.
     async fn catch_up(&self, id: &SessionId, db: &local::Db) -> Result<u64, StoreError> {
@@ -523,11 +593,7 @@ impl Cluster {
             };
             let message = message.map_err(|e| down(&e))?;
             let sequence = message.info().map_err(|e| down(&e))?.stream_sequence;
-            let first: Seq = message
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(SEQ_HEADER))
-                .and_then(|v| v.as_str().parse().ok())
+            let first = first_seq(&message.headers)
                 .ok_or_else(|| failed("a log message has no seq", sequence))?;
             for (i, line) in message.payload.split(|b| *b == b'\n').enumerate() {
                 let seq = first + i as u64;
@@ -593,10 +659,20 @@ impl Cluster {
                 what: "session record".into(),
                 source,
             })?;
-            self.records
-                .put(token(id), Bytes::from(json))
-                .await
-                .map_err(|e| failed("cannot save the session's record", e))?;
+            // Retried as the log's writes are: a put of the same value is harmless.
+            let json = Bytes::from(json);
+            let mut delay = Duration::from_millis(50);
+            while let Err(e) = self.records.put(token(id), json.clone()).await {
+                if let Err(why) = held.usable(self.ttl) {
+                    return Err(failed(
+                        "cannot save the session's record",
+                        format!("{e}; gave up: {why}"),
+                    ));
+                }
+                tracing::debug!(session = %id, "saving the session's record failed, retrying: {e}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
         }
         Ok(last)
     }
@@ -776,6 +852,14 @@ async fn renew(leases: kv::Store, node: String, ttl: Duration, held: Arc<Held>) 
             Err(_) => tracing::warn!(key = held.key, "renewing a lease timed out"),
         }
     }
+}
+
+/// The seq of a log message's first event.
+fn first_seq(headers: &Option<async_nats::HeaderMap>) -> Option<Seq> {
+    headers
+        .as_ref()?
+        .get(SEQ_HEADER)
+        .and_then(|v| v.as_str().parse().ok())
 }
 
 /// Splits a commit into publishes of at most [`CHUNK_BYTES`] (one event each at least).

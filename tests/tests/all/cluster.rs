@@ -211,6 +211,69 @@ fn a_session_outlives_its_node_killed_mid_tool_and_the_tool_never_runs_twice() -
 }
 
 #[test]
+fn every_node_serves_the_same_events_from_any_seq_live_too() -> anyhow::Result<()> {
+    let nats = NatsCluster::start(3)?;
+    let (_keep, shared) = shared_dir()?;
+    let fake = Fake::start(Script::of([
+        Step::text("First reply, in a few words."),
+        Step::text("Second reply, live on every node."),
+    ]))?;
+    let a = node(&nats, "a", &fake, &shared, TTL)?;
+    let b = node(&nats, "b", &fake, &shared, TTL)?;
+    let c = node(&nats, "c", &fake, &shared, TTL)?;
+    let mut on_a = a.ndjson()?;
+    let session = on_a.new_session_in(&shared)?;
+    on_a.watch(&session)?;
+    on_a.start_turn(&session, "one")?;
+    on_a.events_until("turn_ended")?;
+
+    // Followers on the other nodes: the same events from seq 3, byte for byte (a's own replay
+    // ends with its attach, which followers are not part of).
+    let mut on_b = b.ndjson()?;
+    let mut on_c = c.ndjson()?;
+    let from_b = replay(&mut on_b, &session, 3)?;
+    let from_c = replay(&mut on_c, &session, 3)?;
+    let mut here = a.ndjson()?;
+    let from_a = replay(&mut here, &session, 3)?;
+    assert!(!from_b.is_empty());
+    assert_eq!(from_b, from_a[..from_b.len()], "b differs");
+    assert_eq!(from_c, from_b, "c differs");
+
+    // A turn on a reaches them live, the same as a's own client sees it.
+    on_a.start_turn(&session, "two")?;
+    let live = on_a.events_until("turn_ended")?;
+    let live = logged(&live);
+    for (name, follower) in [("b", &mut on_b), ("c", &mut on_c)] {
+        let got = follower.events_until("turn_ended")?;
+        let got = logged(&got);
+        let first = got
+            .first()
+            .and_then(|e| e["seq"].as_u64())
+            .context("live events")?;
+        let same: Vec<&Value> = live
+            .iter()
+            .copied()
+            .filter(|e| e["seq"].as_u64().is_some_and(|s| s >= first))
+            .collect();
+        assert_eq!(got, same, "{name} saw the turn differently");
+    }
+    // A command there is refused, naming the node that runs the session.
+    let refused = on_b.request(
+        "turn/start",
+        json!({"sessionId": session, "input": [{"type": "text", "text": "three"}]}),
+    )?;
+    assert_eq!(refused["error"]["code"], -32009, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("node a")),
+        "{refused}"
+    );
+    no_rejections(&fake);
+    Ok(())
+}
+
+#[test]
 fn a_paused_owner_is_fenced_and_its_tool_is_gone() -> anyhow::Result<()> {
     let nats = NatsCluster::start(3)?;
     let (_keep, shared) = shared_dir()?;
@@ -295,8 +358,9 @@ fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> 
         Step::text("Waiting.").tool_use("Bash", json!({"command": "sleep 3; echo done"})),
         Step::text("All done."),
     ]))?;
-    // The default lease: long enough to ride out an election.
-    let mut a = node(&nats, "a", &fake, &shared, "10s")?;
+    // A lease long enough to ride out the elections (NATS's Raft takes up to about ten
+    // seconds to elect when the meta leader goes too).
+    let mut a = node(&nats, "a", &fake, &shared, "30s")?;
     let mut c = a.ndjson()?;
     let session = c.new_session_in(&shared)?;
     c.watch(&session)?;
@@ -310,9 +374,18 @@ fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> 
         .context("the stream's leader")?;
     let leader = nats.index_of(&leader).context("the leader's index")?;
     nats.kill(leader);
-    let rest = c
-        .events_until("turn_ended")
-        .with_context(|| format!("the turn did not end: {}", a.log()))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut rest = Vec::new();
+    while rest
+        .last()
+        .is_none_or(|e: &Value| e["type"] != "turn_ended")
+    {
+        match c.next_event() {
+            Ok(e) => rest.push(e),
+            Err(_) if Instant::now() < deadline => {}
+            Err(e) => return Err(e.context(format!("the turn did not end: {}", a.log()))),
+        }
+    }
     assert_eq!(
         rest.last().context("end")?["data"]["stopReason"],
         "end_turn"
@@ -326,7 +399,7 @@ fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> 
     drop(check);
     a.terminate()?;
     nats.restart_all()?;
-    let b = node(&nats, "b", &fake, &shared, "10s")?;
+    let b = node(&nats, "b", &fake, &shared, "30s")?;
     let mut on_b = b.ndjson()?;
     let after =
         replay(&mut on_b, &session, 0).with_context(|| format!("b did not replay: {}", b.log()))?;
