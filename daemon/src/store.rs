@@ -317,6 +317,13 @@ impl Store {
         Some(cluster.follow(id, &self.db).await)
     }
 
+    /// Gives back every session this daemon holds (it is stopping).
+    pub async fn release_all(&self) {
+        if let Some(cluster) = &self.cluster {
+            cluster.release_all().await;
+        }
+    }
+
     /// Whether another node runs the session now (never on one machine).
     pub async fn held_elsewhere(&self, id: &SessionId) -> bool {
         match &self.cluster {
@@ -325,11 +332,16 @@ impl Store {
         }
     }
 
-    /// Gives a session back when its actor stops: this daemon stops holding it at once, and
+    /// Gives a session's `claim` back when its actor stops (or never started): this daemon
+    /// stops holding it at once (unless a newer claim took its place), and
     /// the returned future lets the cluster know (another node may then take it without
     /// waiting for the lease to run out).
-    pub fn release(&self, id: &SessionId) -> impl std::future::Future<Output = ()> + use<> {
-        let released = self.cluster.as_ref().map(|c| c.release(id));
+    pub fn release(
+        &self,
+        id: &SessionId,
+        claim: &Claim,
+    ) -> impl std::future::Future<Output = ()> + use<> {
+        let released = self.cluster.as_ref().map(|c| c.release(id, claim.epoch));
         async move {
             if let Some(released) = released {
                 released.await;
@@ -400,15 +412,19 @@ impl Store {
         record: Option<&SessionRecord>,
     ) -> Result<(), StoreError> {
         let events: Vec<(Seq, &[u8])> = events.into_iter().collect();
-        if let Some(cluster) = &self.cluster {
-            let last = cluster.publish(&log.id, &events, record).await?;
-            self.db.put_mark(&log.id, last)?;
-        }
+        let shared = match &self.cluster {
+            Some(cluster) => Some(cluster.publish(&log.id, &events, record).await?),
+            None => None,
+        };
         for (seq, json) in events {
             log.local.append(seq, json)?;
         }
         if let Some(record) = record {
             self.db.put_session(record)?;
+        }
+        // Written after the events it vouches for: a copy never claims more than it has.
+        if let Some(last) = shared {
+            self.db.put_mark(&log.id, last)?;
         }
         self.db.flush().await
     }

@@ -683,7 +683,7 @@ impl SessionActor {
         Flow::Stop
     }
 
-    /// Another node took the session over: its tools and background commands are killed,
+    /// This node lost the session's lease: its tools and background commands are killed,
     /// nothing more is written, clients are told where the session went, and the actor stops.
     fn fence(&mut self) -> Flow {
         self.workspace.jobs.stop_all();
@@ -692,7 +692,7 @@ impl SessionActor {
             running.cancel.cancel();
         }
         self.tasks.abort_all();
-        let why = "another node of the cluster took this session over".to_owned();
+        let why = "this node lost the session's lease (another node of the cluster took it over, or NATS could not be reached in time)".to_owned();
         self.journal.fail(why.clone());
         self.journal.broadcast_control(EventKind::Error {
             code: "session_moved".into(),

@@ -124,7 +124,13 @@ impl Sessions {
             return Err(SessionError::NotFound(id.clone()));
         };
         let claim = self.store.claim(id, self.epoch, &stored.cwd).await?;
-        let (record, log, loaded) = self.load(id)?;
+        let (record, log, loaded) = match self.load(id) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                self.store.release(id, &claim).await;
+                return Err(e);
+            }
+        };
         let mut live = self.live();
         if let Some(h) = live.get(id).filter(|h| !h.is_stopped()) {
             return Ok(h.clone());
@@ -149,6 +155,7 @@ impl Sessions {
         let id = record.id.clone();
         let live = Arc::downgrade(&self.live);
         let store = self.store.clone();
+        let held = claim.clone();
         // An unloaded session's handle would keep its channel's memory: the actor removes it
         // when it stops, unless a newer actor of the session has taken its place; and it gives
         // the session back to the store.
@@ -157,9 +164,9 @@ impl Sessions {
                 let mut live = lock_live(&live);
                 if live.get(&id).is_some_and(SessionHandle::is_stopped) {
                     live.remove(&id);
-                    tokio::spawn(store.release(&id));
                 }
             }
+            tokio::spawn(store.release(&id, &held));
         });
         let handle = actor::spawn(
             record,
@@ -455,7 +462,10 @@ impl Sessions {
         // Held before its first write: in a cluster only the holder of a session writes it.
         let claim = self.store.claim(&new_id, self.epoch, &forked.cwd).await?;
         let events = copied.iter().map(|(seq, json)| (*seq, json.as_slice()));
-        self.store.commit(&log, events, Some(&forked)).await?;
+        if let Err(e) = self.store.commit(&log, events, Some(&forked)).await {
+            self.store.release(&new_id, &claim).await;
+            return Err(e.into());
+        }
         let (record, log, loaded) = self.load(&new_id)?;
         let handle = self.start(record, log, loaded, claim);
         self.live().insert(new_id.clone(), handle.clone());
@@ -473,11 +483,11 @@ impl Sessions {
 
     /// Stops every actor after committing its events; subscribers get `daemon_shutdown`.
     pub async fn shutdown(&self) {
-        let handles: Vec<(SessionId, SessionHandle)> = self.live().drain().collect();
-        for (id, h) in handles {
+        let handles: Vec<SessionHandle> = self.live().drain().map(|(_, h)| h).collect();
+        for h in handles {
             h.shutdown().await;
-            self.store.release(&id).await;
         }
+        self.store.release_all().await;
         self.env.mcp.stop_all().await;
     }
 

@@ -15,6 +15,7 @@
 //! Checkpoints stay local: each node derives its own from the log.
 
 use super::{ClusterSettings, Following, SCHEMA_VERSION, SessionRecord, StoreError, local};
+use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, kv, stream};
 use base64::Engine;
 use bytes::Bytes;
@@ -58,6 +59,8 @@ pub(super) struct Cluster {
     nodes: kv::Store,
     /// The sessions this node holds the lease of.
     held: Mutex<HashMap<SessionId, Arc<Held>>>,
+    /// A lock per session being claimed.
+    claiming: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// A session whose lease this node holds.
@@ -163,6 +166,7 @@ impl Cluster {
             leases,
             nodes,
             held: Mutex::new(HashMap::new()),
+            claiming: Mutex::new(HashMap::new()),
         })
     }
 
@@ -320,10 +324,16 @@ impl Cluster {
                 }
             }
         }
-        // Sessions deleted on other nodes while this one was away.
         for record in db.sessions()? {
-            if !known.contains(&record.id) {
+            if known.contains(&record.id) {
+                continue;
+            }
+            if db.mark(&record.id)? > 0 {
+                // Copied from the cluster once, deleted there while this node was away.
                 db.delete_session(&record.id).await?;
+            } else {
+                // This node's own from before it joined: it goes into the cluster.
+                self.upload(&record, &db).await?;
             }
         }
         let mut watch = self
@@ -371,10 +381,47 @@ impl Cluster {
         Ok(())
     }
 
+    /// Puts a session this node kept on its own (from before it joined the cluster) into the
+    /// cluster: its whole log and its record, under its lease.
+    async fn upload(&self, record: &SessionRecord, db: &local::Db) -> Result<(), StoreError> {
+        let claimed = self.claim(&record.id, db).await?;
+        let log = db.log(&record.id);
+        let events = log.read(0, log.head()?, usize::MAX)?;
+        let events: Vec<(Seq, &[u8])> = events.iter().map(|(s, j)| (*s, j.as_slice())).collect();
+        let result = self.publish(&record.id, &events, Some(record)).await;
+        self.release(&record.id, claimed.epoch).await;
+        let last = result?;
+        db.put_mark(&record.id, last)?;
+        db.flush().await?;
+        tracing::info!(session = %record.id, events = events.len(), "put this node's session into the cluster");
+        Ok(())
+    }
+
     /// Takes the lease of a session for this node and brings the local copy of its log up to
     /// date. A lease held by another node is taken only when its owner has not renewed it for
     /// the lease's lifetime; while the owner renews, this fails with [`StoreError::OwnedElsewhere`].
     pub async fn claim(&self, id: &SessionId, db: &local::Db) -> Result<Claimed, StoreError> {
+        // One claim of a session at a time on this node: a second would take the lease from
+        // the first (both are this node's) and fence it.
+        let lock = self
+            .claiming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.clone())
+            .or_default()
+            .clone();
+        let result = {
+            let _one = lock.lock().await;
+            self.claim_alone(id, db).await
+        };
+        let mut claiming = self.claiming.lock().unwrap_or_else(|p| p.into_inner());
+        if claiming.get(id).is_some_and(|l| Arc::strong_count(l) <= 2) {
+            claiming.remove(id);
+        }
+        result
+    }
+
+    async fn claim_alone(&self, id: &SessionId, db: &local::Db) -> Result<Claimed, StoreError> {
         if let Some(held) = self.held_map().get(id).cloned()
             && !held.lost.is_cancelled()
         {
@@ -384,7 +431,7 @@ impl Cluster {
             });
         }
         let key = token(id);
-        let revision = self.take_lease(id, &key).await?;
+        let (revision, asked) = self.take_lease(id, &key).await?;
         let last = match self.catch_up(id, db).await {
             Ok(last) => last,
             Err(e) => {
@@ -401,7 +448,7 @@ impl Cluster {
             epoch: revision,
             state: Mutex::new(HeldState {
                 revision,
-                renewed: Instant::now(),
+                renewed: asked,
                 last,
                 lost_why: None,
             }),
@@ -436,17 +483,19 @@ impl Cluster {
             && age < self.ttl
     }
 
-    async fn take_lease(&self, id: &SessionId, key: &str) -> Result<u64, StoreError> {
+    /// Takes the lease; returns its revision and when the write that took it was sent.
+    async fn take_lease(&self, id: &SessionId, key: &str) -> Result<(u64, Instant), StoreError> {
         let down = |e: &dyn std::fmt::Display| failed("cannot read the session's lease", e);
         let me = Bytes::from(self.node.clone());
         // Long enough for a dead owner's lease to run out, and for a live one to renew.
         let give_up = Instant::now() + self.ttl * 2;
         loop {
             let entry = self.leases.entry(key).await.map_err(|e| down(&e))?;
+            let sent = Instant::now();
             let entry = match entry {
                 Some(e) if e.operation == kv::Operation::Put => e,
                 _ => match self.leases.create(key, me.clone()).await {
-                    Ok(revision) => return Ok(revision),
+                    Ok(revision) => return Ok((revision, sent)),
                     Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => continue,
                     Err(e) => return Err(down(&e)),
                 },
@@ -457,12 +506,13 @@ impl Cluster {
                 .unwrap_or_default();
             // This node's own lease (from before a restart) or one its owner let run out.
             if holder == self.node || age >= self.ttl {
+                let sent = Instant::now();
                 match self.leases.update(key, me.clone(), entry.revision).await {
                     Ok(revision) => {
                         if holder != self.node {
                             tracing::info!(session = %id, from = holder, "took over the session");
                         }
-                        return Ok(revision);
+                        return Ok((revision, sent));
                     }
                     Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
                     Err(e) => return Err(down(&e)),
@@ -566,6 +616,11 @@ impl Cluster {
             Err(e) => return Err(down(&e)),
         };
         let mut mark = db.mark(id)?;
+        if mark == 0 && last > 0 && db.log(id).head()? > 0 {
+            // A local log that was never the cluster's (an id used on both sides): the
+            // cluster's wins.
+            db.forget_log(id)?;
+        }
         if mark > last {
             // The local copy is of another log (a cluster started afresh): copy it again whole.
             db.forget_log(id)?;
@@ -589,7 +644,10 @@ impl Cluster {
         let mut head = log.head()?;
         while mark < last {
             let Some(message) = messages.next().await else {
-                break;
+                return Err(failed(
+                    "cannot read the session's log",
+                    format!("it ended at message {mark} of {last}"),
+                ));
             };
             let message = message.map_err(|e| down(&e))?;
             let sequence = message.info().map_err(|e| down(&e))?.stream_sequence;
@@ -662,7 +720,11 @@ impl Cluster {
             // Retried as the log's writes are: a put of the same value is harmless.
             let json = Bytes::from(json);
             let mut delay = Duration::from_millis(50);
+            let started = Instant::now();
             while let Err(e) = self.records.put(token(id), json.clone()).await {
+                if e.kind() == kv::PutErrorKind::InvalidKey || started.elapsed() >= self.ttl {
+                    return Err(failed("cannot save the session's record", e));
+                }
                 if let Err(why) = held.usable(self.ttl) {
                     return Err(failed(
                         "cannot save the session's record",
@@ -693,6 +755,7 @@ impl Cluster {
         let subject = subject(id);
         let mut delay = Duration::from_millis(50);
         let mut retried = false;
+        let started = Instant::now();
         loop {
             let message = jetstream::message::PublishMessage::build()
                 .payload(payload.clone())
@@ -707,7 +770,7 @@ impl Cluster {
                 Ok(ack) => return Ok(ack.sequence),
                 Err(e) => e,
             };
-            if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence {
+            if e.kind() == PublishErrorKind::WrongLastSequence {
                 // A retried publish that was stored after all is the subject's last message.
                 if retried && let Some(sequence) = self.last_with_id(id, message_id).await {
                     return Ok(sequence);
@@ -719,10 +782,28 @@ impl Cluster {
                     why,
                 });
             }
+            // A refusal that will not change (too big, storage full, not allowed) is not
+            // tried again; nor is anything once the lease is in doubt or a lease's time passed.
+            let passing = matches!(
+                e.kind(),
+                PublishErrorKind::TimedOut
+                    | PublishErrorKind::BrokenPipe
+                    | PublishErrorKind::StreamNotFound
+                    | PublishErrorKind::MaxAckPending
+            );
+            if !passing {
+                return Err(failed("cannot write to the session's log", e));
+            }
             if let Err(why) = held.usable(self.ttl) {
                 return Err(failed(
                     "cannot write to the session's log",
                     format!("{e}; gave up: {why}"),
+                ));
+            }
+            if started.elapsed() >= self.ttl {
+                return Err(failed(
+                    "cannot write to the session's log",
+                    format!("{e}; gave up after {:.0?}", started.elapsed()),
                 ));
             }
             if !retried {
@@ -748,8 +829,19 @@ impl Cluster {
     /// Gives back the lease of a session this node stops running. This node stops holding it
     /// at once; the returned future deletes the lease (unless it was renewed or claimed anew
     /// since), so another node may take the session without waiting.
-    pub fn release(&self, id: &SessionId) -> impl std::future::Future<Output = ()> + use<> {
-        let held = self.held_map().remove(id);
+    pub fn release(
+        &self,
+        id: &SessionId,
+        epoch: u64,
+    ) -> impl std::future::Future<Output = ()> + use<> {
+        // Only the claim of that epoch: a newer claim of the session stays.
+        let held = {
+            let mut map = self.held_map();
+            match map.get(id) {
+                Some(h) if h.epoch == epoch => map.remove(id),
+                _ => None,
+            }
+        };
         let leases = self.leases.clone();
         let id = id.clone();
         async move {
@@ -764,6 +856,18 @@ impl Cluster {
             {
                 tracing::debug!(session = %id, "could not give the lease back: {e}");
             }
+        }
+    }
+
+    /// Gives back every lease this node holds.
+    pub async fn release_all(&self) {
+        let held: Vec<(SessionId, u64)> = self
+            .held_map()
+            .iter()
+            .map(|(id, h)| (id.clone(), h.epoch))
+            .collect();
+        for (id, epoch) in held {
+            self.release(&id, epoch).await;
         }
     }
 
@@ -793,8 +897,9 @@ impl Held {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Refuses a write once the lease is lost or has gone unrenewed for half its lifetime
-    /// (another node may take it at the full lifetime).
+    /// Refuses a write once the lease is lost or has gone unrenewed for three quarters of its
+    /// lifetime (another node may take it at the full lifetime, counted from when the server
+    /// stored the renewal, which is after this node sent it).
     fn usable(&self, ttl: Duration) -> Result<(), String> {
         let state = self.state();
         if let Some(why) = &state.lost_why {
@@ -803,7 +908,7 @@ impl Held {
         if self.lost.is_cancelled() {
             return Err("the lease was given back".into());
         }
-        if state.renewed.elapsed() >= ttl / 2 {
+        if state.renewed.elapsed() >= unrenewed_limit(ttl) {
             let why = format!(
                 "the lease went unrenewed for {:.1}s",
                 state.renewed.elapsed().as_secs_f64()
@@ -825,28 +930,56 @@ impl Held {
     }
 }
 
-/// Renews a held lease every third of its lifetime until it is lost or given back.
+/// How long a lease may go unrenewed before its holder stops writing.
+fn unrenewed_limit(ttl: Duration) -> Duration {
+    ttl * 3 / 4
+}
+
+/// Renews a held lease every quarter of its lifetime (a failed renewal is tried again at once,
+/// every quarter second) until it is lost or given back.
 async fn renew(leases: kv::Store, node: String, ttl: Duration, held: Arc<Held>) {
-    let every = ttl / 3;
+    let every = ttl / 4;
+    let again = Duration::from_millis(250);
+    let wait_for_ack = (ttl / 8).max(again);
+    let mut next = every;
     loop {
         tokio::select! {
             () = held.lost.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
+            () = tokio::time::sleep(next) => {}
         }
         if held.usable(ttl).is_err() {
             return;
         }
         let revision = held.state().revision;
+        let sent = Instant::now();
         let update = leases.update(&held.key, Bytes::from(node.clone()), revision);
-        match tokio::time::timeout(every, update).await {
+        next = again;
+        match tokio::time::timeout(wait_for_ack, update).await {
             Ok(Ok(revision)) => {
                 let mut state = held.state();
                 state.revision = revision;
-                state.renewed = Instant::now();
+                state.renewed = sent;
+                next = every;
             }
             Ok(Err(e)) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
-                held.lose("another node took the session over".into());
-                return;
+                // A renewal that timed out here may have been stored after all: the lease still
+                // names this node. Anything else is another node's.
+                match leases.entry(&held.key).await {
+                    Ok(Some(entry))
+                        if entry.operation == kv::Operation::Put
+                            && *entry.value == *node.as_bytes() =>
+                    {
+                        let mut state = held.state();
+                        state.revision = entry.revision;
+                        state.renewed = sent;
+                        next = every;
+                    }
+                    Ok(_) => {
+                        held.lose("another node took the session over".into());
+                        return;
+                    }
+                    Err(e) => tracing::warn!(key = held.key, "could not read a lease: {e}"),
+                }
             }
             Ok(Err(e)) => tracing::warn!(key = held.key, "could not renew a lease: {e}"),
             Err(_) => tracing::warn!(key = held.key, "renewing a lease timed out"),

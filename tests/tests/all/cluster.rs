@@ -344,7 +344,7 @@ fn a_paused_owner_is_fenced_and_its_tool_is_gone() -> anyhow::Result<()> {
             .all(|e| e["epoch"].as_u64() == b_epoch),
         "a wrote after b took over"
     );
-    assert!(a.log().contains("took this session over"), "{}", a.log());
+    assert!(a.log().contains("lost the session's lease"), "{}", a.log());
     a.kill9()?;
     no_rejections(&fake);
     Ok(())
@@ -453,6 +453,58 @@ fn bad_cluster_settings_and_an_unreachable_cluster_are_named() -> anyhow::Result
     assert!(
         err.contains("config.toml:3") && err.contains("cluster.lease_ttl"),
         "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_node_that_joins_brings_its_sessions_along() -> anyhow::Result<()> {
+    let nats = NatsCluster::start(1)?;
+    let (_keep, shared) = shared_dir()?;
+    let fake = Fake::start(Script::of([
+        Step::text("Before the cluster."),
+        Step::text("After, on another node."),
+    ]))?;
+    // A daemon on its own first, with one conversation.
+    let mut alone = Daemon::prepare(fake.env())?;
+    alone.trust(&shared)?;
+    alone.spawn()?;
+    let mut c = alone.ndjson()?;
+    let session = c.new_session_in(&shared)?;
+    c.watch(&session)?;
+    c.start_turn(&session, "hello")?;
+    c.events_until("turn_ended")?;
+    drop(c);
+    let mut check = alone.ndjson()?;
+    let before = replay(&mut check, &session, 0)?;
+    drop(check);
+    alone.terminate()?;
+    // The same daemon joins a cluster: its session goes with it, for every node.
+    alone.env.extend([
+        ("TETHER_CLUSTER_NATS".to_owned(), nats.url(0)),
+        ("TETHER_CLUSTER_NODE".to_owned(), "a".to_owned()),
+        ("TETHER_CLUSTER_REPLICAS".to_owned(), "1".to_owned()),
+        ("TETHER_CLUSTER_LEASE_TTL".to_owned(), TTL.to_owned()),
+    ]);
+    alone.spawn()?;
+    let b = node(&nats, "b", &fake, &shared, TTL)?;
+    let mut on_b = b.ndjson()?;
+    let listed = on_b.call("session/list", json!({}))?;
+    assert_eq!(
+        listed["sessions"][0]["sessionId"],
+        json!(session),
+        "{listed}"
+    );
+    alone.kill9()?;
+    let after = replay(&mut on_b, &session, 0)?;
+    let (before, after) = (logged(&before), logged(&after));
+    assert!(after.len() >= before.len(), "events were lost: {after:?}");
+    assert_eq!(before, after[..before.len()]);
+    on_b.start_turn(&session, "still there?")?;
+    let next = on_b.events_until("turn_ended")?;
+    assert_eq!(
+        next.last().context("end")?["data"]["stopReason"],
+        "end_turn"
     );
     Ok(())
 }
