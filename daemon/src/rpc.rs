@@ -6,6 +6,7 @@
 
 mod attach;
 mod connections;
+mod forward;
 mod gate;
 mod listener;
 mod methods;
@@ -46,8 +47,10 @@ where
         .map(|n| n as usize)
         .unwrap_or(1024)
         .max(1);
+    let store = api.sessions.store().clone();
     let module: RpcModule<RpcApi> = api.into_rpc();
     let methods: Methods = module.into();
+    forward::serve(&store, methods.clone());
     let config = ServerConfig::builder()
         .max_request_body_size(MAX_MESSAGE_BYTES)
         .max_response_body_size(MAX_MESSAGE_BYTES)
@@ -87,6 +90,7 @@ where
                 Ok(stream) => {
                     let id = connections.connect();
                     let methods = methods.clone();
+                    let store = store.clone();
                     let services = services.clone();
                     let stop = stop_handle.clone();
                     let shutdown = shutdown.clone();
@@ -99,7 +103,8 @@ where
                                 let mut svc = services
                                     .set_rpc_middleware(
                                         RpcServiceBuilder::new()
-                                            .layer_fn(move |s| gate::InFlight::new(s, counted.clone())),
+                                            .layer_fn(move |s| gate::InFlight::new(s, counted.clone()))
+                                            .layer_fn(move |s| forward::PassOn::new(s, store.clone())),
                                     )
                                     .connection_id(id)
                                     .build(methods, stop.clone());
@@ -111,7 +116,9 @@ where
                                 }
                                 closed.await;
                             }
-                            Some(Transport::Ndjson) => ndjson::serve(stream, methods, id, shutdown).await,
+                            Some(Transport::Ndjson) => {
+                                ndjson::serve(stream, methods, store, id, shutdown).await
+                            }
                             None => {}
                         }
                         connections.disconnect(id);

@@ -175,6 +175,13 @@ pub struct Claim {
     pub lost: CancellationToken,
 }
 
+/// Answers a call another node passed on (the call's JSON-RPC text → the reply's).
+pub type PassedOn = Arc<
+    dyn Fn(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// A session followed from a node that does not run it ([`Store::follow`]).
 #[derive(Debug)]
 pub struct Following {
@@ -321,6 +328,24 @@ impl Store {
     pub async fn release_all(&self) {
         if let Some(cluster) = &self.cluster {
             cluster.release_all().await;
+        }
+    }
+
+    /// Answers, with `handler`, the calls other nodes pass on to this one (a no-op on one
+    /// machine).
+    pub fn serve_passed_on(&self, handler: PassedOn) {
+        if let Some(cluster) = &self.cluster {
+            cluster.serve_calls(handler);
+        }
+    }
+
+    /// Passes a call (JSON-RPC text) on to `node` and returns its reply's text.
+    pub async fn pass_on(&self, node: &str, call: String) -> Result<String, StoreError> {
+        match &self.cluster {
+            Some(cluster) => cluster.pass_on(node, call).await,
+            None => Err(StoreError::Cluster(
+                "this daemon is not in a cluster".into(),
+            )),
         }
     }
 

@@ -147,6 +147,18 @@ impl Fake {
         })
     }
 
+    /// Fails when the fake rejected any request (one the real API would have refused).
+    pub fn no_rejections(&self) {
+        for r in self.server.message_requests() {
+            assert!(
+                r.rejected.is_none(),
+                "the fake API rejected a request: {:?}\n{}",
+                r.rejected,
+                r.body
+            );
+        }
+    }
+
     /// The environment that points a daemon at this fake.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![

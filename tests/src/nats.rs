@@ -529,6 +529,34 @@ fn http_get_json(port: u16, path: &str) -> anyhow::Result<Value> {
     serde_json::from_str(body).context("a body that is not JSON")
 }
 
+impl NatsCluster {
+    /// Starts a `tetherd` node of this cluster named `name`, with `env` (e.g. the fake API's),
+    /// `shared` (where its sessions work) trusted, and a lease of `ttl`.
+    pub fn node(
+        &self,
+        name: &str,
+        mut env: Vec<(String, String)>,
+        shared: &Path,
+        ttl: &str,
+    ) -> anyhow::Result<crate::Daemon> {
+        env.extend([
+            ("TETHER_CLUSTER_NATS".to_owned(), self.urls().join(",")),
+            ("TETHER_CLUSTER_NODE".to_owned(), name.to_owned()),
+            ("TETHER_CLUSTER_LEASE_TTL".to_owned(), ttl.to_owned()),
+            (
+                "TETHER_CLUSTER_REPLICAS".to_owned(),
+                self.len().min(3).to_string(),
+            ),
+        ]);
+        let mut daemon = crate::Daemon::prepare(env)?;
+        daemon.trust(shared)?;
+        daemon
+            .spawn()
+            .with_context(|| format!("node {name} did not start: {}", daemon.log()))?;
+        Ok(daemon)
+    }
+}
+
 /// Publishes `payload` on `subject` through the server at `url`, speaking the NATS protocol
 /// itself, and waits for JetStream's acknowledgement (a stream captures the subject); e.g. to
 /// write a key of a KV bucket as another program would (`$KV.<bucket>.<key>`).

@@ -41,6 +41,14 @@ fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
 }
 
 fn rpc_error(e: SessionError) -> ErrorObjectOwned {
+    // The node that runs the session, for the call to be passed on to it (`forward.rs`).
+    if let SessionError::Store(StoreError::OwnedElsewhere { node, .. }) = &e {
+        return ErrorObjectOwned::owned(
+            ErrorCode::SessionElsewhere.code(),
+            e.to_string(),
+            Some(serde_json::json!({ "node": node })),
+        );
+    }
     let code = match &e {
         SessionError::NotFound(_) => ErrorCode::SessionNotFound,
         SessionError::Store(

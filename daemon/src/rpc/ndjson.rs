@@ -6,7 +6,9 @@
 //! may come out of order; clients match them by `id`). At read EOF the connection waits for its
 //! in-flight calls and writes their replies before closing, so `echo req | socat` works.
 
+use super::forward;
 use super::gate::{Gate, Pass, Throttled};
+use crate::store::Store;
 use futures::StreamExt;
 use jsonrpsee::ConnectionId;
 use jsonrpsee::core::server::{
@@ -75,6 +77,8 @@ impl Decoder for FrameCodec {
 
 struct Conn {
     methods: Methods,
+    /// Where a call about a session another node runs is passed on.
+    store: Store,
     sink: MethodSink,
     conn_id: ConnectionId,
     subscriptions: BoundedSubscriptions,
@@ -84,6 +88,7 @@ struct Conn {
 pub async fn serve(
     stream: UnixStream,
     methods: Methods,
+    store: Store,
     conn_id: u32,
     shutdown: CancellationToken,
 ) {
@@ -95,6 +100,7 @@ pub async fn serve(
     let mut writer = tokio::spawn(write_lines(write, rx, closing.clone()));
     let conn = Arc::new(Conn {
         methods,
+        store,
         sink: MethodSink::new_with_limit(tx, MAX_MESSAGE_BYTES),
         conn_id: ConnectionId::from(conn_id),
         subscriptions: BoundedSubscriptions::new(MAX_SUBSCRIPTIONS),
@@ -319,20 +325,23 @@ async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
         extensions,
         ..
     } = req;
+    let raw = params.clone();
     let params = Params::new(params.as_ref().map(|p| p.get()));
     let max = MAX_MESSAGE_BYTES as usize;
     match conn.methods.method_with_name(&method) {
         None => MethodResponse::error(id, ErrorObject::from(ErrorCode::MethodNotFound)),
         Some((_, MethodCallback::Sync(cb))) => cb(id, params, max, extensions),
         Some((_, MethodCallback::Async(cb))) => {
-            cb(
-                id.into_owned(),
+            let id = id.into_owned();
+            let response = cb(
+                id.clone(),
                 params.into_owned(),
                 conn.conn_id,
                 max,
                 extensions,
             )
-            .await
+            .await;
+            forward::elsewhere(&conn.store, &method, raw.as_deref(), id, response).await
         }
         Some((_, MethodCallback::Subscription(cb))) => match conn.subscriptions.acquire() {
             Some(permit) => {

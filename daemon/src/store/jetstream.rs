@@ -40,6 +40,8 @@ const NODES: &str = "tether-nodes";
 const JETSTREAM_PATIENCE: Duration = Duration::from_secs(30);
 /// Events a follower may have waiting before the log is read further.
 const FOLLOW_BUFFER: usize = 256;
+/// How long a node waits for another to answer a call it passed on.
+const PASS_ON_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a node waiting for a lease looks at it again.
 const LEASE_POLL: Duration = Duration::from_millis(100);
 
@@ -271,6 +273,60 @@ impl Cluster {
         }
         out.sort();
         out
+    }
+
+    /// Answers the calls other nodes pass on to this one with `handler`, each as it comes.
+    pub fn serve_calls(&self, handler: super::PassedOn) {
+        let client = self.client.clone();
+        let subject = calls_subject(&self.node);
+        tokio::spawn(async move {
+            let mut calls = match client.subscribe(subject).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("cannot take calls from other nodes: {e}");
+                    return;
+                }
+            };
+            while let Some(call) = calls.next().await {
+                let Some(reply) = call.reply.clone() else {
+                    continue;
+                };
+                let handler = handler.clone();
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let answer = handler(String::from_utf8_lossy(&call.payload).into_owned()).await;
+                    if let Err(e) = client.publish(reply, Bytes::from(answer)).await {
+                        tracing::debug!("could not answer a passed-on call: {e}");
+                    }
+                });
+            }
+        });
+    }
+
+    /// Whether `node` answers at all (a node that died has no one taking its calls: NATS says
+    /// so at once; a paused one does not answer in time).
+    async fn answers(&self, node: &str) -> bool {
+        let request = async_nats::Request::new()
+            .payload(Bytes::from_static(b"ping"))
+            .timeout(Some(Duration::from_secs(1)));
+        self.client
+            .send_request(calls_subject(node), request)
+            .await
+            .is_ok()
+    }
+
+    /// Passes a call on to `node` and waits for its answer.
+    pub async fn pass_on(&self, node: &str, call: String) -> Result<String, StoreError> {
+        let request = async_nats::Request::new()
+            .payload(Bytes::from(call))
+            .timeout(Some(PASS_ON_TIMEOUT));
+        match self.client.send_request(calls_subject(node), request).await {
+            Ok(answer) => Ok(String::from_utf8_lossy(&answer.payload).into_owned()),
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Err(
+                StoreError::Cluster(format!("node {node} is not connected to the cluster")),
+            ),
+            Err(e) => Err(failed(&format!("node {node} did not answer"), e)),
+        }
     }
 
     /// This node's name.
@@ -518,7 +574,16 @@ impl Cluster {
                     Err(e) => return Err(down(&e)),
                 }
             }
-            // Held by another node: wait for it to renew (it is alive) or to run out.
+            // Held by another node that renewed it lately (every quarter of the lease) and
+            // answers: it runs the session.
+            if age < self.ttl / 2 && self.answers(&holder).await {
+                return Err(StoreError::OwnedElsewhere {
+                    session: id.clone(),
+                    node: holder,
+                });
+            }
+            // Gone, paused or cut off: wait for a renewal (it is alive after all) or for the
+            // lease to run out.
             loop {
                 tokio::time::sleep(LEASE_POLL).await;
                 let now = self.leases.entry(key).await.map_err(|e| down(&e))?;
@@ -985,6 +1050,14 @@ async fn renew(leases: kv::Store, node: String, ttl: Duration, held: Arc<Held>) 
             Err(_) => tracing::warn!(key = held.key, "renewing a lease timed out"),
         }
     }
+}
+
+/// Where a node takes the calls other nodes pass on to it.
+fn calls_subject(node: &str) -> String {
+    format!(
+        "tether.calls.{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(node)
+    )
 }
 
 /// The seq of a log message's first event.

@@ -133,16 +133,7 @@ fn node(
     shared: &Path,
     ttl: &str,
 ) -> anyhow::Result<Daemon> {
-    let mut env = fake.env();
-    env.extend([
-        ("TETHER_CLUSTER_NATS".to_owned(), nats.urls().join(",")),
-        ("TETHER_CLUSTER_NODE".to_owned(), name.to_owned()),
-        ("TETHER_CLUSTER_LEASE_TTL".to_owned(), ttl.to_owned()),
-    ]);
-    let mut daemon = Daemon::prepare(env)?;
-    daemon.trust(shared)?;
-    daemon.spawn()?;
-    Ok(daemon)
+    nats.node(name, fake.env(), shared, ttl)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

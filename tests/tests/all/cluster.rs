@@ -22,22 +22,7 @@ fn node(
     shared: &Path,
     ttl: &str,
 ) -> anyhow::Result<Daemon> {
-    let mut env = fake.env();
-    env.extend([
-        ("TETHER_CLUSTER_NATS".to_owned(), nats.urls().join(",")),
-        ("TETHER_CLUSTER_NODE".to_owned(), name.to_owned()),
-        ("TETHER_CLUSTER_LEASE_TTL".to_owned(), ttl.to_owned()),
-        (
-            "TETHER_CLUSTER_REPLICAS".to_owned(),
-            nats.len().min(3).to_string(),
-        ),
-    ]);
-    let mut daemon = Daemon::prepare(env)?;
-    daemon.trust(shared)?;
-    daemon
-        .spawn()
-        .with_context(|| format!("node {name} did not start: {}", daemon.log()))?;
-    Ok(daemon)
+    nats.node(name, fake.env(), shared, ttl)
 }
 
 /// A working directory every node sees (one host).
@@ -59,17 +44,6 @@ fn replay(c: &mut Ndjson, session: &str, since: u64) -> anyhow::Result<Vec<Value
 
 fn logged(events: &[Value]) -> Vec<&Value> {
     events.iter().filter(|e| e["seq"].is_u64()).collect()
-}
-
-fn no_rejections(fake: &Fake) {
-    for r in fake.server.message_requests() {
-        assert!(
-            r.rejected.is_none(),
-            "the fake API rejected a request: {:?}\n{}",
-            r.rejected,
-            r.body
-        );
-    }
 }
 
 /// Whether a process whose command line contains `marker` runs.
@@ -205,18 +179,25 @@ fn a_session_outlives_its_node_killed_mid_tool_and_the_tool_never_runs_twice() -
     let mut check = b.ndjson()?;
     let all = replay(&mut check, &session, 0)?;
     check_log(&logged(&all))?;
-    no_rejections(&fake);
+    fake.no_rejections();
     eprintln!("failover: b answered after {took:?} (lease {TTL})");
     Ok(())
 }
 
 #[test]
-fn every_node_serves_the_same_events_from_any_seq_live_too() -> anyhow::Result<()> {
+fn every_node_serves_every_session_events_commands_and_answers() -> anyhow::Result<()> {
     let nats = NatsCluster::start(3)?;
     let (_keep, shared) = shared_dir()?;
+    let written = shared.join("from-b.txt");
     let fake = Fake::start(Script::of([
         Step::text("First reply, in a few words."),
         Step::text("Second reply, live on every node."),
+        Step::text("Third, asked from b."),
+        Step::text("Writing.").tool_use(
+            "Write",
+            json!({"file_path": written.display().to_string(), "content": "approved on b\n"}),
+        ),
+        Step::text("Written."),
     ]))?;
     let a = node(&nats, "a", &fake, &shared, TTL)?;
     let b = node(&nats, "b", &fake, &shared, TTL)?;
@@ -257,19 +238,53 @@ fn every_node_serves_the_same_events_from_any_seq_live_too() -> anyhow::Result<(
             .collect();
         assert_eq!(got, same, "{name} saw the turn differently");
     }
-    // A command there is refused, naming the node that runs the session.
-    let refused = on_b.request(
-        "turn/start",
-        json!({"sessionId": session, "input": [{"type": "text", "text": "three"}]}),
-    )?;
-    assert_eq!(refused["error"]["code"], -32009, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("node a")),
-        "{refused}"
+    // A command on b goes to a, which runs it; every node sees it.
+    let mut asks = b.ndjson()?;
+    asks.start_turn(&session, "three")?;
+    let third = on_b.events_until("turn_ended")?;
+    assert_eq!(
+        third.last().context("end")?["data"]["stopReason"],
+        "end_turn"
     );
-    no_rejections(&fake);
+    assert!(
+        third
+            .iter()
+            .any(|e| e["type"] == "turn_started" && e["data"]["input"][0]["text"] == "three")
+    );
+    on_c.events_until("turn_ended")?;
+    let snapshot = asks.call("session/get", json!({"sessionId": session}))?;
+    // Answered by a (b's copy may lag): the turn's end is in it.
+    assert!(
+        snapshot["headSeq"].as_u64() >= third.last().context("end")?["seq"].as_u64(),
+        "{snapshot}"
+    );
+    assert_eq!(snapshot["runningTurn"], Value::Null, "{snapshot}");
+
+    // A permission request of a session on a, answered from b.
+    let asking = on_a.call(
+        "session/new",
+        json!({"cwd": shared, "title": "asks", "permissionMode": "default"}),
+    )?["sessionId"]
+        .as_str()
+        .context("session")?
+        .to_owned();
+    on_a.start_turn(&asking, "write it")?;
+    let mut follower = b.ndjson()?;
+    follower.subscribe(&asking, json!(0))?;
+    let request = follower
+        .events_until("permission_requested")?
+        .last()
+        .context("a request")?["data"]["requestId"]
+        .clone();
+    let answer = asks.call(
+        "permission/respond",
+        json!({"sessionId": asking, "requestId": request, "decision": "allow_once"}),
+    )?;
+    assert_eq!(answer["status"], "accepted", "{answer}");
+    let end = follower.events_until("turn_ended")?;
+    assert_eq!(end.last().context("end")?["data"]["stopReason"], "end_turn");
+    assert_eq!(std::fs::read_to_string(&written)?, "approved on b\n");
+    fake.no_rejections();
     Ok(())
 }
 
@@ -346,7 +361,7 @@ fn a_paused_owner_is_fenced_and_its_tool_is_gone() -> anyhow::Result<()> {
     );
     assert!(a.log().contains("lost the session's lease"), "{}", a.log());
     a.kill9()?;
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -410,7 +425,7 @@ fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> 
         bail!("#{} differs: {} vs {}", i + 1, before[i], after[i]);
     }
     check_log(&after)?;
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 

@@ -37,17 +37,6 @@ fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == ty).collect()
 }
 
-fn no_rejections(fake: &Fake) {
-    for r in fake.server.message_requests() {
-        assert!(
-            r.rejected.is_none(),
-            "the fake API rejected a request: {:?}\n{}",
-            r.rejected,
-            r.body
-        );
-    }
-}
-
 #[test]
 fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
     let (fake, _daemon, mut c, session) = setup(Script::of([Step::text("Hello from the model.")]))?;
@@ -134,7 +123,7 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             "ExitPlanMode"
         ]
     );
-    no_rejections(&fake);
+    fake.no_rejections();
 
     let snapshot = c.call("session/get", json!({"sessionId": session}))?;
     assert_eq!(snapshot["usage"]["inputTokens"], 25);
@@ -215,7 +204,7 @@ fn parallel_reads_then_a_write_and_all_results_in_one_message_in_order() -> anyh
             .as_str()
             .is_some_and(|s| s.contains("     1\talpha"))
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -250,7 +239,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
         "{unknown}"
     );
     assert_eq!(stop_reason(&events), "end_turn");
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -281,7 +270,7 @@ fn max_tokens_is_continued_with_our_own_user_message() -> anyhow::Result<()> {
             .as_str()
             .is_some_and(|t| t.contains("Continue exactly where you stopped"))
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -323,7 +312,7 @@ fn cancel_mid_stream_then_the_next_turn_works() -> anyhow::Result<()> {
         "[Request interrupted by user]"
     );
     assert_eq!(msgs[2]["content"][1]["text"], "second");
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -365,7 +354,7 @@ fn busy_sessions_reject_or_queue_and_client_turn_ids_are_idempotent() -> anyhow:
     );
     assert_eq!(stop_reason(&events), "end_turn");
     assert_eq!(fake.server.message_requests().len(), 2);
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -414,7 +403,7 @@ fn memory_files_and_git_reach_the_model_and_the_system_prompt_is_stable() -> any
         "byte-identical across requests"
     );
     assert_eq!(reqs[0].body["tools"], reqs[1].body["tools"]);
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -481,7 +470,7 @@ fn auto_compaction_near_the_context_limit_continues_from_the_summary() -> anyhow
     assert_eq!(msgs.len(), 1, "{msgs:?}");
     let text = msgs[0]["content"][0]["text"].as_str().context("text")?;
     assert!(text.contains("SUMMARY: the user asked"), "{text}");
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -533,7 +522,7 @@ fn kill_9_during_compaction_keeps_the_full_history_and_the_next_turn_compacts_ag
         summarize.contains("first question") && summarize.contains("Long answer."),
         "the second summary covers the whole history: {summarize}"
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -560,7 +549,7 @@ fn prompt_too_long_is_compacted_and_retried_once() -> anyhow::Result<()> {
         .collect();
     assert_eq!(text, "Answer after compaction.");
     assert_eq!(fake.server.message_requests().len(), 3);
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -675,7 +664,7 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
         "the prompt prefix never changes"
     );
     assert_eq!(reqs[2].body["model"], "claude-opus-5-5");
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -735,7 +724,7 @@ fn history_survives_a_restart_and_a_turn_cut_by_kill_9_is_ended() -> anyhow::Res
         "{msgs:?}"
     );
     assert_eq!(msgs[4]["content"][1]["text"], "are you there?");
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -783,7 +772,7 @@ fn cancel_during_a_running_tool_kills_it_and_the_next_turn_works() -> anyhow::Re
         "user, assistant tool_use, user(result + new prompt): {msgs:?}"
     );
     assert_eq!(msgs[2]["content"][0]["type"], "tool_result");
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -823,7 +812,7 @@ fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::
         !child_tools.contains(&"Task") && child_tools.contains(&"Read"),
         "{child_tools:?}"
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -902,7 +891,7 @@ fn a_projects_agent_runs_with_its_own_prompt_tools_and_model() -> anyhow::Result
         !system.contains("You are tether"),
         "not the parent's prompt: {system}"
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -979,7 +968,7 @@ fn glob_read_edit_and_git_diff_chain_in_one_turn() -> anyhow::Result<()> {
         last["content"][0].get("details").is_none(),
         "client-only details never reach the model"
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -1017,7 +1006,7 @@ fn session_compact_summarizes_on_request() -> anyhow::Result<()> {
             .as_str()
             .is_some_and(|t| t.contains("SUMMARY of the chat"))
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -1130,7 +1119,7 @@ fn export_and_fork_carry_the_conversation() -> anyhow::Result<()> {
         1,
         "nothing from before the fork point: {msgs:?}"
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -1247,7 +1236,7 @@ fn kill_9_during_a_tool_gives_it_an_interrupted_result_and_the_session_goes_on()
             .as_str()
             .is_some_and(|s| s.contains("the daemon stopped"))
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -1303,7 +1292,7 @@ fn claude_codes_tool_names_and_fields_are_understood() -> anyhow::Result<()> {
     assert_eq!(stop["data"]["isError"], true, "an unknown shell: {stop}");
     let agent = result_of("Agent")?;
     assert!(text(agent).contains("one, two, three"), "{agent}");
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }
 
@@ -1468,7 +1457,7 @@ fn read_sends_a_pdf_as_a_document_and_a_long_one_by_pages() -> anyhow::Result<()
     std::fs::write(daemon.workdir().join("long.pdf"), tiny_pdf(12))?;
     let events = run_turn(&mut c, &session, "read the pdfs")?;
     assert_eq!(stop_reason(&events), "end_turn");
-    no_rejections(&fake);
+    fake.no_rejections();
     let results = of_type(&events, "tool_result");
     let short = &results[0]["data"];
     assert_eq!(short["isError"], false, "{short}");
@@ -1535,7 +1524,7 @@ fn web_search_runs_the_apis_search_tool_and_returns_the_cited_pages() -> anyhow:
     ]))?;
     let events = run_turn(&mut c, &session, "which tokio is current?")?;
     assert_eq!(stop_reason(&events), "end_turn");
-    no_rejections(&fake);
+    fake.no_rejections();
     let requests = fake.server.message_requests();
     let sub = requests
         .iter()
@@ -1600,6 +1589,6 @@ fn a_background_shell_that_ends_wakes_the_model_while_someone_is_there() -> anyh
             && told.contains("exited with code 0"),
         "{told}"
     );
-    no_rejections(&fake);
+    fake.no_rejections();
     Ok(())
 }

@@ -1,0 +1,146 @@
+//! Cluster mode: a call about a session another node runs is answered by that node. A method
+//! that finds the session elsewhere answers `-32009` naming the node; this passes the call on
+//! to it (NATS request-reply, through the store) and answers with its reply, so a client never
+//! needs to know which node runs a session. The other half serves the calls other nodes pass
+//! on, through this daemon's own methods.
+//!
+//! Invariant: a call is passed on once; the node that runs the session answers it with its
+//! methods directly (no middleware, so never passed on again). A subscription is never passed
+//! on (a node follows a session it does not run itself).
+
+use crate::store::Store;
+use jsonrpsee::core::server::MethodResponse;
+use jsonrpsee::server::middleware::rpc::{Batch, Notification, RpcServiceT};
+use jsonrpsee::types::{ErrorObject, Id, Request};
+use jsonrpsee::{Methods, ResponsePayload};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::future::Future;
+use std::sync::Arc;
+use tether_proto::ErrorCode;
+
+/// Replies larger than this are not passed back (they would not fit a NATS message).
+const MAX_REPLY: usize = 768 * 1024;
+
+/// Serves the calls other nodes pass on to this one with `methods`.
+pub fn serve(store: &Store, methods: Methods) {
+    let handler = Arc::new(move |request: String| {
+        let methods = methods.clone();
+        let reply: std::pin::Pin<Box<dyn Future<Output = String> + Send>> = Box::pin(async move {
+            match methods.raw_json_request(&request, 1).await {
+                Ok((reply, _)) => reply.get().to_owned(),
+                Err(e) => serde_json::json!({
+                    "jsonrpc": "2.0", "id": null,
+                    "error": {"code": -32700, "message": format!("not a call: {e}")}
+                })
+                .to_string(),
+            }
+        });
+        reply
+    });
+    store.serve_passed_on(handler);
+}
+
+/// `response` as it is, or, when it says another node runs the session, that node's answer
+/// to the same call.
+pub async fn elsewhere(
+    store: &Store,
+    method: &str,
+    params: Option<&RawValue>,
+    id: Id<'static>,
+    response: MethodResponse,
+) -> MethodResponse {
+    if response.as_error_code() != Some(ErrorCode::SessionElsewhere.code()) {
+        return response;
+    }
+    let reply: Value = serde_json::from_str(response.to_json().get()).unwrap_or_default();
+    let Some(node) = reply["error"]["data"]["node"].as_str() else {
+        return response;
+    };
+    let call = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": method,
+        "params": params,
+    });
+    let answer = match store.pass_on(node, call.to_string()).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            let message = reply["error"]["message"].as_str().unwrap_or_default();
+            return MethodResponse::error(
+                id,
+                ErrorObject::owned(
+                    ErrorCode::SessionElsewhere.code(),
+                    format!("{message}; node {node} did not answer: {e}"),
+                    Some(serde_json::json!({"node": node})),
+                ),
+            );
+        }
+    };
+    let answer: Value = serde_json::from_str(&answer).unwrap_or_default();
+    match (answer.get("result"), answer.get("error")) {
+        (Some(result), _) => {
+            MethodResponse::response(id, ResponsePayload::success(result.clone()), MAX_REPLY)
+        }
+        (None, Some(error)) => MethodResponse::error(
+            id,
+            ErrorObject::owned(
+                error["code"].as_i64().unwrap_or(-32603) as i32,
+                error["message"].as_str().unwrap_or("error").to_owned(),
+                error.get("data").cloned(),
+            ),
+        ),
+        (None, None) => response,
+    }
+}
+
+/// The WebSocket transport's middleware: [`elsewhere`] for every method call.
+#[derive(Clone)]
+pub struct PassOn<S> {
+    inner: S,
+    store: Store,
+}
+
+impl<S> PassOn<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, store: Store) -> Self {
+        Self { inner, store }
+    }
+}
+
+impl<S> RpcServiceT for PassOn<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+        > + Send
+        + Sync,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = MethodResponse;
+    type BatchResponse = MethodResponse;
+
+    fn call<'a>(&self, request: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let method = request.method_name().to_owned();
+        let params = request.params.as_ref().map(|p| p.clone().into_owned());
+        let id = request.id().into_owned();
+        let store = self.store.clone();
+        let call = self.inner.call(request);
+        async move {
+            let response = call.await;
+            elsewhere(&store, &method, params.as_deref(), id, response).await
+        }
+    }
+
+    fn batch<'a>(&self, requests: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.inner.batch(requests)
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.inner.notification(n)
+    }
+}
