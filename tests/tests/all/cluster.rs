@@ -289,6 +289,65 @@ fn every_node_serves_every_session_events_commands_and_answers() -> anyhow::Resu
 }
 
 #[test]
+fn a_permission_request_open_when_its_node_dies_is_answered_on_another() -> anyhow::Result<()> {
+    let nats = NatsCluster::start(3)?;
+    let (_keep, shared) = shared_dir()?;
+    let file = shared.join("after-failover.txt");
+    let fake = Fake::start(Script::of([
+        Step::text("Writing.").tool_use(
+            "Write",
+            json!({"file_path": file.display().to_string(), "content": "allowed on b\n"}),
+        ),
+        Step::text("Written."),
+    ]))?;
+    let mut a = node(&nats, "a", &fake, &shared, TTL)?;
+    let b = node(&nats, "b", &fake, &shared, TTL)?;
+    let mut on_a = a.ndjson()?;
+    let session = on_a.call(
+        "session/new",
+        json!({"cwd": shared, "title": "asks", "permissionMode": "default"}),
+    )?["sessionId"]
+        .as_str()
+        .context("session")?
+        .to_owned();
+    on_a.watch(&session)?;
+    on_a.start_turn(&session, "write it")?;
+    let asked = on_a.events_until("permission_requested")?;
+    let request = asked.last().context("request")?["data"]["requestId"].clone();
+    a.kill9()?;
+
+    // b takes the session over; the request is still open there, and b's answer is the one.
+    let mut on_b = b.ndjson()?;
+    let mut seen = replay(&mut on_b, &session, 0)?;
+    let open = on_b.call("permission/list", json!({"sessionId": session}))?;
+    assert!(
+        open.as_array()
+            .is_some_and(|l| l.iter().any(|p| p["requestId"] == request)),
+        "{open}"
+    );
+    let mut answering = b.ndjson()?;
+    let answer = answering.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    assert_eq!(answer["status"], "accepted", "{answer}");
+    seen.extend(on_b.events_until("turn_ended")?);
+    assert_eq!(
+        seen.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    assert_eq!(std::fs::read_to_string(&file)?, "allowed on b\n");
+    let resolved: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e["type"] == "permission_resolved")
+        .collect();
+    assert_eq!(resolved.len(), 1, "resolved once: {resolved:?}");
+    check_log(&logged(&seen))?;
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
 fn a_paused_owner_is_fenced_and_its_tool_is_gone() -> anyhow::Result<()> {
     let nats = NatsCluster::start(3)?;
     let (_keep, shared) = shared_dir()?;
