@@ -188,7 +188,16 @@ pub struct Following {
     /// The local copy's head when following began: replay through it from the local log.
     pub head: Seq,
     /// Each event written after `head`, encoded, as the session's owner writes it.
-    pub events: tokio::sync::mpsc::Receiver<Result<(Seq, Vec<u8>), StoreError>>,
+    pub events: tokio::sync::mpsc::Receiver<Result<Followed, StoreError>>,
+}
+
+/// What a followed session does next.
+#[derive(Debug)]
+pub enum Followed {
+    /// Its owner wrote this event (its seq, its JSON).
+    Event(Seq, Vec<u8>),
+    /// It was deleted: nothing more comes.
+    Deleted,
 }
 
 /// The cluster as this node sees it, for `daemon/status` and doctor.

@@ -5,7 +5,7 @@
 
 use super::connections::Connections;
 use crate::session::{Attachment, SessionHandle};
-use crate::store::{EventLog, Following};
+use crate::store::{EventLog, Followed, Following};
 use jsonrpsee::core::server::{SubscriptionMessage, SubscriptionSink};
 use serde_json::value::RawValue;
 use std::sync::Arc;
@@ -123,14 +123,19 @@ async fn follow_events(
             biased;
             _ = sink.closed() => return,
             next = following.events.recv() => match next {
-                Some(Ok((seq, bytes))) if seq > last => {
+                Some(Ok(Followed::Event(seq, bytes))) if seq > last => {
                     last = seq;
                     let json = String::from_utf8_lossy(&bytes).into_owned();
                     if send(sink, message(json)).await.is_err() {
                         return;
                     }
                 }
-                Some(Ok(_)) => {}
+                Some(Ok(Followed::Event(..))) => {}
+                Some(Ok(Followed::Deleted)) => {
+                    let deleted = control_of(session, epoch, EventKind::SessionDeleted { by: None });
+                    let _ = send(sink, deleted).await;
+                    return;
+                }
                 Some(Err(e)) => {
                     tracing::warn!(session = %session, "following stopped: {e}");
                     return;

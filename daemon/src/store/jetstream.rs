@@ -14,7 +14,9 @@
 //! `tether-sessions` (records), `tether-leases` (owners), `tether-meta` (schema version).
 //! Checkpoints stay local: each node derives its own from the log.
 
-use super::{ClusterSettings, Following, SCHEMA_VERSION, SessionRecord, StoreError, local};
+use super::{
+    ClusterSettings, Followed, Following, SCHEMA_VERSION, SessionRecord, StoreError, local,
+};
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, kv, stream};
 use base64::Engine;
@@ -633,12 +635,36 @@ impl Cluster {
             .await
             .map_err(|e| down(&e))?;
         let mut messages = consumer.messages().await.map_err(|e| down(&e))?;
+        // The record's deletion ends the session everywhere.
+        let mut record = self
+            .records
+            .watch(token(id))
+            .await
+            .map_err(|e| down(&e))
+            .map(Some)?;
         let (tx, events) = tokio::sync::mpsc::channel(FOLLOW_BUFFER);
         let started_at = head;
         tokio::spawn(async move {
             loop {
+                let watching = record.is_some();
                 let message = tokio::select! {
                     () = tx.closed() => return,
+                    change = async {
+                        match record.as_mut() {
+                            Some(watch) => watch.next().await,
+                            None => std::future::pending().await,
+                        }
+                    }, if watching => {
+                        match change {
+                            Some(Ok(entry)) if entry.operation != kv::Operation::Put => {
+                                let _ = tx.send(Ok(Followed::Deleted)).await;
+                                return;
+                            }
+                            Some(_) => {}
+                            None => record = None,
+                        }
+                        continue;
+                    }
                     message = messages.next() => message,
                 };
                 let message = match message {
@@ -656,7 +682,11 @@ impl Cluster {
                     let seq = first + i as u64;
                     if seq > head {
                         head = seq;
-                        if tx.send(Ok((seq, line.to_vec()))).await.is_err() {
+                        if tx
+                            .send(Ok(Followed::Event(seq, line.to_vec())))
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                     }

@@ -284,6 +284,25 @@ fn every_node_serves_every_session_events_commands_and_answers() -> anyhow::Resu
     let end = follower.events_until("turn_ended")?;
     assert_eq!(end.last().context("end")?["data"]["stopReason"], "end_turn");
     assert_eq!(std::fs::read_to_string(&written)?, "approved on b\n");
+
+    // Deleted from b (passed on to a): followers everywhere are told, and it is gone from
+    // every node's list.
+    asks.call("session/delete", json!({"sessionId": asking}))?;
+    follower.events_until("session_deleted")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = on_c.call("session/list", json!({}))?;
+        let gone = listed["sessions"]
+            .as_array()
+            .is_some_and(|l| l.iter().all(|s| s["sessionId"] != json!(asking)));
+        if gone {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("c still lists the deleted session: {listed}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     fake.no_rejections();
     Ok(())
 }
