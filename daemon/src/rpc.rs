@@ -50,7 +50,7 @@ where
     let store = api.sessions.store().clone();
     let module: RpcModule<RpcApi> = api.into_rpc();
     let methods: Methods = module.into();
-    forward::serve(&store, methods.clone());
+    forward::serve(&store, methods.clone(), shutdown.clone());
     let config = ServerConfig::builder()
         .max_request_body_size(MAX_MESSAGE_BYTES)
         .max_response_body_size(MAX_MESSAGE_BYTES)

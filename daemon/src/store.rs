@@ -101,6 +101,14 @@ pub enum StoreError {
         /// Why.
         why: String,
     },
+    /// A call passed on to another node got no answer in time: it may have run there.
+    #[error("node {node} did not answer within {seconds} s; the call may have run there")]
+    NoAnswer {
+        /// The node.
+        node: String,
+        /// How long it was given.
+        seconds: u64,
+    },
     /// JetStream refused or failed an operation.
     #[error("cluster storage error: {0}")]
     Cluster(String),
@@ -283,6 +291,11 @@ impl Store {
             db,
             cluster: Some(cluster),
         })
+    }
+
+    /// Whether this store is a node of a cluster.
+    pub fn clustered(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// The cluster as this node sees it; `None` on one machine.

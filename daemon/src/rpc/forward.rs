@@ -18,23 +18,64 @@ use serde_json::value::RawValue;
 use std::future::Future;
 use std::sync::Arc;
 use tether_proto::ErrorCode;
+use tokio_util::sync::CancellationToken;
 
-/// Replies larger than this are not passed back (they would not fit a NATS message).
-const MAX_REPLY: usize = 768 * 1024;
+/// The methods a node passes on: those about one session that answer `-32009` when another
+/// node runs it. Nothing else is run for another node (not the daemon's, MCP's or trust's
+/// methods, nor subscriptions).
+const PASSED_ON: &[&str] = &[
+    "session/get",
+    "session/configure",
+    "session/delete",
+    "session/fork",
+    "session/compact",
+    "session/export",
+    "session/commands",
+    "turn/start",
+    "turn/cancel",
+    "permission/respond",
+    "permission/list",
+    "permission/rules",
+];
+/// The largest reply passed back between nodes (a NATS message holds 1 MiB by default).
+const MAX_PASSED_REPLY: usize = 900 * 1024;
 
-/// Serves the calls other nodes pass on to this one with `methods`.
-pub fn serve(store: &Store, methods: Methods) {
+fn error_reply(code: i32, message: String) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": {"code": code, "message": message}})
+        .to_string()
+}
+
+/// Serves the calls other nodes pass on to this one with `methods`, until `shutdown`.
+pub fn serve(store: &Store, methods: Methods, shutdown: CancellationToken) {
     let handler = Arc::new(move |request: String| {
         let methods = methods.clone();
+        let shutdown = shutdown.clone();
         let reply: std::pin::Pin<Box<dyn Future<Output = String> + Send>> = Box::pin(async move {
-            match methods.raw_json_request(&request, 1).await {
-                Ok((reply, _)) => reply.get().to_owned(),
-                Err(e) => serde_json::json!({
-                    "jsonrpc": "2.0", "id": null,
-                    "error": {"code": -32700, "message": format!("not a call: {e}")}
-                })
-                .to_string(),
+            let call: Value = serde_json::from_str(&request).unwrap_or_default();
+            let method = call["method"].as_str().unwrap_or_default();
+            if !PASSED_ON.contains(&method) {
+                return error_reply(-32601, format!("{method:?} is not passed between nodes"));
             }
+            if shutdown.is_cancelled() {
+                return error_reply(
+                    ErrorCode::DaemonShuttingDown.code(),
+                    "the node that runs the session is shutting down; try again".into(),
+                );
+            }
+            let reply = match methods.raw_json_request(&request, 1).await {
+                Ok((reply, _)) => reply.get().to_owned(),
+                Err(e) => return error_reply(-32700, format!("not a call: {e}")),
+            };
+            if reply.len() > MAX_PASSED_REPLY {
+                return error_reply(
+                    -32603,
+                    format!(
+                        "the reply ({} bytes) is too big to pass between nodes; ask the node that runs the session",
+                        reply.len()
+                    ),
+                );
+            }
+            reply
         });
         reply
     });
@@ -50,7 +91,9 @@ pub async fn elsewhere(
     id: Id<'static>,
     response: MethodResponse,
 ) -> MethodResponse {
-    if response.as_error_code() != Some(ErrorCode::SessionElsewhere.code()) {
+    if response.as_error_code() != Some(ErrorCode::SessionElsewhere.code())
+        || !PASSED_ON.contains(&method)
+    {
         return response;
     }
     let reply: Value = serde_json::from_str(response.to_json().get()).unwrap_or_default();
@@ -65,6 +108,13 @@ pub async fn elsewhere(
     });
     let answer = match store.pass_on(node, call.to_string()).await {
         Ok(answer) => answer,
+        // It may have run there: saying "elsewhere" would invite running it twice.
+        Err(e @ crate::store::StoreError::NoAnswer { .. }) => {
+            return MethodResponse::error(
+                id,
+                ErrorObject::owned::<()>(-32603, e.to_string(), None),
+            );
+        }
         Err(e) => {
             let message = reply["error"]["message"].as_str().unwrap_or_default();
             return MethodResponse::error(
@@ -79,9 +129,11 @@ pub async fn elsewhere(
     };
     let answer: Value = serde_json::from_str(&answer).unwrap_or_default();
     match (answer.get("result"), answer.get("error")) {
-        (Some(result), _) => {
-            MethodResponse::response(id, ResponsePayload::success(result.clone()), MAX_REPLY)
-        }
+        (Some(result), _) => MethodResponse::response(
+            id,
+            ResponsePayload::success(result.clone()),
+            tether_proto::MAX_MESSAGE_BYTES as usize,
+        ),
         (None, Some(error)) => MethodResponse::error(
             id,
             ErrorObject::owned(
@@ -122,14 +174,25 @@ where
     type BatchResponse = MethodResponse;
 
     fn call<'a>(&self, request: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        let method = request.method_name().to_owned();
-        let params = request.params.as_ref().map(|p| p.clone().into_owned());
-        let id = request.id().into_owned();
-        let store = self.store.clone();
+        // Only in a cluster, and only for the methods passed on, is anything kept of the call.
+        let kept =
+            (self.store.clustered() && PASSED_ON.contains(&request.method_name())).then(|| {
+                (
+                    request.method_name().to_owned(),
+                    request.params.as_ref().map(|p| p.clone().into_owned()),
+                    request.id().into_owned(),
+                    self.store.clone(),
+                )
+            });
         let call = self.inner.call(request);
         async move {
             let response = call.await;
-            elsewhere(&store, &method, params.as_deref(), id, response).await
+            match kept {
+                Some((method, params, id, store)) => {
+                    elsewhere(&store, &method, params.as_deref(), id, response).await
+                }
+                None => response,
+            }
         }
     }
 

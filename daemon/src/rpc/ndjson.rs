@@ -341,7 +341,11 @@ async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
                 extensions,
             )
             .await;
-            forward::elsewhere(&conn.store, &method, raw.as_deref(), id, response).await
+            if conn.store.clustered() {
+                forward::elsewhere(&conn.store, &method, raw.as_deref(), id, response).await
+            } else {
+                response
+            }
         }
         Some((_, MethodCallback::Subscription(cb))) => match conn.subscriptions.acquire() {
             Some(permit) => {

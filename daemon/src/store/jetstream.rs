@@ -327,6 +327,12 @@ impl Cluster {
             Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => Err(
                 StoreError::Cluster(format!("node {node} is not connected to the cluster")),
             ),
+            Err(e) if e.kind() == async_nats::RequestErrorKind::TimedOut => {
+                Err(StoreError::NoAnswer {
+                    node: node.to_owned(),
+                    seconds: PASS_ON_TIMEOUT.as_secs(),
+                })
+            }
             Err(e) => Err(failed(&format!("node {node} did not answer"), e)),
         }
     }
@@ -593,11 +599,14 @@ impl Cluster {
                     e.revision != entry.revision || e.operation != kv::Operation::Put
                 });
                 if renewed {
-                    if now.is_some_and(|e| e.operation == kv::Operation::Put) {
-                        return Err(StoreError::OwnedElsewhere {
-                            session: id.clone(),
-                            node: holder,
-                        });
+                    if let Some(now) = now.filter(|e| e.operation == kv::Operation::Put) {
+                        let node = String::from_utf8_lossy(&now.value).into_owned();
+                        if node != self.node {
+                            return Err(StoreError::OwnedElsewhere {
+                                session: id.clone(),
+                                node,
+                            });
+                        }
                     }
                     break;
                 }
@@ -648,7 +657,10 @@ impl Cluster {
             loop {
                 let watching = record.is_some();
                 let message = tokio::select! {
+                    // Events already written go out before a deletion that followed them.
+                    biased;
                     () = tx.closed() => return,
+                    message = messages.next() => message,
                     change = async {
                         match record.as_mut() {
                             Some(watch) => watch.next().await,
@@ -665,7 +677,6 @@ impl Cluster {
                         }
                         continue;
                     }
-                    message = messages.next() => message,
                 };
                 let message = match message {
                     Some(Ok(m)) => m,
