@@ -198,6 +198,7 @@ fn every_node_serves_every_session_events_commands_and_answers() -> anyhow::Resu
             json!({"file_path": written.display().to_string(), "content": "approved on b\n"}),
         ),
         Step::text("Written."),
+        Step::text("Fourth, from tether -p on c."),
     ]))?;
     let a = node(&nats, "a", &fake, &shared, TTL)?;
     let b = node(&nats, "b", &fake, &shared, TTL)?;
@@ -284,6 +285,23 @@ fn every_node_serves_every_session_events_commands_and_answers() -> anyhow::Resu
     let end = follower.events_until("turn_ended")?;
     assert_eq!(end.last().context("end")?["data"]["stopReason"], "end_turn");
     assert_eq!(std::fs::read_to_string(&written)?, "approved on b\n");
+
+    // The terminal client (WebSocket) on c, resuming a's session: passed on the same way.
+    let out = c
+        .tether()
+        .current_dir(&shared)
+        .args(["-p", "--resume", &session, "four"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "tether -p on c failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Fourth, from tether -p on c."),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     // Deleted from b (passed on to a): followers everywhere are told, and it is gone from
     // every node's list.
