@@ -81,7 +81,7 @@ fn main() -> anyhow::Result<()> {
     let mut local = Daemon::prepare(fake.env())?;
     local.trust(&shared)?;
     local.spawn()?;
-    let node_a = node(&nats, "a", &fake, &shared, &args.ttl)?;
+    let node_a = nats.node("a", fake.env(), &shared, &args.ttl)?;
 
     println!(
         "append latency (turn/start → turn_started), {} turns:",
@@ -124,16 +124,6 @@ fn main() -> anyhow::Result<()> {
         times.len()
     );
     Ok(())
-}
-
-fn node(
-    nats: &NatsCluster,
-    name: &str,
-    fake: &Fake,
-    shared: &Path,
-    ttl: &str,
-) -> anyhow::Result<Daemon> {
-    nats.node(name, fake.env(), shared, ttl)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -185,8 +175,8 @@ fn headless(daemon: &Daemon, cwd: &Path, runs: usize) -> anyhow::Result<f64> {
 /// One failover: a session on a fresh node, the node killed, a client on another node asking;
 /// seconds from the kill to the new owner's first event.
 fn failover(nats: &NatsCluster, fake: &Fake, shared: &Path, ttl: &str) -> anyhow::Result<f64> {
-    let mut owner = node(nats, "owner", fake, shared, ttl)?;
-    let other = node(nats, "other", fake, shared, ttl)?;
+    let mut owner = nats.node("owner", fake.env(), shared, ttl)?;
+    let other = nats.node("other", fake.env(), shared, ttl)?;
     let mut c = owner.ndjson()?;
     let session = c.new_session_in(shared)?;
     c.watch(&session)?;

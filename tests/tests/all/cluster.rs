@@ -5,7 +5,7 @@
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::nats::NatsCluster;
@@ -13,17 +13,6 @@ use tether_tests::{Daemon, Fake, Ndjson};
 
 /// How long a node may go silent before another takes its sessions, in these tests.
 const TTL: &str = "2s";
-
-/// A node of the cluster: its own socket, data directory and logs; sessions work in `shared`.
-fn node(
-    nats: &NatsCluster,
-    name: &str,
-    fake: &Fake,
-    shared: &Path,
-    ttl: &str,
-) -> anyhow::Result<Daemon> {
-    nats.node(name, fake.env(), shared, ttl)
-}
 
 /// A working directory every node sees (one host).
 fn shared_dir() -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
@@ -93,8 +82,8 @@ fn a_session_outlives_its_node_killed_mid_tool_and_the_tool_never_runs_twice() -
         ),
         Step::text("It was interrupted; carrying on."),
     ]))?;
-    let mut a = node(&nats, "a", &fake, &shared, TTL)?;
-    let b = node(&nats, "b", &fake, &shared, TTL)?;
+    let mut a = nats.node("a", fake.env(), &shared, TTL)?;
+    let b = nats.node("b", fake.env(), &shared, TTL)?;
 
     let mut on_a = a.ndjson()?;
     let session = on_a.new_session_in(&shared)?;
@@ -200,9 +189,9 @@ fn every_node_serves_every_session_events_commands_and_answers() -> anyhow::Resu
         Step::text("Written."),
         Step::text("Fourth, from tether -p on c."),
     ]))?;
-    let a = node(&nats, "a", &fake, &shared, TTL)?;
-    let b = node(&nats, "b", &fake, &shared, TTL)?;
-    let c = node(&nats, "c", &fake, &shared, TTL)?;
+    let a = nats.node("a", fake.env(), &shared, TTL)?;
+    let b = nats.node("b", fake.env(), &shared, TTL)?;
+    let c = nats.node("c", fake.env(), &shared, TTL)?;
     let mut on_a = a.ndjson()?;
     let session = on_a.new_session_in(&shared)?;
     on_a.watch(&session)?;
@@ -337,8 +326,8 @@ fn a_permission_request_open_when_its_node_dies_is_answered_on_another() -> anyh
         ),
         Step::text("Written."),
     ]))?;
-    let mut a = node(&nats, "a", &fake, &shared, TTL)?;
-    let b = node(&nats, "b", &fake, &shared, TTL)?;
+    let mut a = nats.node("a", fake.env(), &shared, TTL)?;
+    let b = nats.node("b", fake.env(), &shared, TTL)?;
     let mut on_a = a.ndjson()?;
     let session = on_a.call(
         "session/new",
@@ -396,8 +385,8 @@ fn a_paused_owner_is_fenced_and_its_tool_is_gone() -> anyhow::Result<()> {
         ),
         Step::text("Noted."),
     ]))?;
-    let mut a = node(&nats, "a", &fake, &shared, TTL)?;
-    let b = node(&nats, "b", &fake, &shared, TTL)?;
+    let mut a = nats.node("a", fake.env(), &shared, TTL)?;
+    let b = nats.node("b", fake.env(), &shared, TTL)?;
     let mut on_a = a.ndjson()?;
     let session = on_a.new_session_in(&shared)?;
     on_a.watch(&session)?;
@@ -471,7 +460,7 @@ fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> 
     ]))?;
     // A lease long enough to ride out the elections (NATS's Raft takes up to about ten
     // seconds to elect when the meta leader goes too).
-    let mut a = node(&nats, "a", &fake, &shared, "30s")?;
+    let mut a = nats.node("a", fake.env(), &shared, "30s")?;
     let mut c = a.ndjson()?;
     let session = c.new_session_in(&shared)?;
     c.watch(&session)?;
@@ -510,7 +499,7 @@ fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> 
     drop(check);
     a.terminate()?;
     nats.restart_all()?;
-    let b = node(&nats, "b", &fake, &shared, "30s")?;
+    let b = nats.node("b", fake.env(), &shared, "30s")?;
     let mut on_b = b.ndjson()?;
     let after =
         replay(&mut on_b, &session, 0).with_context(|| format!("b did not replay: {}", b.log()))?;
@@ -598,7 +587,7 @@ fn a_node_that_joins_brings_its_sessions_along() -> anyhow::Result<()> {
         ("TETHER_CLUSTER_LEASE_TTL".to_owned(), TTL.to_owned()),
     ]);
     alone.spawn()?;
-    let b = node(&nats, "b", &fake, &shared, TTL)?;
+    let b = nats.node("b", fake.env(), &shared, TTL)?;
     let mut on_b = b.ndjson()?;
     let listed = on_b.call("session/list", json!({}))?;
     assert_eq!(
@@ -626,7 +615,7 @@ fn a_node_of_another_schema_version_refuses_to_join() -> anyhow::Result<()> {
     let (_keep, shared) = shared_dir()?;
     let fake = Fake::start(Script::of([]))?;
     // The first node sets the cluster's schema version up; then a newer one takes over.
-    let first = node(&nats, "a", &fake, &shared, TTL)?;
+    let first = nats.node("a", fake.env(), &shared, TTL)?;
     drop(first);
     tether_tests::nats::publish(&nats.url(0), "$KV.tether-meta.schema", b"99")?;
     let mut env = fake.env();
