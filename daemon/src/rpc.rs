@@ -91,6 +91,7 @@ where
                     let id = connections.connect();
                     let methods = methods.clone();
                     let store = store.clone();
+                    let passing = connections.clone();
                     let services = services.clone();
                     let stop = stop_handle.clone();
                     let shutdown = shutdown.clone();
@@ -104,7 +105,9 @@ where
                                     .set_rpc_middleware(
                                         RpcServiceBuilder::new()
                                             .layer_fn(move |s| gate::InFlight::new(s, counted.clone()))
-                                            .layer_fn(move |s| forward::PassOn::new(s, store.clone())),
+                                            .layer_fn(move |s| {
+                                                forward::PassOn::new(s, store.clone(), passing.clone())
+                                            }),
                                     )
                                     .connection_id(id)
                                     .build(methods, stop.clone());
@@ -117,7 +120,7 @@ where
                                 closed.await;
                             }
                             Some(Transport::Ndjson) => {
-                                ndjson::serve(stream, methods, store, id, shutdown).await
+                                ndjson::serve(stream, methods, store, passing, id, shutdown).await
                             }
                             None => {}
                         }

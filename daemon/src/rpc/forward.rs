@@ -8,16 +8,18 @@
 //! methods directly (no middleware, so never passed on again). A subscription is never passed
 //! on (a node follows a session it does not run itself).
 
+use super::Connections;
 use crate::store::Store;
-use jsonrpsee::core::server::MethodResponse;
+use jsonrpsee::Extensions;
+use jsonrpsee::core::server::{MethodCallback, MethodResponse};
 use jsonrpsee::server::middleware::rpc::{Batch, Notification, RpcServiceT};
-use jsonrpsee::types::{ErrorObject, Id, Request};
+use jsonrpsee::types::{ErrorObject, Id, Params, Request};
 use jsonrpsee::{Methods, ResponsePayload};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::future::Future;
 use std::sync::Arc;
-use tether_proto::ErrorCode;
+use tether_proto::{ClientRef, ErrorCode};
 use tokio_util::sync::CancellationToken;
 
 /// The methods a node passes on: those about one session that answer `-32009` when another
@@ -51,7 +53,8 @@ pub fn serve(store: &Store, methods: Methods, shutdown: CancellationToken) {
         let methods = methods.clone();
         let shutdown = shutdown.clone();
         let reply: std::pin::Pin<Box<dyn Future<Output = String> + Send>> = Box::pin(async move {
-            let call: Value = serde_json::from_str(&request).unwrap_or_default();
+            let passed: Value = serde_json::from_str(&request).unwrap_or_default();
+            let call = &passed["call"];
             let method = call["method"].as_str().unwrap_or_default();
             if !PASSED_ON.contains(&method) {
                 return error_reply(-32601, format!("{method:?} is not passed between nodes"));
@@ -62,10 +65,8 @@ pub fn serve(store: &Store, methods: Methods, shutdown: CancellationToken) {
                     "the node that runs the session is shutting down; try again".into(),
                 );
             }
-            let reply = match methods.raw_json_request(&request, 1).await {
-                Ok((reply, _)) => reply.get().to_owned(),
-                Err(e) => return error_reply(-32700, format!("not a call: {e}")),
-            };
+            let by = serde_json::from_value::<ClientRef>(passed["by"].clone()).ok();
+            let reply = run(&methods, method, call.get("params"), by).await;
             if reply.len() > MAX_PASSED_REPLY {
                 return error_reply(
                     -32603,
@@ -82,10 +83,47 @@ pub fn serve(store: &Store, methods: Methods, shutdown: CancellationToken) {
     store.serve_passed_on(handler);
 }
 
+/// Who made a call another node passed on: the methods attribute it to them.
+#[derive(Debug, Clone)]
+pub struct PassedOnBy(pub ClientRef);
+
+/// Runs a passed-on call through `methods` (never a subscription), as `by`.
+async fn run(
+    methods: &Methods,
+    method: &str,
+    params: Option<&Value>,
+    by: Option<ClientRef>,
+) -> String {
+    let params = params.map(|p| p.to_string());
+    let params = Params::new(params.as_deref());
+    let mut extensions = Extensions::new();
+    if let Some(by) = by {
+        extensions.insert(PassedOnBy(by));
+    }
+    let id = Id::Number(1);
+    let max = tether_proto::MAX_MESSAGE_BYTES as usize;
+    let response = match methods.method_with_name(method) {
+        Some((_, MethodCallback::Async(cb))) => {
+            cb(
+                id,
+                params.into_owned(),
+                jsonrpsee::ConnectionId(0),
+                max,
+                extensions,
+            )
+            .await
+        }
+        Some((_, MethodCallback::Sync(cb))) => cb(id, params, max, extensions),
+        _ => return error_reply(-32601, format!("{method:?} is not passed between nodes")),
+    };
+    response.to_json().get().to_owned()
+}
+
 /// `response` as it is, or, when it says another node runs the session, that node's answer
 /// to the same call.
 pub async fn elsewhere(
     store: &Store,
+    by: ClientRef,
     method: &str,
     params: Option<&RawValue>,
     id: Id<'static>,
@@ -101,10 +139,8 @@ pub async fn elsewhere(
         return response;
     };
     let call = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": method,
-        "params": params,
+        "call": {"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+        "by": by,
     });
     let answer = match store.pass_on(node, call.to_string()).await {
         Ok(answer) => answer,
@@ -151,12 +187,17 @@ pub async fn elsewhere(
 pub struct PassOn<S> {
     inner: S,
     store: Store,
+    connections: Arc<Connections>,
 }
 
 impl<S> PassOn<S> {
     /// Wraps `inner`.
-    pub fn new(inner: S, store: Store) -> Self {
-        Self { inner, store }
+    pub fn new(inner: S, store: Store, connections: Arc<Connections>) -> Self {
+        Self {
+            inner,
+            store,
+            connections,
+        }
     }
 }
 
@@ -182,14 +223,20 @@ where
                     request.params.as_ref().map(|p| p.clone().into_owned()),
                     request.id().into_owned(),
                     self.store.clone(),
+                    self.connections.client_ref(tether_proto::ConnectionId(
+                        request
+                            .extensions()
+                            .get::<jsonrpsee::ConnectionId>()
+                            .map_or(0, |c| c.0 as u64),
+                    )),
                 )
             });
         let call = self.inner.call(request);
         async move {
             let response = call.await;
             match kept {
-                Some((method, params, id, store)) => {
-                    elsewhere(&store, &method, params.as_deref(), id, response).await
+                Some((method, params, id, store, by)) => {
+                    elsewhere(&store, by, &method, params.as_deref(), id, response).await
                 }
                 None => response,
             }

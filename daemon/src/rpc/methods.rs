@@ -105,7 +105,16 @@ impl RpcApi {
     }
 
     fn by(&self, ext: &Extensions) -> Option<ClientRef> {
-        Some(self.connections.client_ref(connection_id(ext)))
+        Some(self.client(ext))
+    }
+
+    /// Who made a call: this connection's client, or the client of another node that passed
+    /// the call on.
+    fn client(&self, ext: &Extensions) -> ClientRef {
+        match ext.get::<super::forward::PassedOnBy>() {
+            Some(by) => by.0.clone(),
+            None => self.connections.client_ref(connection_id(ext)),
+        }
     }
 }
 
@@ -338,7 +347,7 @@ impl TetherRpcServer for RpcApi {
     ) -> RpcResult<TurnStarted> {
         self.check_running()?;
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
-        let by = self.connections.client_ref(connection_id(ext));
+        let by = self.client(ext);
         let instructions = instructions.filter(|i| !i.trim().is_empty());
         // The turn's logged input reads as the command a terminal would have typed.
         let text = match &instructions {
@@ -453,7 +462,7 @@ impl TetherRpcServer for RpcApi {
             }
         }
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
-        let by = self.connections.client_ref(connection_id(ext));
+        let by = self.client(ext);
         handle
             .start_turn(TurnRequest {
                 input,
@@ -497,7 +506,7 @@ impl TetherRpcServer for RpcApi {
             return Err(invalid_params("updatedInput must be an object"));
         }
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
-        let by = self.connections.client_ref(connection_id(ext));
+        let by = self.client(ext);
         let answer = crate::session::Answer {
             decision,
             message,
@@ -664,7 +673,7 @@ impl TetherRpcServer for RpcApi {
                 return Ok(());
             }
         };
-        let client = self.connections.client_ref(connection_id(ext));
+        let client = self.client(ext);
         let role = role.unwrap_or_default();
         let attachment = match session.attach(client.clone(), role).await {
             Ok(a) => a,

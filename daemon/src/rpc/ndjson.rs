@@ -6,6 +6,7 @@
 //! may come out of order; clients match them by `id`). At read EOF the connection waits for its
 //! in-flight calls and writes their replies before closing, so `echo req | socat` works.
 
+use super::Connections;
 use super::forward;
 use super::gate::{Gate, Pass, Throttled};
 use crate::store::Store;
@@ -79,6 +80,8 @@ struct Conn {
     methods: Methods,
     /// Where a call about a session another node runs is passed on.
     store: Store,
+    /// Who this connection is, for a call passed on.
+    connections: Arc<Connections>,
     sink: MethodSink,
     conn_id: ConnectionId,
     subscriptions: BoundedSubscriptions,
@@ -89,6 +92,7 @@ pub async fn serve(
     stream: UnixStream,
     methods: Methods,
     store: Store,
+    connections: Arc<Connections>,
     conn_id: u32,
     shutdown: CancellationToken,
 ) {
@@ -101,6 +105,7 @@ pub async fn serve(
     let conn = Arc::new(Conn {
         methods,
         store,
+        connections,
         sink: MethodSink::new_with_limit(tx, MAX_MESSAGE_BYTES),
         conn_id: ConnectionId::from(conn_id),
         subscriptions: BoundedSubscriptions::new(MAX_SUBSCRIPTIONS),
@@ -342,7 +347,10 @@ async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
             )
             .await;
             if conn.store.clustered() {
-                forward::elsewhere(&conn.store, &method, raw.as_deref(), id, response).await
+                let by = conn
+                    .connections
+                    .client_ref(tether_proto::ConnectionId(conn.conn_id.0 as u64));
+                forward::elsewhere(&conn.store, by, &method, raw.as_deref(), id, response).await
             } else {
                 response
             }

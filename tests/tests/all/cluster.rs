@@ -236,11 +236,15 @@ fn every_node_serves_every_session_events_commands_and_answers() -> anyhow::Resu
         third.last().context("end")?["data"]["stopReason"],
         "end_turn"
     );
-    assert!(
-        third
-            .iter()
-            .any(|e| e["type"] == "turn_started" && e["data"]["input"][0]["text"] == "three")
-    );
+    let started = third
+        .iter()
+        .find(|e| e["type"] == "turn_started" && e["data"]["input"][0]["text"] == "three")
+        .context("the turn b asked for")?;
+    // Attributed to the client on b that asked, not to a client of a.
+    let asker = asks.call("daemon/status", json!({}))?;
+    assert_eq!(asker["cluster"]["node"], "b");
+    assert_ne!(started["data"]["by"]["clientId"], 0, "{started}");
+    assert_eq!(started["data"]["by"]["kind"], "script", "{started}");
     on_c.events_until("turn_ended")?;
     let snapshot = asks.call("session/get", json!({"sessionId": session}))?;
     // Answered by a (b's copy may lag): the turn's end is in it.
