@@ -252,6 +252,10 @@ pub struct SessionRecord {
     /// Deltas at or below this seq may have been pruned (0: the log is complete).
     #[serde(default)]
     pub pruned_through: Seq,
+    /// The seq of the last event when the record was written (0 in records of older builds):
+    /// what a node lists for a session whose log it has not copied.
+    #[serde(default)]
+    pub head: Seq,
 }
 
 /// The daemon's store.

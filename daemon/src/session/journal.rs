@@ -156,6 +156,7 @@ impl Journal {
             serde_json::to_string(&event).map_err(|e| SessionError::Commit(e.to_string()))?;
         self.head = seq;
         self.record.updated_at.clone_from(&event.ts);
+        self.record.head = seq;
         self.record_dirty = true;
         self.unsent.push(Arc::new(LiveEvent {
             seq: Some(seq),
@@ -319,6 +320,7 @@ mod tests {
             created_at: String::new(),
             updated_at: String::new(),
             pruned_through: 0,
+            head: 0,
         };
         let log = store.log(&id);
         Journal::new(record, store, log, 7, 0)

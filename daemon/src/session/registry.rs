@@ -91,6 +91,7 @@ impl Sessions {
             created_at: now.clone(),
             updated_at: now,
             pruned_through: 0,
+            head: 0,
         };
         if picked && (self.live().contains_key(&id) || self.store.session(&id)?.is_some()) {
             return Err(SessionError::AlreadyExists(id));
@@ -297,7 +298,8 @@ impl Sessions {
                     Err(_) => continue, // deleted meanwhile
                 },
                 None => {
-                    let head = self.store.log(&record.id).head()?;
+                    // This node's copy of the log may lag what the record says.
+                    let head = self.store.log(&record.id).head()?.max(record.head);
                     summary_of(&record, head, Vec::new())
                 }
             };
@@ -457,6 +459,7 @@ impl Sessions {
             status: SessionStatus::Idle,
             created_at: now.clone(),
             updated_at: now,
+            head: copied.len() as u64,
             ..record
         };
         // Held before its first write: in a cluster only the holder of a session writes it.

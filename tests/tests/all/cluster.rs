@@ -105,6 +105,11 @@ fn a_session_outlives_its_node_killed_mid_tool_and_the_tool_never_runs_twice() -
         json!(session),
         "{listed}"
     );
+    // Listed with how far its log goes, though b has not copied it yet.
+    assert!(
+        listed["sessions"][0]["headSeq"].as_u64() >= Some(last_seen),
+        "{listed}"
+    );
     let started = Instant::now();
     on_b.subscribe(&session, json!(0))?;
     let mut events = on_b.events_until("replay_complete")?;
