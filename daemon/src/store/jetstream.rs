@@ -8,7 +8,7 @@
 //! log itself. A node copies what it reads into its local store ([`super::local`]); the copy is
 //! always a prefix of the shared log, brought up to date when the node claims the session.
 //!
-//! Layout: sessions are spread over [`SHARDS`] file streams `TETHER_LOG_<n>` (each stream is a
+//! Layout: sessions are spread over [`names::SHARDS`] file streams `TETHER_LOG_<n>` (each stream is a
 //! Raft group, so not one per session), subject `tether.log.<n>.<session token>`; a message is
 //! one commit's events, one JSON line each, its first seq in the `Tether-Seq` header. Buckets:
 //! `tether-sessions` (records), `tether-leases` (owners), `tether-meta` (schema version).
@@ -22,14 +22,17 @@ use async_nats::jetstream::{self, kv, stream};
 use base64::Engine;
 use bytes::Bytes;
 use futures::StreamExt;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tether_proto::{Seq, SessionId};
 use tokio_util::sync::CancellationToken;
 
-/// How many log streams sessions are spread over.
-pub const SHARDS: u32 = 4;
+mod leases;
+mod names;
+
+use leases::{Held, Leases};
+use names::{SHARDS, calls_subject, shard_of, subject, token};
+
 /// The header naming the seq of a message's first event.
 const SEQ_HEADER: &str = "Tether-Seq";
 /// Largest payload of one publish; a bigger commit goes as several, each expecting the last.
@@ -44,8 +47,6 @@ const JETSTREAM_PATIENCE: Duration = Duration::from_secs(30);
 const FOLLOW_BUFFER: usize = 256;
 /// How long a node waits for another to answer a call it passed on.
 const PASS_ON_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often a node waiting for a lease looks at it again.
-const LEASE_POLL: Duration = Duration::from_millis(100);
 
 /// A connection to the cluster, shared by every session of this node.
 pub(super) struct Cluster {
@@ -58,55 +59,16 @@ pub(super) struct Cluster {
     urls: Vec<String>,
     logs: Vec<stream::Stream>,
     records: kv::Store,
-    leases: kv::Store,
+    /// Who runs which session.
+    leases: Leases,
     /// Who is in the cluster: each node's name, renewed every third of the lease while it runs.
     nodes: kv::Store,
-    /// The sessions this node holds the lease of.
-    held: Mutex<HashMap<SessionId, Arc<Held>>>,
-    /// A lock per session being claimed.
-    claiming: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-/// A session whose lease this node holds.
-struct Held {
-    key: String,
-    /// The lease's revision when it was claimed: the session's epoch here.
-    epoch: u64,
-    state: Mutex<HeldState>,
-    /// Cancelled when the node lost the lease (or gave it back).
-    lost: CancellationToken,
-    /// One commit at a time (the actor commits serially; a fork commits before its actor runs).
-    writing: tokio::sync::Mutex<()>,
-}
-
-struct HeldState {
-    /// The lease's current revision (each renewal makes a new one).
-    revision: u64,
-    /// When the lease was last renewed (or claimed).
-    renewed: Instant,
-    /// The stream sequence of the session's last message, as this node wrote or read it.
-    last: u64,
-    /// Why the lease was lost, once it was.
-    lost_why: Option<String>,
 }
 
 /// What [`Cluster::claim`] gives the session's actor.
 pub(super) struct Claimed {
     pub epoch: u64,
     pub lost: CancellationToken,
-}
-
-/// The subject-safe form of a session id (ids a client picks may hold dots or spaces).
-fn token(id: &SessionId) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.0.as_bytes())
-}
-
-fn shard_of(id: &SessionId) -> u32 {
-    crc32fast::hash(id.0.as_bytes()) % SHARDS
-}
-
-fn subject(id: &SessionId) -> String {
-    format!("tether.log.{}.{}", shard_of(id), token(id))
 }
 
 fn failed(what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -160,17 +122,20 @@ impl Cluster {
             (settings.lease_ttl / 4).clamp(Duration::from_millis(250), Duration::from_secs(5)),
         );
         Ok(Self {
-            client,
+            client: client.clone(),
             js,
             node: settings.node.clone(),
             ttl: settings.lease_ttl,
             urls: settings.urls.clone(),
             logs,
             records,
-            leases,
+            leases: Leases::new(
+                leases,
+                client.clone(),
+                settings.node.clone(),
+                settings.lease_ttl,
+            ),
             nodes,
-            held: Mutex::new(HashMap::new()),
-            claiming: Mutex::new(HashMap::new()),
         })
     }
 
@@ -305,18 +270,6 @@ impl Cluster {
         });
     }
 
-    /// Whether `node` answers at all (a node that died has no one taking its calls: NATS says
-    /// so at once; a paused one does not answer in time).
-    async fn answers(&self, node: &str) -> bool {
-        let request = async_nats::Request::new()
-            .payload(Bytes::from_static(b"ping"))
-            .timeout(Some(Duration::from_secs(1)));
-        self.client
-            .send_request(calls_subject(node), request)
-            .await
-            .is_ok()
-    }
-
     /// Passes a call on to `node` and waits for its answer.
     pub async fn pass_on(&self, node: &str, call: String) -> Result<String, StoreError> {
         let request = async_nats::Request::new()
@@ -357,15 +310,7 @@ impl Cluster {
 
     /// The sessions this node holds, with how long ago each lease was renewed.
     pub fn held(&self) -> Vec<(SessionId, Duration)> {
-        self.held_map()
-            .iter()
-            .map(|(id, h)| (id.clone(), h.state().renewed.elapsed()))
-            .collect()
-    }
-
-    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Arc<Held>>> {
-        // Single inserts and removes: a panic cannot leave the map half-changed.
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+        self.leases.held()
     }
 
     /// Copies every session record into `db` and keeps copying changes (a session created,
@@ -465,165 +410,36 @@ impl Cluster {
     /// date. A lease held by another node is taken only when its owner has not renewed it for
     /// the lease's lifetime; while the owner renews, this fails with [`StoreError::OwnedElsewhere`].
     pub async fn claim(&self, id: &SessionId, db: &local::Db) -> Result<Claimed, StoreError> {
-        // One claim of a session at a time on this node: a second would take the lease from
-        // the first (both are this node's) and fence it.
-        let lock = self
-            .claiming
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(id.clone())
-            .or_default()
-            .clone();
-        let result = {
-            let _one = lock.lock().await;
-            self.claim_alone(id, db).await
-        };
-        let mut claiming = self.claiming.lock().unwrap_or_else(|p| p.into_inner());
-        if claiming.get(id).is_some_and(|l| Arc::strong_count(l) <= 2) {
-            claiming.remove(id);
-        }
-        result
+        self.leases
+            .one_at_a_time(id, self.claim_alone(id, db))
+            .await
     }
 
     async fn claim_alone(&self, id: &SessionId, db: &local::Db) -> Result<Claimed, StoreError> {
-        if let Some(held) = self.held_map().get(id).cloned()
-            && !held.lost.is_cancelled()
-        {
+        if let Some(held) = self.leases.holding(id) {
             return Ok(Claimed {
                 epoch: held.epoch,
                 lost: held.lost.clone(),
             });
         }
-        let key = token(id);
-        let (revision, asked) = self.take_lease(id, &key).await?;
+        let (revision, sent) = self.leases.take(id).await?;
         let last = match self.catch_up(id, db).await {
             Ok(last) => last,
             Err(e) => {
-                // Nobody else is kept out by a lease this node cannot use.
-                let _ = self
-                    .leases
-                    .delete_expect_revision(&key, Some(revision))
-                    .await;
+                self.leases.abandon(id, revision).await;
                 return Err(e);
             }
         };
-        let held = Arc::new(Held {
-            key,
-            epoch: revision,
-            state: Mutex::new(HeldState {
-                revision,
-                renewed: asked,
-                last,
-                lost_why: None,
-            }),
-            lost: CancellationToken::new(),
-            writing: tokio::sync::Mutex::new(()),
-        });
-        self.held_map().insert(id.clone(), held.clone());
-        tokio::spawn(renew(
-            self.leases.clone(),
-            self.node.clone(),
-            self.ttl,
-            held.clone(),
-        ));
-        tracing::info!(session = %id, epoch = revision, "holding the session's lease");
+        let held = self.leases.hold(id, revision, sent, last);
         Ok(Claimed {
             epoch: revision,
             lost: held.lost.clone(),
         })
     }
 
-    /// Whether another node holds the session's lease and renewed it within its lifetime
-    /// (`false` when that cannot be read: the claim then finds out).
+    /// Whether another node holds the session's lease and renewed it within its lifetime.
     pub async fn held_elsewhere(&self, id: &SessionId) -> bool {
-        let Ok(Some(entry)) = self.leases.entry(token(id)).await else {
-            return false;
-        };
-        let age = SystemTime::now()
-            .duration_since(SystemTime::from(entry.created))
-            .unwrap_or_default();
-        entry.operation == kv::Operation::Put
-            && *entry.value != *self.node.as_bytes()
-            && age < self.ttl
-    }
-
-    /// Takes the lease; returns its revision and when the write that took it was sent.
-    async fn take_lease(&self, id: &SessionId, key: &str) -> Result<(u64, Instant), StoreError> {
-        let down = |e: &dyn std::fmt::Display| failed("cannot read the session's lease", e);
-        let me = Bytes::from(self.node.clone());
-        // Long enough for a dead owner's lease to run out, and for a live one to renew.
-        let give_up = Instant::now() + self.ttl * 2;
-        loop {
-            let entry = self.leases.entry(key).await.map_err(|e| down(&e))?;
-            let sent = Instant::now();
-            let entry = match entry {
-                Some(e) if e.operation == kv::Operation::Put => e,
-                _ => match self.leases.create(key, me.clone()).await {
-                    Ok(revision) => return Ok((revision, sent)),
-                    Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(down(&e)),
-                },
-            };
-            let holder = String::from_utf8_lossy(&entry.value).into_owned();
-            let age = SystemTime::now()
-                .duration_since(SystemTime::from(entry.created))
-                .unwrap_or_default();
-            // This node's own lease (from before a restart) or one its owner let run out.
-            if holder == self.node || age >= self.ttl {
-                let sent = Instant::now();
-                match self.leases.update(key, me.clone(), entry.revision).await {
-                    Ok(revision) => {
-                        if holder != self.node {
-                            tracing::info!(session = %id, from = holder, "took over the session");
-                        }
-                        return Ok((revision, sent));
-                    }
-                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-                    Err(e) => return Err(down(&e)),
-                }
-            }
-            // Held by another node that renewed it lately (every quarter of the lease) and
-            // answers: it runs the session.
-            if age < self.ttl / 2 && self.answers(&holder).await {
-                return Err(StoreError::OwnedElsewhere {
-                    session: id.clone(),
-                    node: holder,
-                });
-            }
-            // Gone, paused or cut off: wait for a renewal (it is alive after all) or for the
-            // lease to run out.
-            loop {
-                tokio::time::sleep(LEASE_POLL).await;
-                let now = self.leases.entry(key).await.map_err(|e| down(&e))?;
-                let renewed = now.as_ref().is_some_and(|e| {
-                    e.revision != entry.revision || e.operation != kv::Operation::Put
-                });
-                if renewed {
-                    if let Some(now) = now.filter(|e| e.operation == kv::Operation::Put) {
-                        let node = String::from_utf8_lossy(&now.value).into_owned();
-                        if node != self.node {
-                            return Err(StoreError::OwnedElsewhere {
-                                session: id.clone(),
-                                node,
-                            });
-                        }
-                    }
-                    break;
-                }
-                let age = SystemTime::now()
-                    .duration_since(SystemTime::from(entry.created))
-                    .unwrap_or_default();
-                if age >= self.ttl {
-                    break;
-                }
-                if Instant::now() >= give_up {
-                    return Err(StoreError::OwnedElsewhere {
-                        session: id.clone(),
-                        node: holder,
-                    });
-                }
-            }
-        }
+        self.leases.held_elsewhere(id).await
     }
 
     /// Follows a session another node runs: brings the local copy up to date and returns its
@@ -780,20 +596,16 @@ impl Cluster {
         events: &[(Seq, &[u8])],
         record: Option<&SessionRecord>,
     ) -> Result<u64, StoreError> {
-        let held = self
-            .held_map()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| StoreError::Fenced {
-                session: id.clone(),
-                why: "this node does not hold the session's lease".into(),
-            })?;
+        let held = self.leases.holding(id).ok_or_else(|| StoreError::Fenced {
+            session: id.clone(),
+            why: "this node does not hold the session's lease".into(),
+        })?;
         let _writing = held.writing.lock().await;
         held.usable(self.ttl).map_err(|why| StoreError::Fenced {
             session: id.clone(),
             why,
         })?;
-        let mut last = held.state().last;
+        let mut last = held.last();
         for chunk in chunks(events) {
             let Some((first, _)) = chunk.first() else {
                 continue;
@@ -816,7 +628,7 @@ impl Cluster {
                     last,
                 )
                 .await?;
-            held.state().last = last;
+            held.set_last(last);
         }
         if let Some(record) = record {
             let json = serde_json::to_vec(record).map_err(|source| StoreError::Decode {
@@ -932,49 +744,18 @@ impl Cluster {
         (found.as_str() == message_id).then_some(last.sequence)
     }
 
-    /// Gives back the lease of a session this node stops running. This node stops holding it
-    /// at once; the returned future deletes the lease (unless it was renewed or claimed anew
-    /// since), so another node may take the session without waiting.
+    /// Gives back the lease of a session this node stops running (see [`Leases::release`]).
     pub fn release(
         &self,
         id: &SessionId,
         epoch: u64,
     ) -> impl std::future::Future<Output = ()> + use<> {
-        // Only the claim of that epoch: a newer claim of the session stays.
-        let held = {
-            let mut map = self.held_map();
-            match map.get(id) {
-                Some(h) if h.epoch == epoch => map.remove(id),
-                _ => None,
-            }
-        };
-        let leases = self.leases.clone();
-        let id = id.clone();
-        async move {
-            let Some(held) = held else {
-                return;
-            };
-            held.lose("the session was unloaded".into());
-            let revision = held.state().revision;
-            if let Err(e) = leases
-                .delete_expect_revision(&held.key, Some(revision))
-                .await
-            {
-                tracing::debug!(session = %id, "could not give the lease back: {e}");
-            }
-        }
+        self.leases.release(id, epoch)
     }
 
     /// Gives back every lease this node holds.
     pub async fn release_all(&self) {
-        let held: Vec<(SessionId, u64)> = self
-            .held_map()
-            .iter()
-            .map(|(id, h)| (id.clone(), h.epoch))
-            .collect();
-        for (id, epoch) in held {
-            self.release(&id, epoch).await;
-        }
+        self.leases.release_all().await;
     }
 
     /// Removes a session from the cluster: its log, record and lease.
@@ -989,116 +770,9 @@ impl Cluster {
             .delete(token(id))
             .await
             .map_err(|e| failed("cannot delete the session's record", e))?;
-        if let Some(held) = self.held_map().remove(id) {
-            held.lose("the session was deleted".into());
-        }
-        let _ = self.leases.delete(token(id)).await;
+        self.leases.forget(id).await;
         Ok(())
     }
-}
-
-impl Held {
-    fn state(&self) -> std::sync::MutexGuard<'_, HeldState> {
-        // Plain values, each written whole.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Refuses a write once the lease is lost or has gone unrenewed for three quarters of its
-    /// lifetime (another node may take it at the full lifetime, counted from when the server
-    /// stored the renewal, which is after this node sent it).
-    fn usable(&self, ttl: Duration) -> Result<(), String> {
-        let state = self.state();
-        if let Some(why) = &state.lost_why {
-            return Err(why.clone());
-        }
-        if self.lost.is_cancelled() {
-            return Err("the lease was given back".into());
-        }
-        if state.renewed.elapsed() >= unrenewed_limit(ttl) {
-            let why = format!(
-                "the lease went unrenewed for {:.1}s",
-                state.renewed.elapsed().as_secs_f64()
-            );
-            drop(state);
-            self.lose(why.clone());
-            return Err(why);
-        }
-        Ok(())
-    }
-
-    fn lose(&self, why: String) {
-        let mut state = self.state();
-        if state.lost_why.is_none() {
-            state.lost_why = Some(why);
-        }
-        drop(state);
-        self.lost.cancel();
-    }
-}
-
-/// How long a lease may go unrenewed before its holder stops writing.
-fn unrenewed_limit(ttl: Duration) -> Duration {
-    ttl * 3 / 4
-}
-
-/// Renews a held lease every quarter of its lifetime (a failed renewal is tried again at once,
-/// every quarter second) until it is lost or given back.
-async fn renew(leases: kv::Store, node: String, ttl: Duration, held: Arc<Held>) {
-    let every = ttl / 4;
-    let again = Duration::from_millis(250);
-    let wait_for_ack = (ttl / 8).max(again);
-    let mut next = every;
-    loop {
-        tokio::select! {
-            () = held.lost.cancelled() => return,
-            () = tokio::time::sleep(next) => {}
-        }
-        if held.usable(ttl).is_err() {
-            return;
-        }
-        let revision = held.state().revision;
-        let sent = Instant::now();
-        let update = leases.update(&held.key, Bytes::from(node.clone()), revision);
-        next = again;
-        match tokio::time::timeout(wait_for_ack, update).await {
-            Ok(Ok(revision)) => {
-                let mut state = held.state();
-                state.revision = revision;
-                state.renewed = sent;
-                next = every;
-            }
-            Ok(Err(e)) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
-                // A renewal that timed out here may have been stored after all: the lease still
-                // names this node. Anything else is another node's.
-                match leases.entry(&held.key).await {
-                    Ok(Some(entry))
-                        if entry.operation == kv::Operation::Put
-                            && *entry.value == *node.as_bytes() =>
-                    {
-                        let mut state = held.state();
-                        state.revision = entry.revision;
-                        state.renewed = sent;
-                        next = every;
-                    }
-                    Ok(_) => {
-                        held.lose("another node took the session over".into());
-                        return;
-                    }
-                    Err(e) => tracing::warn!(key = held.key, "could not read a lease: {e}"),
-                }
-            }
-            Ok(Err(e)) => tracing::warn!(key = held.key, "could not renew a lease: {e}"),
-            Err(_) => tracing::warn!(key = held.key, "renewing a lease timed out"),
-        }
-    }
-}
-
-/// Where a node takes the calls other nodes pass on to it.
-fn calls_subject(node: &str) -> String {
-    format!(
-        "tether.calls.{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(node)
-    )
 }
 
 /// The seq of a log message's first event.
