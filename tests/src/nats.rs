@@ -557,19 +557,27 @@ impl NatsCluster {
     }
 }
 
+/// A plain connection to the server at `url`, its `INFO` greeting read: the reading half
+/// (buffered) and the writing half.
+fn greeted(url: &str) -> anyhow::Result<(std::io::BufReader<TcpStream>, TcpStream)> {
+    use std::io::BufRead;
+    let addr = url.strip_prefix("nats://").context("a nats:// URL")?;
+    let stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(READY))?;
+    let mut reader = std::io::BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    ensure!(line.starts_with("INFO "), "greeted with {line}");
+    Ok((reader, stream))
+}
+
 /// Publishes `payload` on `subject` through the server at `url`, speaking the NATS protocol
 /// itself, and waits for JetStream's acknowledgement (a stream captures the subject); e.g. to
 /// write a key of a KV bucket as another program would (`$KV.<bucket>.<key>`).
 pub fn publish(url: &str, subject: &str, payload: &[u8]) -> anyhow::Result<Value> {
-    use std::io::{BufRead, BufReader, Read};
-    let addr = url.strip_prefix("nats://").context("a nats:// URL")?;
-    let stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(READY))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut writer = stream;
+    use std::io::{BufRead, Read};
+    let (mut reader, mut writer) = greeted(url)?;
     let mut line = String::new();
-    reader.read_line(&mut line)?;
-    ensure!(line.starts_with("INFO "), "greeted with {line}");
     write!(
         writer,
         "CONNECT {{\"verbose\":false,\"pedantic\":false}}\r\nSUB _INBOX.publish 1\r\nPING\r\n"
@@ -602,21 +610,15 @@ pub fn publish(url: &str, subject: &str, payload: &[u8]) -> anyhow::Result<Value
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead, BufReader};
+    use std::io::BufRead;
 
     /// Creates a file stream `name` of `replicas` replicas through the server at `url`, speaking
     /// the NATS protocol itself: a JetStream API request, its reply on an inbox. Asks again, as
     /// NATS clients do, when no reply comes (the reply can race the inbox's interest across the
     /// cluster's routes) or JetStream is briefly unavailable.
     fn create_stream(url: &str, name: &str, replicas: u32) -> anyhow::Result<Value> {
-        let addr = url.strip_prefix("nats://").context("a nats:// URL")?;
-        let stream = TcpStream::connect(addr)?;
-        stream.set_read_timeout(Some(READY))?;
-        let mut reader = BufReader::new(stream.try_clone()?);
-        let mut writer = stream;
+        let (mut reader, mut writer) = greeted(url)?;
         let mut line = String::new();
-        reader.read_line(&mut line)?;
-        ensure!(line.starts_with("INFO "), "greeted with {line}");
         let body = serde_json::json!({
             "name": name,
             "subjects": [format!("{name}.>")],

@@ -46,26 +46,13 @@ fn main() -> anyhow::Result<()> {
     let nats = NatsCluster::start(3)?;
     let shared = tempfile::Builder::new().prefix("cluster-bench").tempdir()?;
     let shared = shared.path().canonicalize()?;
-    // A reply of `deltas` text deltas, written as fast as the fake can.
-    let mut events = vec![
-        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-    ];
-    for i in 0..args.deltas {
-        events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": format!("w{i} ")}}));
-    }
-    events.push(json!({"type": "content_block_stop", "index": 0}));
-    events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": args.deltas}}));
     let script = Script {
         rules: vec![
             Rule {
                 last_user_matches: Some("^stream$".into()),
                 has_tool_result: None,
                 times: None,
-                step: Step {
-                    events: Some(events),
-                    ..Default::default()
-                },
+                step: Step::text_deltas(args.deltas, |i| format!("w{i} ")),
             },
             Rule {
                 last_user_matches: Some(".".into()),

@@ -34,19 +34,9 @@ struct ClientRun {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut events = vec![
-        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-    ];
-    for i in 0..args.deltas {
-        events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": format!("w{i} ")}}));
-    }
-    events.push(json!({"type": "content_block_stop", "index": 0}));
-    events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": args.deltas}}));
-    let fake = Fake::start(Script::of([Step {
-        events: Some(events),
-        ..Default::default()
-    }]))?;
+    let fake = Fake::start(Script::of([Step::text_deltas(args.deltas, |i| {
+        format!("w{i} ")
+    })]))?;
     let daemon = Daemon::start_with(fake.env())?;
     let mut owner = daemon.ndjson()?;
     let session = owner.new_session_in(&daemon.workdir())?;

@@ -162,6 +162,24 @@ impl Step {
         }
     }
 
+    /// A reply streamed as `deltas` text deltas (the `i`th one's text is `text(i)`), written
+    /// as fast as the fake can: for benchmarks of the event path.
+    pub fn text_deltas(deltas: usize, text: impl Fn(usize) -> String) -> Self {
+        let mut events = vec![
+            json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ];
+        for i in 0..deltas {
+            events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text(i)}}));
+        }
+        events.push(json!({"type": "content_block_stop", "index": 0}));
+        events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": deltas}}));
+        Self {
+            events: Some(events),
+            ..Default::default()
+        }
+    }
+
     /// An SSE file served verbatim.
     pub fn sse_file(path: impl Into<PathBuf>) -> Self {
         Self {
