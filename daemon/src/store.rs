@@ -291,6 +291,7 @@ impl Store {
         let cluster = Arc::new(jetstream::Cluster::connect(settings).await?);
         cluster.mirror_records(db.clone()).await?;
         cluster.announce();
+        cluster.take_calls();
         Ok(Self {
             db,
             cluster: Some(cluster),
@@ -361,7 +362,7 @@ impl Store {
     /// machine).
     pub fn serve_passed_on(&self, handler: PassedOn) {
         if let Some(cluster) = &self.cluster {
-            cluster.serve_calls(handler);
+            cluster.answer_calls_with(handler);
         }
     }
 

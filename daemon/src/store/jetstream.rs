@@ -63,6 +63,8 @@ pub(super) struct Cluster {
     leases: Leases,
     /// Who is in the cluster: each node's name, renewed every third of the lease while it runs.
     nodes: kv::Store,
+    /// What answers calls passed on to this node, once the daemon installed it.
+    handler: tokio::sync::watch::Sender<Option<super::PassedOn>>,
 }
 
 /// What [`Cluster::claim`] gives the session's actor.
@@ -136,6 +138,7 @@ impl Cluster {
                 settings.lease_ttl,
             ),
             nodes,
+            handler: tokio::sync::watch::Sender::new(None),
         })
     }
 
@@ -242,10 +245,14 @@ impl Cluster {
         out
     }
 
-    /// Answers the calls other nodes pass on to this one with `handler`, each as it comes.
-    pub fn serve_calls(&self, handler: super::PassedOn) {
+    /// Takes the calls other nodes pass on to this one from the moment it joins: a ping is
+    /// answered at once (this node is alive), a call once the daemon's methods are installed
+    /// ([`Cluster::answer_calls_with`]), so calls that come while it recovers its sessions wait
+    /// rather than fail.
+    pub fn take_calls(&self) {
         let client = self.client.clone();
         let subject = calls_subject(&self.node);
+        let handler = self.handler.subscribe();
         tokio::spawn(async move {
             let mut calls = match client.subscribe(subject).await {
                 Ok(s) => s,
@@ -258,16 +265,34 @@ impl Cluster {
                 let Some(reply) = call.reply.clone() else {
                     continue;
                 };
-                let handler = handler.clone();
                 let client = client.clone();
+                if *call.payload == *b"ping" {
+                    let _ = client.publish(reply, Bytes::from_static(b"pong")).await;
+                    continue;
+                }
+                let handler = handler.clone();
                 tokio::spawn(async move {
-                    let answer = handler(String::from_utf8_lossy(&call.payload).into_owned()).await;
+                    let mut handler = handler;
+                    let answer_with = match handler.wait_for(Option::is_some).await {
+                        Ok(installed) => installed.clone(),
+                        Err(_) => return,
+                    };
+                    let Some(answer_with) = answer_with else {
+                        return;
+                    };
+                    let answer =
+                        answer_with(String::from_utf8_lossy(&call.payload).into_owned()).await;
                     if let Err(e) = client.publish(reply, Bytes::from(answer)).await {
                         tracing::debug!("could not answer a passed-on call: {e}");
                     }
                 });
             }
         });
+    }
+
+    /// Installs what answers the calls other nodes pass on ([`Cluster::take_calls`]).
+    pub fn answer_calls_with(&self, handler: super::PassedOn) {
+        self.handler.send_replace(Some(handler));
     }
 
     /// Passes a call on to `node` and waits for its answer.
