@@ -9,12 +9,41 @@
 use super::SessionError;
 use crate::store::{EventLog, SessionRecord, Store};
 use std::sync::Arc;
-use tether_proto::{AttachedClient, Event, EventKind, Seq, SessionSummary, TurnId};
+use tether_proto::{AttachedClient, Event, EventKind, Seq, SessionId, SessionSummary, TurnId};
 use tokio::sync::{broadcast, oneshot};
 
 /// How many events a subscriber may fall behind before it gets `lagged`. The channel allocates
 /// all its slots at once (about 40 bytes each), so it exists only while someone subscribes.
 pub const FANOUT_CAPACITY: usize = 1024;
+
+/// How long a commit may take before subscribers are told the session waits for its storage.
+const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What subscribers are told while a commit waits, and when it went through.
+const WAITING: &str =
+    "the session's storage is not accepting writes yet; the session waits and goes on when it does";
+const RESUMED: &str = "the session's storage accepts writes again; the session goes on";
+
+/// A warning for subscribers (not logged) of session `id`.
+fn notice(id: &SessionId, epoch: u64, message: &str) -> Option<Arc<LiveEvent>> {
+    let event = Event {
+        session_id: id.clone(),
+        seq: None,
+        epoch,
+        ts: super::now_rfc3339(),
+        turn_id: None,
+        kind: EventKind::Notice {
+            level: tether_proto::NoticeLevel::Warning,
+            message: message.to_owned(),
+        },
+    };
+    let json = serde_json::to_string(&event).ok()?;
+    Some(Arc::new(LiveEvent {
+        seq: None,
+        json: json.into_boxed_str(),
+        ends_stream: false,
+    }))
+}
 
 /// An event on its way to subscribers: its encoded JSON, exactly as logged.
 #[derive(Debug)]
@@ -242,16 +271,40 @@ impl Journal {
         if !self.pending() {
             return Ok(());
         }
-        let events = self
-            .unsent
-            .iter()
-            .filter_map(|ev| Some((ev.seq?, ev.json.as_bytes())));
-        let record = self.record_dirty.then_some(&self.record);
-        let result = self
-            .store
-            .commit(&self.log, events, record)
-            .await
-            .map_err(SessionError::from);
+        let result = {
+            let events = self
+                .unsent
+                .iter()
+                .filter_map(|ev| Some((ev.seq?, ev.json.as_bytes())));
+            let record = self.record_dirty.then_some(&self.record);
+            // A write that waits (a cluster's storage between leaders, without its quorum) pauses
+            // the session: every subscriber is told, and told again when it goes on.
+            // Only with subscribers to tell, and only what telling them needs.
+            let tell = self
+                .fanout
+                .clone()
+                .map(|fanout| (fanout, self.record.id.clone(), self.epoch));
+            let commit = self.store.commit(&self.log, events, record);
+            tokio::pin!(commit);
+            tokio::select! {
+                result = &mut commit => result,
+                () = tokio::time::sleep(SLOW_COMMIT) => {
+                    if let Some((fanout, id, epoch)) = &tell
+                        && let Some(waiting) = notice(id, *epoch, WAITING)
+                    {
+                        let _ = fanout.send(waiting);
+                    }
+                    let result = commit.await;
+                    if let (Some((fanout, id, epoch)), Ok(())) = (&tell, &result)
+                        && let Some(resumed) = notice(id, *epoch, RESUMED)
+                    {
+                        let _ = fanout.send(resumed);
+                    }
+                    result
+                }
+            }
+        }
+        .map_err(SessionError::from);
         let deferred = std::mem::take(&mut self.deferred);
         match result {
             Ok(()) => {

@@ -524,6 +524,69 @@ fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> 
 }
 
 #[test]
+fn a_cluster_that_stops_answering_pauses_the_turn_with_a_notice_and_it_goes_on()
+-> anyhow::Result<()> {
+    let nats = NatsCluster::start(3)?;
+    let (_keep, shared) = shared_dir()?;
+    let fake = Fake::start(Script::of([
+        Step::text("Waiting.").tool_use("Bash", json!({"command": "sleep 2; echo done"})),
+        Step::text("Done after the pause."),
+    ]))?;
+    let a = nats.node("a", fake.env(), &shared, "30s")?;
+    let mut c = a.ndjson()?;
+    let session = c.new_session_in(&shared)?;
+    c.watch(&session)?;
+    c.start_turn(&session, "wait")?;
+    c.events_until("tool_call")?;
+    // Every server frozen while the tool runs: its result cannot be written.
+    for i in 0..nats.len() {
+        nats.stop(i)?;
+    }
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !seen
+        .iter()
+        .any(|e: &Value| e["type"] == "notice" && e["seq"].is_null())
+    {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no notice while paused: {seen:?}"
+        );
+        seen.push(c.next_event()?);
+    }
+    for i in 0..nats.len() {
+        nats.cont(i)?;
+    }
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rest
+        .last()
+        .is_none_or(|e: &Value| e["type"] != "turn_ended")
+    {
+        match c.next_event() {
+            Ok(e) => rest.push(e),
+            Err(_) if Instant::now() < deadline => {}
+            Err(e) => return Err(e.context(format!("the turn did not go on: {}", a.log()))),
+        }
+    }
+    assert!(
+        rest.iter().any(|e| e["type"] == "notice"
+            && e["data"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("again"))),
+        "told that it goes on: {rest:?}"
+    );
+    assert_eq!(
+        rest.last().context("end")?["data"]["stopReason"],
+        "end_turn"
+    );
+    let mut check = a.ndjson()?;
+    check_log(&logged(&replay(&mut check, &session, 0)?))?;
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
 fn bad_cluster_settings_and_an_unreachable_cluster_are_named() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([]))?;
     // Nothing listens there.
