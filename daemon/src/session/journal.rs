@@ -4,7 +4,9 @@
 //! Invariant: an event reaches a subscriber only after the flush that made it durable; the
 //! broadcast watermark (`committed`) is what a new subscriber replays up to, so replay and live
 //! delivery meet with no gap and no duplicate. After the first failed write the journal refuses
-//! every append (the session is read-only until the daemon restarts); reads keep working.
+//! every append (the session is read-only until the daemon restarts); reads keep working. A
+//! commit that waits on its storage longer than two seconds tells subscribers so (a notice, not
+//! logged), and again when it goes through.
 
 use super::SessionError;
 use crate::store::{EventLog, SessionRecord, Store};
