@@ -460,12 +460,14 @@ impl Store {
     pub async fn commit<'a>(
         &self,
         log: &EventLog,
-        events: impl IntoIterator<Item = (Seq, &'a [u8])>,
+        events: impl IntoIterator<Item = (Seq, &'a [u8])> + Clone,
         record: Option<&SessionRecord>,
     ) -> Result<(), StoreError> {
-        let events: Vec<(Seq, &[u8])> = events.into_iter().collect();
         let shared = match &self.cluster {
-            Some(cluster) => Some(cluster.publish(&log.id, &events, record).await?),
+            Some(cluster) => {
+                let batch: Vec<(Seq, &[u8])> = events.clone().into_iter().collect();
+                Some(cluster.publish(&log.id, &batch, record).await?)
+            }
             None => None,
         };
         for (seq, json) in events {

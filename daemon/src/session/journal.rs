@@ -281,26 +281,22 @@ impl Journal {
             let record = self.record_dirty.then_some(&self.record);
             // A write that waits (a cluster's storage between leaders, without its quorum) pauses
             // the session: every subscriber is told, and told again when it goes on.
-            // Only with subscribers to tell, and only what telling them needs.
-            let tell = self
-                .fanout
-                .clone()
-                .map(|fanout| (fanout, self.record.id.clone(), self.epoch));
             let commit = self.store.commit(&self.log, events, record);
             tokio::pin!(commit);
             tokio::select! {
                 result = &mut commit => result,
                 () = tokio::time::sleep(SLOW_COMMIT) => {
-                    if let Some((fanout, id, epoch)) = &tell
-                        && let Some(waiting) = notice(id, *epoch, WAITING)
-                    {
-                        let _ = fanout.send(waiting);
-                    }
+                    let tell = |message| {
+                        if let Some(fanout) = &self.fanout
+                            && let Some(notice) = notice(&self.record.id, self.epoch, message)
+                        {
+                            let _ = fanout.send(notice);
+                        }
+                    };
+                    tell(WAITING);
                     let result = commit.await;
-                    if let (Some((fanout, id, epoch)), Ok(())) = (&tell, &result)
-                        && let Some(resumed) = notice(id, *epoch, RESUMED)
-                    {
-                        let _ = fanout.send(resumed);
+                    if result.is_ok() {
+                        tell(RESUMED);
                     }
                     result
                 }

@@ -125,7 +125,7 @@ impl Sessions {
             return Err(SessionError::NotFound(id.clone()));
         };
         let claim = self.store.claim(id, self.epoch, &stored.cwd).await?;
-        let (record, log, loaded) = match self.load(id) {
+        let (record, log, loaded) = match self.load(stored) {
             Ok(loaded) => loaded,
             Err(e) => {
                 self.store.release(id, &claim).await;
@@ -190,19 +190,19 @@ impl Sessions {
         handle
     }
 
-    /// Reads a session's record and replays its log (pruning old deltas first).
-    fn load(&self, id: &SessionId) -> Result<(SessionRecord, EventLog, Loaded), SessionError> {
-        let mut record = self
-            .store
-            .session(id)?
-            .ok_or_else(|| SessionError::NotFound(id.clone()))?;
+    /// Replays the log of the session `record` describes (pruning old deltas first).
+    fn load(
+        &self,
+        mut record: SessionRecord,
+    ) -> Result<(SessionRecord, EventLog, Loaded), SessionError> {
+        let id = &record.id;
         let log = self.store.log(id);
         if let Some(keep) = self.env.delta_retention
             && retention::apply(&log, &mut record, log.head()?, keep)?
         {
             self.store.put_session(&record)?;
         }
-        let loaded = replay(&self.store, id, &log)?;
+        let loaded = replay(&self.store, &record.id, &log)?;
         if loaded.open_turn.is_none() && record.status != SessionStatus::Idle {
             // Stopped between a turn's end and the status change that follows it.
             record.status = SessionStatus::Idle;
@@ -469,7 +469,7 @@ impl Sessions {
             self.store.release(&new_id, &claim).await;
             return Err(e.into());
         }
-        let (record, log, loaded) = self.load(&new_id)?;
+        let (record, log, loaded) = self.load(forked)?;
         let handle = self.start(record, log, loaded, claim);
         self.live().insert(new_id.clone(), handle.clone());
         handle

@@ -342,19 +342,27 @@ impl Cluster {
     /// changed or deleted on any node), so listing sessions reads the local store.
     pub async fn mirror_records(self: &Arc<Self>, db: local::Db) -> Result<(), StoreError> {
         let down = |e: &dyn std::fmt::Display| failed("cannot read the session records", e);
-        let status = self.records.status().await.map_err(|e| down(&e))?;
-        let from = status.info.state.last_sequence;
-        let mut keys = self.records.keys().await.map_err(|e| down(&e))?;
+        let stored = self.records.status().await.map_err(|e| down(&e))?;
+        // One stream: each key's latest value first (`delta` counts down to the last of
+        // them), then every change as it comes.
+        let mut watch = self
+            .records
+            .watch_with_history(">")
+            .await
+            .map_err(|e| down(&e))?;
         let mut known = std::collections::HashSet::new();
-        while let Some(key) = keys.next().await {
-            let key = key.map_err(|e| down(&e))?;
-            if let Some(value) = self.records.get(&key).await.map_err(|e| down(&e))? {
-                match serde_json::from_slice::<SessionRecord>(&value) {
-                    Ok(record) => {
-                        known.insert(record.id.clone());
-                        db.put_session(&record)?;
-                    }
-                    Err(e) => tracing::warn!(key, "skipping an unreadable session record: {e}"),
+        if stored.info.state.messages > 0 {
+            loop {
+                let entry = tokio::time::timeout(JETSTREAM_PATIENCE, watch.next())
+                    .await
+                    .map_err(|_| down(&"no answer"))?
+                    .ok_or_else(|| down(&"the watch ended"))?
+                    .map_err(|e| down(&e))?;
+                if let Some(id) = copy_record(&db, &entry).await? {
+                    known.insert(id);
+                }
+                if entry.delta == 0 {
+                    break;
                 }
             }
         }
@@ -370,41 +378,13 @@ impl Cluster {
                 self.upload(&record, &db).await?;
             }
         }
-        let mut watch = self
-            .records
-            .watch_all_from_revision(from + 1)
-            .await
-            .map_err(|e| down(&e))?;
         tokio::spawn(async move {
             while let Some(entry) = watch.next().await {
-                let entry = match entry {
-                    Ok(e) => e,
+                let result = match entry {
+                    Ok(entry) => copy_record(&db, &entry).await.map(|_| ()),
                     Err(e) => {
                         tracing::warn!("the watch of session records failed: {e}");
                         continue;
-                    }
-                };
-                let result = match entry.operation {
-                    kv::Operation::Put => {
-                        match serde_json::from_slice::<SessionRecord>(&entry.value) {
-                            Ok(record) => db.put_session(&record),
-                            Err(e) => {
-                                tracing::warn!(
-                                    key = entry.key,
-                                    "skipping an unreadable session record: {e}"
-                                );
-                                Ok(())
-                            }
-                        }
-                    }
-                    kv::Operation::Delete | kv::Operation::Purge => {
-                        match base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(&entry.key) {
-                            Ok(bytes) => {
-                                let id = SessionId(String::from_utf8_lossy(&bytes).into_owned());
-                                db.delete_session(&id).await
-                            }
-                            Err(_) => Ok(()),
-                        }
                     }
                 };
                 if let Err(e) = result {
@@ -797,6 +777,32 @@ impl Cluster {
             .map_err(|e| failed("cannot delete the session's record", e))?;
         self.leases.forget(id).await;
         Ok(())
+    }
+}
+
+/// Copies one change of the records bucket into `db`; the session's id when it is one there.
+async fn copy_record(db: &local::Db, entry: &kv::Entry) -> Result<Option<SessionId>, StoreError> {
+    match entry.operation {
+        kv::Operation::Put => match serde_json::from_slice::<SessionRecord>(&entry.value) {
+            Ok(record) => {
+                db.put_session(&record)?;
+                Ok(Some(record.id))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    key = entry.key,
+                    "skipping an unreadable session record: {e}"
+                );
+                Ok(None)
+            }
+        },
+        kv::Operation::Delete | kv::Operation::Purge => {
+            if let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(&entry.key) {
+                let id = SessionId(String::from_utf8_lossy(&bytes).into_owned());
+                db.delete_session(&id).await?;
+            }
+            Ok(None)
+        }
     }
 }
 

@@ -31,6 +31,24 @@ fn replay(c: &mut Ndjson, session: &str, since: u64) -> anyhow::Result<Vec<Value
     Ok(seen)
 }
 
+/// The events `c` reads through the next `turn_ended`, waiting up to `patience` in all (longer
+/// than one read's wait: the cluster may be electing leaders meanwhile).
+fn turn_end_within(c: &mut Ndjson, patience: Duration) -> anyhow::Result<Vec<Value>> {
+    let deadline = Instant::now() + patience;
+    let mut events = Vec::new();
+    while events
+        .last()
+        .is_none_or(|e: &Value| e["type"] != "turn_ended")
+    {
+        match c.next_event() {
+            Ok(e) => events.push(e),
+            Err(_) if Instant::now() < deadline => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(events)
+}
+
 fn logged(events: &[Value]) -> Vec<&Value> {
     events.iter().filter(|e| e["seq"].is_u64()).collect()
 }
@@ -483,18 +501,8 @@ fn the_log_streams_leader_killed_mid_turn_loses_nothing() -> anyhow::Result<()> 
         .context("the stream's leader")?;
     let leader = nats.index_of(&leader).context("the leader's index")?;
     nats.kill(leader);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut rest = Vec::new();
-    while rest
-        .last()
-        .is_none_or(|e: &Value| e["type"] != "turn_ended")
-    {
-        match c.next_event() {
-            Ok(e) => rest.push(e),
-            Err(_) if Instant::now() < deadline => {}
-            Err(e) => return Err(e.context(format!("the turn did not end: {}", a.log()))),
-        }
-    }
+    let rest = turn_end_within(&mut c, Duration::from_secs(60))
+        .with_context(|| format!("the turn did not end: {}", a.log()))?;
     assert_eq!(
         rest.last().context("end")?["data"]["stopReason"],
         "end_turn"
@@ -557,18 +565,8 @@ fn a_cluster_that_stops_answering_pauses_the_turn_with_a_notice_and_it_goes_on()
     for i in 0..nats.len() {
         nats.cont(i)?;
     }
-    let mut rest = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rest
-        .last()
-        .is_none_or(|e: &Value| e["type"] != "turn_ended")
-    {
-        match c.next_event() {
-            Ok(e) => rest.push(e),
-            Err(_) if Instant::now() < deadline => {}
-            Err(e) => return Err(e.context(format!("the turn did not go on: {}", a.log()))),
-        }
-    }
+    let rest = turn_end_within(&mut c, Duration::from_secs(60))
+        .with_context(|| format!("the turn did not go on: {}", a.log()))?;
     assert!(
         rest.iter().any(|e| e["type"] == "notice"
             && e["data"]["message"]
