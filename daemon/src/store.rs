@@ -376,6 +376,31 @@ impl Store {
         }
     }
 
+    /// Records a permission answer (encoded by the session) before the session's owner logs
+    /// it, so the first answer outlives an owner that dies at that instant: `None` when this
+    /// one is the first, else the answer that won. On one machine the log is the record, so
+    /// this records nothing and answers `None`.
+    pub async fn record_answer(
+        &self,
+        id: &SessionId,
+        request_id: &str,
+        answer: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        match &self.cluster {
+            Some(cluster) => cluster.record_answer(id, request_id, answer).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The answer recorded for a request of session `id` that its log does not show resolved
+    /// (an owner died before logging it); never any on one machine.
+    pub async fn recorded_answer(&self, id: &SessionId, request_id: &str) -> Option<Vec<u8>> {
+        match &self.cluster {
+            Some(cluster) => cluster.recorded_answer(id, request_id).await,
+            None => None,
+        }
+    }
+
     /// Whether another node runs the session now (never on one machine).
     pub async fn held_elsewhere(&self, id: &SessionId) -> bool {
         match &self.cluster {

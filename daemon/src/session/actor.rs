@@ -377,6 +377,7 @@ pub(super) fn spawn(
         reported: HashSet::new(),
         left_by_script: false,
     };
+    actor.broker.restore(loaded.recorded);
     // The recovery runs before anything a client asks.
     if !loaded.damaged.is_empty() {
         actor.emit(EventKind::Notice {
@@ -533,7 +534,7 @@ impl SessionActor {
                 answer,
                 by,
                 reply,
-            } => drop(reply.send(self.respond_permission(request_id, answer, by))),
+            } => drop(reply.send(self.respond_permission(request_id, answer, by).await)),
             Command::HookAnswered { request_id, answer } => self.hook_answered(request_id, answer),
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),

@@ -91,12 +91,72 @@ impl Waiting {
 #[derive(Default)]
 pub struct Broker {
     waiting: HashMap<String, Waiting>,
+    /// Answers the store recorded for requests an earlier owner held and did not log (it
+    /// died first): each applies when its request is held again.
+    recorded: HashMap<String, Recorded>,
+}
+
+/// An answer as the store records it before the log has it (in a cluster, so the first
+/// answer outlives an owner that dies before logging it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Recorded {
+    decision: PermissionDecision,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    updated_input: Option<serde_json::Value>,
+    by: ClientRef,
+}
+
+impl Recorded {
+    /// `answer` given by `by`.
+    pub fn new(answer: super::Answer, by: ClientRef) -> Self {
+        Self {
+            decision: answer.decision,
+            message: answer.message,
+            updated_input: answer.updated_input,
+            by,
+        }
+    }
+
+    /// The form the store keeps.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// An answer the store kept; `None` when it does not decode.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice(bytes).ok()
+    }
 }
 
 impl Broker {
     /// Holds a call until `request_id` is answered.
     pub fn hold(&mut self, request_id: String, waiting: Waiting) {
         self.waiting.insert(request_id, waiting);
+    }
+
+    /// Keeps the answers an earlier owner's store recorded (request id → encoded answer).
+    pub fn restore(&mut self, recorded: HashMap<String, Vec<u8>>) {
+        self.recorded = recorded
+            .into_iter()
+            .filter_map(|(id, bytes)| Recorded::decode(&bytes).map(|r| (id, r)))
+            .collect();
+    }
+
+    /// Keeps an answer to a logged request whose resumed turn has not asked it again yet.
+    pub fn keep_recorded(&mut self, request_id: String, answer: Recorded) {
+        self.recorded.insert(request_id, answer);
+    }
+
+    /// The answer kept for a request not held again yet, if any.
+    pub fn peek_recorded(&self, request_id: &str) -> Option<&Recorded> {
+        self.recorded.get(request_id)
+    }
+
+    /// The recorded answer to a request held again, if the store had one.
+    pub fn take_recorded(&mut self, request_id: &str) -> Option<Recorded> {
+        self.recorded.remove(request_id)
     }
 
     /// Takes a request to answer it; `None` when it was answered already (or never asked).
@@ -248,7 +308,16 @@ impl SessionActor {
             // A request an earlier daemon logged (the turn was resumed) stays open as it was.
             let mut waiting = Waiting::new(turn_id, rules, reply);
             waiting.special = Special::of(&ask.tool, self.journal.record.permission_mode);
-            return self.hold(request_id, waiting);
+            let recorded = self.broker.take_recorded(&request_id);
+            self.hold(request_id.clone(), waiting);
+            // Answered while an earlier owner held it, which died before logging the answer.
+            if let Some(first) = recorded
+                && let Some(waiting) = self.broker.take(&request_id)
+                && let Err(e) = self.apply(request_id, waiting, first)
+            {
+                tracing::warn!("could not apply a recorded permission answer: {e}");
+            }
+            return;
         }
         let mut rules = self.rules();
         // The turn's sandbox, the one its Bash call will run in.
@@ -482,23 +551,22 @@ impl SessionActor {
     }
 
     /// `permission/respond`: the first answer resolves the request; a later one learns how it
-    /// was resolved.
-    pub(super) fn respond_permission(
+    /// was resolved. The answer is recorded in the store before it is logged (in a cluster, so
+    /// it outlives this node); should the store hold an earlier answer, that one wins.
+    pub(super) async fn respond_permission(
         &mut self,
         request_id: String,
         answer: super::Answer,
         by: ClientRef,
     ) -> Result<PermissionResponse, SessionError> {
-        let super::Answer {
-            decision,
-            message,
-            updated_input,
-        } = answer;
         if self.presence.observer_only(&by) {
             return Err(SessionError::NotController);
         }
         self.journal.writable()?;
-        let Some(waiting) = self.broker.take(&request_id) else {
+        // Open and not held: its turn, resumed after a restart or a takeover, has not asked
+        // again yet; the answer is kept for when it does.
+        let waiting = self.broker.take(&request_id);
+        if waiting.is_none() && !self.ledger.is_open(&request_id) {
             return match self.ledger.resolution(&request_id) {
                 Some((decision, resolved_by)) => Ok(PermissionResponse {
                     status: tether_proto::ResponseStatus::AlreadyResolved,
@@ -507,14 +575,59 @@ impl SessionActor {
                 }),
                 None => Err(SessionError::RequestNotFound(request_id)),
             };
+        }
+        let ours = Recorded::new(answer, by);
+        let first = match self.journal.record_answer(&request_id, ours.encode()).await {
+            Ok(first) => first.as_deref().and_then(Recorded::decode),
+            Err(e) => {
+                // Not recorded, so not answered: the request stays open.
+                if let Some(waiting) = waiting {
+                    self.broker.hold(request_id, waiting);
+                }
+                return Err(e.into());
+            }
         };
+        // On one machine the store records nothing: an answer kept for the resumed turn is
+        // the first.
+        let first = first.or_else(|| self.broker.peek_recorded(&request_id).cloned());
+        let (winner, status) = match first {
+            Some(first) if first != ours => (first, tether_proto::ResponseStatus::AlreadyResolved),
+            _ => (ours, tether_proto::ResponseStatus::Accepted),
+        };
+        let response = PermissionResponse {
+            status,
+            decision: winner.decision,
+            resolved_by: Some(winner.by.clone()),
+        };
+        match waiting {
+            Some(waiting) => {
+                let applied = self.apply(request_id, waiting, winner)?;
+                Ok(match response.status {
+                    tether_proto::ResponseStatus::Accepted => applied,
+                    _ => response,
+                })
+            }
+            None => {
+                self.broker.keep_recorded(request_id, winner);
+                Ok(response)
+            }
+        }
+    }
+
+    /// Resolves a held request with a client's answer.
+    fn apply(
+        &mut self,
+        request_id: String,
+        waiting: Waiting,
+        answer: Recorded,
+    ) -> Result<PermissionResponse, SessionError> {
         self.resolve(
             request_id,
             waiting,
-            decision,
-            message,
-            updated_input,
-            Some(by),
+            answer.decision,
+            answer.message,
+            answer.updated_input,
+            Some(answer.by),
         )
     }
 

@@ -342,6 +342,21 @@ impl Journal {
         }
     }
 
+    /// Records a permission answer in the store before the log has it; `None` when it is the
+    /// first, else the answer that was ([`Store::record_answer`]).
+    pub fn record_answer(
+        &self,
+        request_id: &str,
+        answer: Vec<u8>,
+    ) -> impl std::future::Future<Output = Result<Option<Vec<u8>>, crate::store::StoreError>>
+    + Send
+    + use<> {
+        let store = self.store.clone();
+        let id = self.record.id.clone();
+        let request_id = request_id.to_owned();
+        async move { store.record_answer(&id, &request_id, &answer).await }
+    }
+
     /// Deletes the session from the store.
     pub async fn delete(&mut self) -> Result<(), SessionError> {
         self.store

@@ -123,6 +123,11 @@ impl Ledger {
             .map(|(id, r)| (id.clone(), r.rules.clone()))
     }
 
+    /// Whether `request_id` was asked and not resolved.
+    pub fn is_open(&self, request_id: &str) -> bool {
+        self.open.contains_key(request_id)
+    }
+
     /// The tool calls held by an open request.
     pub fn awaiting_tool_calls(&self) -> HashSet<String> {
         self.open.values().map(|r| r.tool_call_id.clone()).collect()

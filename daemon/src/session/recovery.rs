@@ -31,6 +31,10 @@ pub(super) struct Loaded {
     pub damaged: Vec<Seq>,
     /// Background shells started and never seen to end.
     pub shells: Vec<OrphanShell>,
+    /// Answers the store recorded for open requests that the log does not show resolved
+    /// (request id → encoded answer): filled in by whoever loads the session.
+    #[serde(skip)]
+    pub recorded: std::collections::HashMap<String, Vec<u8>>,
 }
 
 impl Loaded {
@@ -43,6 +47,7 @@ impl Loaded {
             open_turn: None,
             damaged: Vec::new(),
             shells: Vec::new(),
+            recorded: Default::default(),
         }
     }
 }

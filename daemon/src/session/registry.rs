@@ -125,13 +125,19 @@ impl Sessions {
             return Err(SessionError::NotFound(id.clone()));
         };
         let claim = self.store.claim(id, self.epoch, &stored.cwd).await?;
-        let (record, log, loaded) = match self.load(stored) {
+        let (record, log, mut loaded) = match self.load(stored) {
             Ok(loaded) => loaded,
             Err(e) => {
                 self.store.release(id, &claim).await;
                 return Err(e);
             }
         };
+        // Answers given while an earlier owner held the session, which it did not log.
+        for request_id in loaded.ledger.open_ids() {
+            if let Some(answer) = self.store.recorded_answer(id, &request_id).await {
+                loaded.recorded.insert(request_id, answer);
+            }
+        }
         let mut live = self.live();
         if let Some(h) = live.get(id).filter(|h| !h.is_stopped()) {
             return Ok(h.clone());

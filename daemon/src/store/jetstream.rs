@@ -27,9 +27,11 @@ use std::time::{Duration, Instant};
 use tether_proto::{Seq, SessionId};
 use tokio_util::sync::CancellationToken;
 
+mod answers;
 mod leases;
 mod names;
 
+use answers::Answers;
 use leases::{Held, Leases};
 use names::{SHARDS, calls_subject, shard_of, subject, token};
 
@@ -41,6 +43,10 @@ const RECORDS: &str = "tether-sessions";
 const LEASES: &str = "tether-leases";
 const META: &str = "tether-meta";
 const NODES: &str = "tether-nodes";
+const ANSWERS: &str = "tether-answers";
+/// How long a recorded permission answer is kept (its owner logs it at once, or the next
+/// owner when it takes the session over).
+const ANSWERS_KEPT: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long a starting node waits for JetStream to answer (its leaders being elected).
 const JETSTREAM_PATIENCE: Duration = Duration::from_secs(30);
 /// Events a follower may have waiting before the log is read further.
@@ -63,8 +69,19 @@ pub(super) struct Cluster {
     leases: Leases,
     /// Who is in the cluster: each node's name, renewed every third of the lease while it runs.
     nodes: kv::Store,
+    /// Permission answers not yet logged by their session's owner.
+    answers: Answers,
     /// What answers calls passed on to this node, once the daemon installed it.
     handler: tokio::sync::watch::Sender<Option<super::PassedOn>>,
+}
+
+/// The buckets and streams of a cluster, as [`Cluster::prepare`] finds or makes them.
+struct Prepared {
+    records: kv::Store,
+    leases: kv::Store,
+    nodes: kv::Store,
+    answers: kv::Store,
+    logs: Vec<stream::Stream>,
 }
 
 /// What [`Cluster::claim`] gives the session's actor.
@@ -107,7 +124,13 @@ impl Cluster {
         let js = jetstream::new(client.clone());
         // A cluster that starts with its nodes elects its leaders meanwhile: wait a while.
         let started = Instant::now();
-        let (records, leases, nodes, logs) = loop {
+        let Prepared {
+            records,
+            leases,
+            nodes,
+            answers,
+            logs,
+        } = loop {
             match Self::prepare(&js, settings).await {
                 Ok(ready) => break ready,
                 Err(StoreError::Unreachable { reason, .. })
@@ -138,6 +161,7 @@ impl Cluster {
                 settings.lease_ttl,
             ),
             nodes,
+            answers: Answers::new(answers),
             handler: tokio::sync::watch::Sender::new(None),
         })
     }
@@ -146,7 +170,7 @@ impl Cluster {
     async fn prepare(
         js: &jetstream::Context,
         settings: &ClusterSettings,
-    ) -> Result<(kv::Store, kv::Store, kv::Store, Vec<stream::Stream>), StoreError> {
+    ) -> Result<Prepared, StoreError> {
         let replicas = settings.replicas.max(1);
         let bucket = |name: &str| kv::Config {
             bucket: name.to_owned(),
@@ -179,16 +203,24 @@ impl Cluster {
         let records = open_bucket(RECORDS).await?;
         let leases = open_bucket(LEASES).await?;
         // A node that stops announcing itself drops out after a few of its lease's lifetimes.
-        let nodes = match js.get_key_value(NODES).await {
-            Ok(store) => store,
-            Err(_) => js
-                .create_key_value(kv::Config {
-                    max_age: settings.lease_ttl * 3,
-                    ..bucket(NODES)
-                })
-                .await
-                .map_err(|e| jetstream_down(&settings.urls, NODES, e))?,
+        let open_aging = |name: &'static str, max_age: Duration| {
+            let js = js.clone();
+            let config = kv::Config {
+                max_age,
+                ..bucket(name)
+            };
+            async move {
+                match js.get_key_value(name).await {
+                    Ok(store) => Ok(store),
+                    Err(_) => js
+                        .create_key_value(config)
+                        .await
+                        .map_err(|e| jetstream_down(&settings.urls, name, e)),
+                }
+            }
         };
+        let nodes = open_aging(NODES, settings.lease_ttl * 3).await?;
+        let answers = open_aging(ANSWERS, ANSWERS_KEPT).await?;
         let mut logs = Vec::new();
         for shard in 0..SHARDS {
             let config = stream::Config {
@@ -205,7 +237,13 @@ impl Cluster {
                 .map_err(|e| jetstream_down(&settings.urls, "the log streams", e))?;
             logs.push(log);
         }
-        Ok((records, leases, nodes, logs))
+        Ok(Prepared {
+            records,
+            leases,
+            nodes,
+            answers,
+            logs,
+        })
     }
 
     /// Announces this node every third of the lease while it runs.
@@ -776,7 +814,24 @@ impl Cluster {
             .await
             .map_err(|e| failed("cannot delete the session's record", e))?;
         self.leases.forget(id).await;
+        self.answers.forget(id).await;
         Ok(())
+    }
+
+    /// Records a permission answer before the session's owner logs it: `None` when it is the
+    /// first, else the answer that won.
+    pub async fn record_answer(
+        &self,
+        id: &SessionId,
+        request_id: &str,
+        answer: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.answers.record(id, request_id, answer).await
+    }
+
+    /// The answer recorded for a request, if any.
+    pub async fn recorded_answer(&self, id: &SessionId, request_id: &str) -> Option<Vec<u8>> {
+        self.answers.recorded(id, request_id).await
     }
 }
 

@@ -400,6 +400,72 @@ fn a_permission_request_open_when_its_node_dies_is_answered_on_another() -> anyh
     Ok(())
 }
 
+/// The owner records an answer before it logs it: one that dies in between (simulated here by
+/// recording the answer as it would, then killing it) still has its answer win on the next
+/// owner, and a later answer from another node learns it lost.
+#[test]
+fn an_answer_its_dying_owner_recorded_wins_on_the_next() -> anyhow::Result<()> {
+    use base64::Engine;
+    let nats = NatsCluster::start(3)?;
+    let (_keep, shared) = shared_dir()?;
+    let file = shared.join("never.txt");
+    let fake = Fake::start(Script::of([
+        Step::text("Writing.").tool_use(
+            "Write",
+            json!({"file_path": file.display().to_string(), "content": "no\n"}),
+        ),
+        Step::text("Understood, not writing."),
+    ]))?;
+    let mut a = nats.node("a", fake.env(), &shared, TTL)?;
+    let b = nats.node("b", fake.env(), &shared, TTL)?;
+    let c = nats.node("c", fake.env(), &shared, TTL)?;
+    let mut on_a = a.ndjson()?;
+    let session = on_a.new_session_with_mode(&shared, "default")?;
+    let mut on_c = c.ndjson()?;
+    on_c.subscribe(&session, json!(0))?;
+    on_a.watch(&session)?;
+    on_a.start_turn(&session, "write it")?;
+    let asked = on_a.events_until("permission_requested")?;
+    let request = asked.last().context("request")?["data"]["requestId"]
+        .as_str()
+        .context("request id")?
+        .to_owned();
+    a.kill9()?;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let recorded = json!({
+        "decision": "deny",
+        "message": "not that file",
+        "by": {"clientId": 7, "kind": "tui", "name": "alice"},
+    });
+    tether_tests::nats::publish(
+        &nats.url(1),
+        &format!("$KV.tether-answers.{}.{}", b64(&session), b64(&request)),
+        recorded.to_string().as_bytes(),
+    )?;
+
+    let mut on_b = b.ndjson()?;
+    let late = on_b.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    assert_eq!(late["status"], "already_resolved", "{late}");
+    assert_eq!(late["decision"], "deny", "{late}");
+    assert_eq!(late["resolvedBy"]["name"], "alice", "{late}");
+    // Every node saw the same single resolution, and the turn went on with it.
+    let seen = on_c.events_until("turn_ended")?;
+    let resolved: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e["type"] == "permission_resolved")
+        .collect();
+    assert_eq!(resolved.len(), 1, "resolved once: {resolved:?}");
+    assert_eq!(resolved[0]["data"]["decision"], "deny");
+    assert_eq!(resolved[0]["data"]["message"], "not that file");
+    assert!(!file.exists(), "the denied write ran");
+    check_log(&logged(&seen))?;
+    fake.no_rejections();
+    Ok(())
+}
+
 #[test]
 fn a_paused_owner_is_fenced_and_its_tool_is_gone() -> anyhow::Result<()> {
     let nats = NatsCluster::start(3)?;

@@ -12,7 +12,12 @@ pub const SHARDS: u32 = 4;
 /// The subject-safe form of a session id (ids a client picks may hold dots or spaces); also
 /// its key in the KV buckets.
 pub fn token(id: &SessionId) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.0.as_bytes())
+    token_of(&id.0)
+}
+
+/// The subject-safe form of any name (a request id, a node's name).
+pub fn token_of(name: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(name.as_bytes())
 }
 
 /// The log stream (`TETHER_LOG_<n>`) a session's events go to.
