@@ -137,7 +137,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
 
     let api = RpcApi {
         sessions: sessions.clone(),
-        connections: Arc::new(Connections::default()),
+        connections: Arc::new(Connections::on_node(sessions.store().node())),
         started: Instant::now(),
         socket: socket.clone(),
         data_dir,

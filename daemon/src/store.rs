@@ -292,10 +292,16 @@ impl Store {
         cluster.mirror_records(db.clone()).await?;
         cluster.announce();
         cluster.take_calls();
+        cluster.followers().start();
         Ok(Self {
             db,
             cluster: Some(cluster),
         })
+    }
+
+    /// This node's name in the cluster (`None` on one machine).
+    pub fn node(&self) -> Option<String> {
+        self.cluster.as_ref().map(|c| c.node().to_owned())
     }
 
     /// Whether this store is a node of a cluster.
@@ -399,6 +405,35 @@ impl Store {
             Some(cluster) => cluster.recorded_answer(id, request_id).await,
             None => None,
         }
+    }
+
+    /// A client of this node follows session `id` (which another node runs) in `role`: the
+    /// session's owner counts it as attached. A no-op on one machine.
+    pub async fn follower_joined(&self, id: &SessionId, client: tether_proto::AttachedClient) {
+        if let Some(cluster) = &self.cluster {
+            cluster.followers().joined(id, client).await;
+        }
+    }
+
+    /// A client of this node stopped following session `id`.
+    pub async fn follower_left(&self, id: &SessionId, client: &tether_proto::AttachedClient) {
+        if let Some(cluster) = &self.cluster {
+            cluster.followers().left(id, client).await;
+        }
+    }
+
+    /// The clients that follow session `id` through the cluster, on any node (none on one
+    /// machine).
+    pub fn followers(&self, id: &SessionId) -> Vec<tether_proto::AttachedClient> {
+        match &self.cluster {
+            Some(cluster) => cluster.followers().of(id),
+            None => Vec::new(),
+        }
+    }
+
+    /// The sessions whose followers change, as they change (`None` on one machine).
+    pub fn followers_changed(&self) -> Option<tokio::sync::broadcast::Receiver<SessionId>> {
+        self.cluster.as_ref().map(|c| c.followers().changes())
     }
 
     /// Whether another node runs the session now (never on one machine).

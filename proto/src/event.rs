@@ -502,6 +502,7 @@ mod tests {
                     client_id: ConnectionId(7),
                     kind: ClientKind::Tui,
                     name: Some("tether".into()),
+                    node: None,
                 },
                 role: Role::Observer,
             },

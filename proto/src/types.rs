@@ -418,6 +418,16 @@ pub struct ClientRef {
     /// Its self-declared name, when it gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// In cluster mode: the node the client is connected to (connection ids are per node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl ClientRef {
+    /// Whether `other` is the same connection (same id on the same node).
+    pub fn same(&self, other: &ClientRef) -> bool {
+        self.client_id == other.client_id && self.node == other.node
+    }
 }
 
 /// A client attached to a session.

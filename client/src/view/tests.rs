@@ -20,6 +20,7 @@ fn other() -> ClientRef {
         client_id: ConnectionId(9),
         kind: ClientKind::Editor,
         name: Some("zed".into()),
+        node: None,
     }
 }
 

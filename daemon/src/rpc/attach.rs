@@ -67,9 +67,9 @@ fn control_of(session: &SessionId, epoch: u64, kind: EventKind) -> Option<Subscr
 
 /// A subscription on a node of the cluster to a session another node runs: replay from this
 /// node's copy of the log, `replay_complete`, then the events the owner writes as they are
-/// written, until the client goes or the log cannot be read. The owner does not know this
-/// subscriber (it is not in the session's presence); commands for the session are passed on to
-/// it (`forward.rs`).
+/// written, until the client goes or the log cannot be read. The owner learns of this
+/// subscriber through the cluster (the caller says it joined and left); commands for the
+/// session are passed on to it (`forward.rs`).
 pub async fn follow(
     sink: SubscriptionSink,
     log: EventLog,

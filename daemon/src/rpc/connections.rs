@@ -20,9 +20,19 @@ pub struct Connections {
     next: AtomicU32,
     open: Mutex<HashMap<u64, Connection>>,
     subscriptions: AtomicU64,
+    /// In cluster mode, this node's name: a client's id is unique on its node only.
+    node: Option<String>,
 }
 
 impl Connections {
+    /// The connections of a daemon that is `node` of a cluster (`None` on one machine).
+    pub fn on_node(node: Option<String>) -> Self {
+        Self {
+            node,
+            ..Self::default()
+        }
+    }
+
     fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Connection>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -60,6 +70,7 @@ impl Connections {
             client_id: id,
             kind: info.as_ref().map(|i| i.kind).unwrap_or(ClientKind::Script),
             name: info.map(|i| i.name).filter(|n| !n.is_empty()),
+            node: self.node.clone(),
         }
     }
 

@@ -656,16 +656,23 @@ impl TetherRpcServer for RpcApi {
                     return Ok(());
                 };
                 let log = store.log(&session_id);
+                // The owner counts this client as attached while it follows from here.
+                let attached = tether_proto::AttachedClient {
+                    client: self.client(ext),
+                    role: role.unwrap_or_default(),
+                };
+                store.follower_joined(&session_id, attached.clone()).await;
                 attach::follow(
                     sink,
                     log,
-                    session_id,
+                    session_id.clone(),
                     following,
                     since.unwrap_or(Since::Seq(0)),
                     self.sessions.epoch(),
                     self.connections.clone(),
                 )
                 .await;
+                store.follower_left(&session_id, &attached).await;
                 return Ok(());
             }
             Err(e) => {

@@ -101,6 +101,12 @@ pub(super) enum Command {
         by: ClientRef,
         reply: oneshot::Sender<Result<PermissionResponse, SessionError>>,
     },
+    /// The cluster reported who follows the session from other nodes (`quiet`: the first
+    /// report after loading, about clients attached before this daemon took the session).
+    Followers {
+        clients: Vec<tether_proto::AttachedClient>,
+        quiet: bool,
+    },
     /// A PermissionRequest hook answered a request.
     HookAnswered {
         request_id: String,
@@ -166,6 +172,11 @@ impl SessionHandle {
     /// Waits until the actor has stopped.
     pub async fn stopped(&self) {
         self.tx.closed().await;
+    }
+
+    /// Tells the session who follows it from other nodes of the cluster.
+    pub(super) fn followers(&self, clients: Vec<tether_proto::AttachedClient>, quiet: bool) {
+        let _ = self.tx.send(Command::Followers { clients, quiet });
     }
 
     /// Stops the actor at once without writing anything more: another node holds the session.
@@ -535,6 +546,7 @@ impl SessionActor {
                 by,
                 reply,
             } => drop(reply.send(self.respond_permission(request_id, answer, by).await)),
+            Command::Followers { clients, quiet } => self.followers(clients, quiet),
             Command::HookAnswered { request_id, answer } => self.hook_answered(request_id, answer),
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),
@@ -602,6 +614,29 @@ impl SessionActor {
             role,
             reason,
         });
+    }
+
+    /// Clients on other nodes came or went: logged as they are for this daemon's own, and a
+    /// controller there counts for the `onNoController` policy.
+    fn followers(&mut self, clients: Vec<tether_proto::AttachedClient>, quiet: bool) {
+        let moved = self.presence.elsewhere(clients, quiet);
+        if moved.attached.is_empty() && moved.detached.is_empty() {
+            return;
+        }
+        self.arm_no_controller();
+        for a in moved.attached {
+            self.emit(EventKind::ClientAttached {
+                client: a.client,
+                role: a.role,
+            });
+        }
+        for a in moved.detached {
+            self.emit(EventKind::ClientDetached {
+                client: a.client,
+                role: a.role,
+                reason: DetachReason::Closed,
+            });
+        }
     }
 
     fn note(&mut self, message: String, reply: oneshot::Sender<Result<(), SessionError>>) {

@@ -380,6 +380,7 @@ impl SessionActor {
                     client_id: tether_proto::ConnectionId(0),
                     kind: tether_proto::ClientKind::Script,
                     name: Some("tetherd".into()),
+                    node: None,
                 },
                 command: None,
             };

@@ -17,6 +17,34 @@ use tether_proto::{
     ClientRef, ExportFormat, SessionId, SessionList, SessionStatus, SessionSummary,
 };
 
+/// Tells each loaded session when the clients following it from other nodes change.
+async fn tell_followers(
+    mut changes: tokio::sync::broadcast::Receiver<SessionId>,
+    store: Store,
+    live: std::sync::Weak<Mutex<HashMap<SessionId, SessionHandle>>>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let changed = match changes.recv().await {
+            Ok(id) => vec![id],
+            // Missed some: tell every loaded session.
+            Err(RecvError::Lagged(_)) => match live.upgrade() {
+                Some(live) => lock_live(&live).keys().cloned().collect(),
+                None => return,
+            },
+            Err(RecvError::Closed) => return,
+        };
+        let Some(live) = live.upgrade() else {
+            return;
+        };
+        for id in changed {
+            if let Some(handle) = lock_live(&live).get(&id) {
+                handle.followers(store.followers(&id), false);
+            }
+        }
+    }
+}
+
 fn lock_live(
     live: &Mutex<HashMap<SessionId, SessionHandle>>,
 ) -> std::sync::MutexGuard<'_, HashMap<SessionId, SessionHandle>> {
@@ -37,11 +65,19 @@ pub struct Sessions {
 impl Sessions {
     /// A registry over `store`, stamping events with `epoch`.
     pub fn new(store: Store, epoch: u64, env: Arc<TurnEnv>) -> Self {
+        let live = Arc::new(Mutex::new(HashMap::new()));
+        if let Some(changes) = store.followers_changed() {
+            tokio::spawn(tell_followers(
+                changes,
+                store.clone(),
+                Arc::downgrade(&live),
+            ));
+        }
         Self {
             store,
             epoch,
             env,
-            live: Arc::new(Mutex::new(HashMap::new())),
+            live,
         }
     }
 
@@ -184,6 +220,11 @@ impl Sessions {
             self.env.clone(),
             on_stop,
         );
+        // Whoever follows it from other nodes, as the cluster knows now.
+        let followers = self.store.followers(handle.id());
+        if !followers.is_empty() {
+            handle.followers(followers, true);
+        }
         // Another node took the session over: this actor stops at once, writing nothing more.
         let lost = claim.lost;
         let fenced = handle.clone();

@@ -562,6 +562,7 @@ mod tests {
                     client_id: ConnectionId(1),
                     kind: ClientKind::Script,
                     name: None,
+                    node: None,
                 },
                 command: None,
             },

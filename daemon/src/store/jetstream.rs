@@ -11,7 +11,10 @@
 //! Layout: sessions are spread over [`names::SHARDS`] file streams `TETHER_LOG_<n>` (each stream is a
 //! Raft group, so not one per session), subject `tether.log.<n>.<session token>`; a message is
 //! one commit's events, one JSON line each, its first seq in the `Tether-Seq` header. Buckets:
-//! `tether-sessions` (records), `tether-leases` (owners), `tether-meta` (schema version).
+//! `tether-sessions` (records), `tether-leases` (owners), `tether-meta` (schema version),
+//! `tether-nodes` (who is in the cluster), `tether-answers` (permission answers not yet logged,
+//! `answers.rs`), `tether-presence` (who follows which session from which node,
+//! `followers.rs`).
 //! Checkpoints stay local: each node derives its own from the log.
 
 use super::{
@@ -28,10 +31,12 @@ use tether_proto::{Seq, SessionId};
 use tokio_util::sync::CancellationToken;
 
 mod answers;
+mod followers;
 mod leases;
 mod names;
 
 use answers::Answers;
+use followers::Followers;
 use leases::{Held, Leases};
 use names::{SHARDS, calls_subject, shard_of, subject, token};
 
@@ -44,6 +49,7 @@ const LEASES: &str = "tether-leases";
 const META: &str = "tether-meta";
 const NODES: &str = "tether-nodes";
 const ANSWERS: &str = "tether-answers";
+const PRESENCE: &str = "tether-presence";
 /// How long a recorded permission answer is kept (its owner logs it at once, or the next
 /// owner when it takes the session over).
 const ANSWERS_KEPT: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -71,6 +77,8 @@ pub(super) struct Cluster {
     nodes: kv::Store,
     /// Permission answers not yet logged by their session's owner.
     answers: Answers,
+    /// Who follows which session from which node.
+    followers: Arc<Followers>,
     /// What answers calls passed on to this node, once the daemon installed it.
     handler: tokio::sync::watch::Sender<Option<super::PassedOn>>,
 }
@@ -81,6 +89,7 @@ struct Prepared {
     leases: kv::Store,
     nodes: kv::Store,
     answers: kv::Store,
+    presence: kv::Store,
     logs: Vec<stream::Stream>,
 }
 
@@ -129,6 +138,7 @@ impl Cluster {
             leases,
             nodes,
             answers,
+            presence,
             logs,
         } = loop {
             match Self::prepare(&js, settings).await {
@@ -162,6 +172,11 @@ impl Cluster {
             ),
             nodes,
             answers: Answers::new(answers),
+            followers: Arc::new(Followers::new(
+                presence,
+                settings.node.clone(),
+                settings.lease_ttl,
+            )),
             handler: tokio::sync::watch::Sender::new(None),
         })
     }
@@ -221,6 +236,7 @@ impl Cluster {
         };
         let nodes = open_aging(NODES, settings.lease_ttl * 3).await?;
         let answers = open_aging(ANSWERS, ANSWERS_KEPT).await?;
+        let presence = open_aging(PRESENCE, settings.lease_ttl * 3).await?;
         let mut logs = Vec::new();
         for shard in 0..SHARDS {
             let config = stream::Config {
@@ -242,6 +258,7 @@ impl Cluster {
             leases,
             nodes,
             answers,
+            presence,
             logs,
         })
     }
@@ -827,6 +844,11 @@ impl Cluster {
         answer: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         self.answers.record(id, request_id, answer).await
+    }
+
+    /// Who follows which session: watched and renewed from now on.
+    pub fn followers(&self) -> &Arc<Followers> {
+        &self.followers
     }
 
     /// The answer recorded for a request, if any.
