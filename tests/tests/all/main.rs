@@ -6,6 +6,7 @@ mod asking;
 mod cache;
 mod chaos;
 mod cluster;
+mod cluster_chaos;
 mod exhaustion;
 mod headless;
 mod limits;
