@@ -129,6 +129,10 @@ pub struct ClusterSettings {
     pub creds: Option<PathBuf>,
     /// A CA file; TLS is then required.
     pub tls_ca: Option<PathBuf>,
+    /// How long the shared log keeps streaming deltas (`None`: for ever): an hour beyond
+    /// `delta_retention`, counted from when they were written, so a turn of up to an hour
+    /// keeps its deltas as long as a node's own copy does.
+    pub delta_ttl: Option<Duration>,
 }
 
 impl ClusterSettings {
@@ -154,6 +158,9 @@ impl ClusterSettings {
             replicas: config.number("cluster.replicas").unwrap_or(3.0).max(1.0) as usize,
             creds: path("cluster.creds"),
             tls_ca: path("cluster.tls_ca"),
+            delta_ttl: config
+                .duration("delta_retention")
+                .map(|keep| keep + Duration::from_secs(3600)),
         })
     }
 }
@@ -514,23 +521,24 @@ impl Store {
         }
     }
 
-    /// Appends `events` (encoded, consecutive seqs) to `log` and saves `record` when given,
-    /// durably: when this returns `Ok`, all of it survives a crash; on an error none of the
-    /// events may be assumed written.
+    /// Appends `events` (seq, encoded event, whether it is a streaming delta; consecutive seqs)
+    /// to `log` and saves `record` when given, durably: when this returns `Ok`, all of it
+    /// survives a crash; on an error none of the events may be assumed written. (A shared log
+    /// lets deltas expire a while after `delta_retention`; each node prunes its own copy.)
     pub async fn commit<'a>(
         &self,
         log: &EventLog,
-        events: impl IntoIterator<Item = (Seq, &'a [u8])> + Clone,
+        events: impl IntoIterator<Item = (Seq, &'a [u8], bool)> + Clone,
         record: Option<&SessionRecord>,
     ) -> Result<(), StoreError> {
         let shared = match &self.cluster {
             Some(cluster) => {
-                let batch: Vec<(Seq, &[u8])> = events.clone().into_iter().collect();
+                let batch: Vec<(Seq, &[u8], bool)> = events.clone().into_iter().collect();
                 Some(cluster.publish(&log.id, &batch, record).await?)
             }
             None => None,
         };
-        for (seq, json) in events {
+        for (seq, json, _) in events {
             log.local.append(seq, json)?;
         }
         if let Some(record) = record {

@@ -44,6 +44,7 @@ fn notice(id: &SessionId, epoch: u64, message: &str) -> Option<Arc<LiveEvent>> {
         seq: None,
         json: json.into_boxed_str(),
         ends_stream: false,
+        delta: false,
     }))
 }
 
@@ -56,6 +57,8 @@ pub struct LiveEvent {
     pub json: Box<str>,
     /// Whether it ends the subscriptions that receive it.
     pub ends_stream: bool,
+    /// Whether it is a streaming delta (which a shared log may let expire).
+    pub delta: bool,
 }
 
 /// A subscriber's view of a session at the moment it attached: live events after `watermark`
@@ -182,6 +185,7 @@ impl Journal {
     ) -> Result<Event, SessionError> {
         self.writable()?;
         let seq = self.head + 1;
+        let delta = kind.is_delta();
         let event = self.envelope(Some(seq), turn_id, kind);
         let json =
             serde_json::to_string(&event).map_err(|e| SessionError::Commit(e.to_string()))?;
@@ -193,6 +197,7 @@ impl Journal {
             seq: Some(seq),
             json: json.into_boxed_str(),
             ends_stream: false,
+            delta,
         }));
         Ok(event)
     }
@@ -226,6 +231,7 @@ impl Journal {
                     seq: None,
                     json: json.into_boxed_str(),
                     ends_stream,
+                    delta: false,
                 }));
             }
             Err(e) => tracing::error!("could not encode a stream-control event: {e}"),
@@ -277,7 +283,7 @@ impl Journal {
             let events = self
                 .unsent
                 .iter()
-                .filter_map(|ev| Some((ev.seq?, ev.json.as_bytes())));
+                .filter_map(|ev| Some((ev.seq?, ev.json.as_bytes(), ev.delta)));
             let record = self.record_dirty.then_some(&self.record);
             // A write that waits (a cluster's storage between leaders, without its quorum) pauses
             // the session: every subscriber is told, and told again when it goes on.

@@ -511,7 +511,9 @@ impl Sessions {
         };
         // Held before its first write: in a cluster only the holder of a session writes it.
         let claim = self.store.claim(&new_id, self.epoch, &forked.cwd).await?;
-        let events = copied.iter().map(|(seq, json)| (*seq, json.as_slice()));
+        let events = copied
+            .iter()
+            .map(|(seq, json)| (*seq, json.as_slice(), false));
         if let Err(e) = self.store.commit(&log, events, Some(&forked)).await {
             self.store.release(&new_id, &claim).await;
             return Err(e.into());

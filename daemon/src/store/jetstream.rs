@@ -68,6 +68,8 @@ pub(super) struct Cluster {
     js: jetstream::Context,
     node: String,
     ttl: Duration,
+    /// How long streaming deltas stay in the log (`None`: for ever).
+    delta_ttl: Option<Duration>,
     urls: Vec<String>,
     logs: Vec<stream::Stream>,
     records: kv::Store,
@@ -91,6 +93,18 @@ struct Prepared {
     answers: kv::Store,
     presence: kv::Store,
     logs: Vec<stream::Stream>,
+}
+
+/// One message of a commit, as it goes to the log.
+struct Message {
+    /// Its events, one JSON line each.
+    payload: Bytes,
+    /// The seq of its first event.
+    first: Seq,
+    /// Its id, which JetStream deduplicates a retried publish by.
+    id: String,
+    /// How long the log keeps it (only deltas expire).
+    expires: Option<Duration>,
 }
 
 /// What [`Cluster::claim`] gives the session's actor.
@@ -161,6 +175,7 @@ impl Cluster {
             js,
             node: settings.node.clone(),
             ttl: settings.lease_ttl,
+            delta_ttl: settings.delta_ttl,
             urls: settings.urls.clone(),
             logs,
             records,
@@ -456,7 +471,11 @@ impl Cluster {
         let claimed = self.claim(&record.id, db).await?;
         let log = db.log(&record.id);
         let events = log.read(0, log.head()?, usize::MAX)?;
-        let events: Vec<(Seq, &[u8])> = events.iter().map(|(s, j)| (*s, j.as_slice())).collect();
+        // Old events, the turns long over: kept whole.
+        let events: Vec<(Seq, &[u8], bool)> = events
+            .iter()
+            .map(|(s, j)| (*s, j.as_slice(), false))
+            .collect();
         let result = self.publish(&record.id, &events, Some(record)).await;
         self.release(&record.id, claimed.epoch).await;
         let last = result?;
@@ -653,7 +672,7 @@ impl Cluster {
     pub async fn publish(
         &self,
         id: &SessionId,
-        events: &[(Seq, &[u8])],
+        events: &[(Seq, &[u8], bool)],
         record: Option<&SessionRecord>,
     ) -> Result<u64, StoreError> {
         let held = self.leases.holding(id).ok_or_else(|| StoreError::Fenced {
@@ -667,27 +686,23 @@ impl Cluster {
         })?;
         let mut last = held.last();
         for chunk in chunks(events) {
-            let Some((first, _)) = chunk.first() else {
+            let Some(&(first, _, deltas)) = chunk.first() else {
                 continue;
             };
-            let mut payload = Vec::with_capacity(chunk.iter().map(|(_, j)| j.len() + 1).sum());
-            for (i, (_, json)) in chunk.iter().enumerate() {
+            let mut payload = Vec::with_capacity(chunk.iter().map(|(_, j, _)| j.len() + 1).sum());
+            for (i, (_, json, _)) in chunk.iter().enumerate() {
                 if i > 0 {
                     payload.push(b'\n');
                 }
                 payload.extend_from_slice(json);
             }
-            let id_of_message = format!("{}:{}:{first}", token(id), held.epoch);
-            last = self
-                .publish_chunk(
-                    id,
-                    &held,
-                    Bytes::from(payload),
-                    *first,
-                    &id_of_message,
-                    last,
-                )
-                .await?;
+            let message = Message {
+                payload: Bytes::from(payload),
+                first,
+                id: format!("{}:{}:{first}", token(id), held.epoch),
+                expires: self.delta_ttl.filter(|_| deltas),
+            };
+            last = self.publish_chunk(id, &held, &message, last).await?;
             held.set_last(last);
         }
         if let Some(record) = record {
@@ -725,21 +740,23 @@ impl Cluster {
         &self,
         id: &SessionId,
         held: &Held,
-        payload: Bytes,
-        first: Seq,
-        message_id: &str,
+        chunk: &Message,
         last: u64,
     ) -> Result<u64, StoreError> {
+        let message_id = chunk.id.as_str();
         let subject = subject(id);
         let mut delay = Duration::from_millis(50);
         let mut retried = false;
         let started = Instant::now();
         loop {
-            let message = jetstream::message::PublishMessage::build()
-                .payload(payload.clone())
-                .header(SEQ_HEADER, first.to_string().as_str())
+            let mut message = jetstream::message::PublishMessage::build()
+                .payload(chunk.payload.clone())
+                .header(SEQ_HEADER, chunk.first.to_string().as_str())
                 .message_id(message_id)
                 .expected_last_subject_sequence(last);
+            if let Some(ttl) = chunk.expires {
+                message = message.ttl(ttl);
+            }
             let ack = match self.js.send_publish(subject.clone(), message).await {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
@@ -892,12 +909,12 @@ fn first_seq(headers: &Option<async_nats::HeaderMap>) -> Option<Seq> {
 }
 
 /// Splits a commit into publishes of at most [`CHUNK_BYTES`] (one event each at least).
-fn chunks<'a>(events: &'a [(Seq, &'a [u8])]) -> Vec<&'a [(Seq, &'a [u8])]> {
+fn chunks<'a>(events: &'a [(Seq, &'a [u8], bool)]) -> Vec<&'a [(Seq, &'a [u8], bool)]> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut size = 0;
-    for (i, (_, json)) in events.iter().enumerate() {
-        if i > start && size + json.len() > CHUNK_BYTES {
+    for (i, (_, json, delta)) in events.iter().enumerate() {
+        if i > start && (size + json.len() > CHUNK_BYTES || *delta != events[start].2) {
             out.push(&events[start..i]);
             start = i;
             size = 0;
@@ -948,15 +965,30 @@ mod tests {
     #[test]
     fn big_commits_split_and_small_ones_do_not() {
         let big = vec![b'x'; CHUNK_BYTES / 2 + 1];
-        let events: Vec<(Seq, &[u8])> = (1..=5).map(|s| (s, big.as_slice())).collect();
+        let events: Vec<(Seq, &[u8], bool)> = (1..=5).map(|s| (s, big.as_slice(), false)).collect();
         let split = chunks(&events);
         assert_eq!(
             split.iter().map(|c| c.len()).collect::<Vec<_>>(),
             [1, 1, 1, 1, 1]
         );
-        let small: Vec<(Seq, &[u8])> = (1..=50).map(|s| (s, b"{}".as_slice())).collect();
+        let small: Vec<(Seq, &[u8], bool)> =
+            (1..=50).map(|s| (s, b"{}".as_slice(), false)).collect();
         assert_eq!(chunks(&small).len(), 1);
         assert!(chunks(&[]).is_empty());
+    }
+
+    #[test]
+    fn deltas_go_in_messages_of_their_own() {
+        let events: Vec<(Seq, &[u8], bool)> = [false, true, true, true, false, false, true]
+            .into_iter()
+            .zip(1..)
+            .map(|(delta, s)| (s, b"{}".as_slice(), delta))
+            .collect();
+        let split = chunks(&events);
+        assert_eq!(
+            split.iter().map(|c| (c.len(), c[0].2)).collect::<Vec<_>>(),
+            [(1, false), (3, true), (2, false), (1, true)]
+        );
     }
 
     #[test]

@@ -545,6 +545,68 @@ fn clients_on_other_nodes_count_as_attached_where_the_session_runs() -> anyhow::
     Ok(())
 }
 
+/// Streaming deltas go into log messages of their own, which the log lets expire an hour after
+/// `delta_retention`; every other event is kept for good.
+#[test]
+fn the_shared_log_lets_only_deltas_expire() -> anyhow::Result<()> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let nats = NatsCluster::start(3)?;
+    let (_keep, shared) = shared_dir()?;
+    let fake = Fake::start(Script::of([Step::text_deltas(40, |i| format!("word{i} "))]))?;
+    let mut env = fake.env();
+    env.push(("TETHER_DELTA_RETENTION".into(), "10m".into()));
+    let a = nats.node("a", env, &shared, TTL)?;
+    let mut c = a.ndjson()?;
+    let session = c.new_session_in(&shared)?;
+    c.watch(&session)?;
+    c.start_turn(&session, "talk")?;
+    c.events_until("turn_ended")?;
+
+    let shard = crc32fast::hash(session.as_bytes()) % 4;
+    let subject = format!(
+        "tether.log.{shard}.{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&session)
+    );
+    let (mut expiring, mut kept, mut seq) = (0, 0, 0);
+    // Each of the session's messages in turn, read through JetStream's API.
+    while let Ok(reply) = tether_tests::nats::publish(
+        &nats.url(0),
+        &format!("$JS.API.STREAM.MSG.GET.TETHER_LOG_{shard}"),
+        json!({"seq": seq + 1, "next_by_subj": subject})
+            .to_string()
+            .as_bytes(),
+    ) {
+        let message = &reply["message"];
+        seq = message["seq"].as_u64().context("seq")?;
+        let headers = String::from_utf8(b64.decode(message["hdrs"].as_str().context("hdrs")?)?)?;
+        let data = b64.decode(message["data"].as_str().context("data")?)?;
+        let mut types = Vec::new();
+        for line in data.split(|b| *b == b'\n') {
+            let event: Value = serde_json::from_slice(line)?;
+            types.push(event["type"].as_str().unwrap_or_default().to_owned());
+        }
+        let delta = |t: &String| t.ends_with("_delta") || t == "tool_progress";
+        if types.iter().all(delta) {
+            assert!(headers.contains("Nats-TTL: 4200"), "{headers}");
+            expiring += 1;
+        } else {
+            assert!(
+                !types.iter().any(delta),
+                "deltas mixed with other events: {types:?}"
+            );
+            assert!(!headers.contains("Nats-TTL"), "{headers}");
+            kept += 1;
+        }
+    }
+    assert!(
+        expiring >= 1 && kept >= 3,
+        "{expiring} expiring, {kept} kept"
+    );
+    fake.no_rejections();
+    Ok(())
+}
+
 #[test]
 fn a_paused_owner_is_fenced_and_its_tool_is_gone() -> anyhow::Result<()> {
     let nats = NatsCluster::start(3)?;
