@@ -72,6 +72,14 @@ pub enum StoreError {
         /// The cluster's version.
         found: u64,
     },
+    /// A running node of the cluster already has this node's name.
+    #[error(
+        "a running node of the cluster is already named {node}: give this one another name (cluster.node, TETHER_CLUSTER_NODE)"
+    )]
+    NodeNameTaken {
+        /// The name.
+        node: String,
+    },
     /// Another node runs the session and keeps its lease.
     #[error("session {session} is running on node {node} of the cluster; attach to it there")]
     OwnedElsewhere {
@@ -296,6 +304,7 @@ impl Store {
     ) -> Result<Self, StoreError> {
         let db = local::Db::open(dir)?;
         let cluster = Arc::new(jetstream::Cluster::connect(settings).await?);
+        cluster.check_name_free().await?;
         cluster.mirror_records(db.clone()).await?;
         cluster.announce();
         cluster.take_calls();

@@ -360,6 +360,17 @@ impl Cluster {
         });
     }
 
+    /// Refuses to join when a running node already answers to this node's name: two nodes of
+    /// one name would each take the other's leases for their own.
+    pub async fn check_name_free(&self) -> Result<(), StoreError> {
+        if self.leases.answers(&self.node).await {
+            return Err(StoreError::NodeNameTaken {
+                node: self.node.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// Installs what answers the calls other nodes pass on ([`Cluster::take_calls`]).
     pub fn answer_calls_with(&self, handler: super::PassedOn) {
         self.handler.send_replace(Some(handler));

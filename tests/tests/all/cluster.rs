@@ -864,6 +864,12 @@ fn a_node_that_joins_brings_its_sessions_along() -> anyhow::Result<()> {
         ("TETHER_CLUSTER_LEASE_TTL".to_owned(), TTL.to_owned()),
     ]);
     alone.spawn()?;
+    // A second node under the same name is refused: each would take the other's leases.
+    let twin = Daemon::prepare(alone.env.clone())?;
+    let out = briefly(twin.command())?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("already named a"), "{err}");
     let b = nats.node("b", fake.env(), &shared, TTL)?;
     let mut on_b = b.ndjson()?;
     let listed = on_b.call("session/list", json!({}))?;

@@ -253,7 +253,7 @@ impl Leases {
 
     /// Whether `node` answers at all (a node that died has no one taking its calls: NATS says
     /// so at once; a paused one does not answer in time).
-    async fn answers(&self, node: &str) -> bool {
+    pub(super) async fn answers(&self, node: &str) -> bool {
         let request = async_nats::Request::new()
             .payload(Bytes::from_static(b"ping"))
             .timeout(Some(Duration::from_secs(1)));
