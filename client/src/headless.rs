@@ -49,7 +49,7 @@ pub struct Headless {
 }
 
 /// The first line of a prompt, shortened to a title.
-fn title_of(prompt: &str) -> String {
+pub(crate) fn title_of(prompt: &str) -> String {
     let line = prompt
         .lines()
         .map(str::trim)
@@ -91,7 +91,7 @@ fn prompt_of(line: &str) -> anyhow::Result<Option<String>> {
 }
 
 /// Runs the permission prompt command on one request; its stdout says allow or deny.
-async fn ask_command(
+pub(crate) async fn ask_command(
     command: &str,
     request: &Value,
 ) -> (PermissionDecision, Option<String>, Option<Value>) {
@@ -148,8 +148,12 @@ const STRUCTURED_OUTPUT: &str = "StructuredOutput";
 
 /// What the turns added up to.
 #[derive(Default)]
-struct Totals {
+pub(crate) struct Totals {
     result: String,
+    /// The text of the reply being read.
+    current: String,
+    /// The model that answered last.
+    model: Option<String>,
     stop_reason: Option<StopReason>,
     error: Option<Value>,
     input: u64,
@@ -172,6 +176,74 @@ struct Totals {
 }
 
 impl Totals {
+    /// Takes in one event of a turn (`kind`, `data`): the answer's text, the calls, the
+    /// structured output; `true` once the turn ended.
+    pub(crate) fn take(&mut self, kind: &str, data: &Value) -> bool {
+        match kind {
+            "assistant_block_completed" => {
+                if let Some(t) = data["block"]["text"].as_str() {
+                    self.current.push_str(t);
+                }
+            }
+            "retrying" => self.current.clear(),
+            "assistant_message_completed" => {
+                self.num_turns += 1;
+                if let Some(model) = data["model"].as_str() {
+                    self.model = Some(model.to_owned());
+                }
+                if !self.current.trim().is_empty() {
+                    self.result = std::mem::take(&mut self.current);
+                }
+            }
+            "tool_call" if data["name"] == STRUCTURED_OUTPUT => {
+                if let Some(id) = data["toolCallId"].as_str() {
+                    self.structured_calls
+                        .insert(id.to_owned(), data["input"].clone());
+                }
+            }
+            // The answer is a StructuredOutput call the daemon accepted (it matched).
+            "tool_result" if data["isError"] == false => {
+                if let Some(answer) = data["toolCallId"]
+                    .as_str()
+                    .and_then(|id| self.structured_calls.remove(id))
+                {
+                    self.structured = Some(answer);
+                }
+            }
+            "turn_ended" => {
+                self.add_turn(data);
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+
+    /// A call refused for want of an answer, as Claude Code lists it.
+    pub(crate) fn denied(&mut self, data: &Value) {
+        self.denials.push(json!({
+            "tool_name": data["tool"],
+            "tool_use_id": data["toolCallId"],
+            "tool_input": data["input"],
+        }));
+    }
+
+    /// Whether the run ended as it should.
+    pub(crate) fn succeeded(&self) -> bool {
+        self.ok()
+    }
+
+    /// Why the run failed, for stderr.
+    pub(crate) fn why(&self) -> String {
+        self.error
+            .as_ref()
+            .and_then(|e| e["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| {
+                let why = self.stop_reason.as_ref().map_or("", StopReason::as_str);
+                format!("the turn stopped: {why}")
+            })
+    }
+
     fn add_turn(&mut self, data: &Value) {
         let u = &data["usage"];
         self.input += u["inputTokens"].as_u64().unwrap_or(0);
@@ -193,7 +265,7 @@ impl Totals {
 
     /// The result object in Claude Code's shape (its field names, its `subtype`s), plus
     /// tether's `error` (code, message, retryable) when the run failed.
-    fn result(&self, session: &SessionId, started: Instant) -> Value {
+    pub(crate) fn result(&self, session: &SessionId, started: Instant) -> Value {
         let subtype = match (self.ok(), &self.stop_reason) {
             (true, _) => "success",
             (false, _) if self.over_budget => "error_max_budget_usd",
@@ -218,7 +290,28 @@ impl Totals {
                 "output_tokens": self.output,
             },
             "permission_denials": self.denials,
+            "terminal_reason": match &self.stop_reason {
+                _ if self.over_budget => "budget_exceeded",
+                Some(StopReason::MaxTurns) => "max_turns",
+                Some(StopReason::Cancelled) => "aborted_streaming",
+                Some(StopReason::ModelContextWindowExceeded) => "prompt_too_long",
+                Some(r) if r.is_normal() => "completed",
+                _ => "model_error",
+            },
         });
+        // Per model, as the SDKs read it (`modelUsage`).
+        if let Some(model) = &self.model {
+            result["modelUsage"] = json!({ model: {
+                "inputTokens": self.input,
+                "outputTokens": self.output,
+                "cacheReadInputTokens": self.cache_read,
+                "cacheCreationInputTokens": self.cache_creation,
+                "webSearchRequests": 0,
+                "costUSD": (!self.cost_unknown).then_some(self.cost),
+            }});
+        } else {
+            result["modelUsage"] = json!({});
+        }
         if let Some(answer) = &self.structured {
             result["structured_output"] = answer.clone();
         }
@@ -230,7 +323,7 @@ impl Totals {
 }
 
 /// Claude Code's stream-json translator for `session`, and its `init` message.
-async fn stream_json_for(
+pub(crate) async fn stream_json_for(
     conn: &connection::Connection,
     session: &SessionId,
     partial: bool,
@@ -251,8 +344,24 @@ async fn stream_json_for(
         .iter()
         .find(|a| a.alias == summary.model)
         .map_or(summary.model.clone(), |a| a.model.clone());
+    // As the SDKs read them: connected, failed, pending (not started yet) …
+    let mcp_servers: Vec<Value> = match conn.client.mcp_list(summary.cwd.clone()).await {
+        Ok(list) => list
+            .servers
+            .iter()
+            .map(|s| {
+                let status = match s.state.as_str() {
+                    "starting" | "idle" => "pending",
+                    other => other,
+                };
+                json!({"name": s.name, "status": status})
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     let translator = Translator::new(&session.0, &model, partial);
     let init = translator.init(&Init {
+        mcp_servers: &mcp_servers,
         session_id: &session.0,
         cwd: &summary.cwd,
         model: &model,
@@ -347,7 +456,6 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
             )
             .await?;
         let turn = Value::String(turn.turn_id.0);
-        let mut current = String::new();
         loop {
             let raw = match sub.next().await {
                 None => bail!("the connection to tetherd was lost"),
@@ -387,27 +495,17 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                 continue;
             }
             let data = &raw["data"];
-            match raw["type"].as_str().unwrap_or("") {
+            let kind = raw["type"].as_str().unwrap_or("");
+            if totals.take(kind, data) {
+                break;
+            }
+            match kind {
                 "text_delta" if format == "text" => {
                     write!(out, "{}", data["text"].as_str().unwrap_or(""))?;
                     out.flush()?;
                 }
-                "assistant_block_completed" => {
-                    if let Some(t) = data["block"]["text"].as_str() {
-                        current.push_str(t);
-                    }
-                }
-                "retrying" => {
-                    if data["discarded"] == true && format == "text" {
-                        writeln!(out, "\n[retrying: the partial answer above is void]")?;
-                    }
-                    current.clear();
-                }
-                "assistant_message_completed" => {
-                    totals.num_turns += 1;
-                    if !current.trim().is_empty() {
-                        totals.result = std::mem::take(&mut current);
-                    }
+                "retrying" if data["discarded"] == true && format == "text" => {
+                    writeln!(out, "\n[retrying: the partial answer above is void]")?;
                 }
                 "permission_requested" => {
                     let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
@@ -434,11 +532,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                         ),
                     };
                     if decision == PermissionDecision::Deny {
-                        totals.denials.push(json!({
-                            "tool_name": data["tool"],
-                            "tool_use_id": data["toolCallId"],
-                            "tool_input": data["input"],
-                        }));
+                        totals.denied(data);
                     }
                     if decision == PermissionDecision::Deny && format != "events" {
                         eprintln!(
@@ -460,26 +554,6 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                         );
                         conn.client.turn_cancel(session.clone()).await?;
                     }
-                }
-                "tool_call" if data["name"] == STRUCTURED_OUTPUT => {
-                    if let Some(id) = data["toolCallId"].as_str() {
-                        totals
-                            .structured_calls
-                            .insert(id.to_owned(), data["input"].clone());
-                    }
-                }
-                // The answer is a StructuredOutput call the daemon accepted (it matched).
-                "tool_result" if data["isError"] == false => {
-                    if let Some(answer) = data["toolCallId"]
-                        .as_str()
-                        .and_then(|id| totals.structured_calls.remove(id))
-                    {
-                        totals.structured = Some(answer);
-                    }
-                }
-                "turn_ended" => {
-                    totals.add_turn(data);
-                    break;
                 }
                 _ => {}
             }
@@ -506,15 +580,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
     if totals.ok() {
         return Ok(ExitCode::SUCCESS);
     }
-    let why = totals
-        .error
-        .as_ref()
-        .and_then(|e| e["message"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| {
-            let why = totals.stop_reason.as_ref().map_or("", StopReason::as_str);
-            format!("the turn stopped: {why}")
-        });
-    eprintln!("tether: {why}");
+    eprintln!("tether: {}", totals.why());
     Ok(ExitCode::FAILURE)
 }
 

@@ -9,6 +9,7 @@ mod mcp;
 mod remote;
 mod render;
 mod repl;
+mod sdk;
 mod stream_json;
 mod style;
 mod trust;
@@ -155,6 +156,43 @@ struct Cli {
     /// Resume a session by id or prefix; without one, pick from this directory's sessions.
     #[arg(short = 'r', long = "resume", value_name = "ID", num_args = 0..=1, default_missing_value = "")]
     resume: Option<String>,
+    /// Accepted for the Agent SDKs: thinking follows the model and --effort in tether.
+    #[arg(long, value_name = "N", hide_short_help = true)]
+    max_thinking_tokens: Option<u64>,
+    /// Accepted for the Agent SDKs (adaptive, enabled, disabled): thinking follows the model
+    /// and --effort in tether.
+    #[arg(long, value_name = "MODE", hide_short_help = true)]
+    thinking: Option<String>,
+    /// Accepted for the Agent SDKs: how thinking is shown is the client's choice in tether.
+    #[arg(long, value_name = "HOW", hide_short_help = true)]
+    thinking_display: Option<String>,
+    /// Accepted for the Agent SDKs: the daemon picks the API's beta headers per model.
+    #[arg(long, value_name = "BETAS", hide_short_help = true)]
+    betas: Option<String>,
+    /// Accepted for the Agent SDKs: use --max-budget-usd to cap what a run spends.
+    #[arg(long, value_name = "TOKENS", hide_short_help = true)]
+    task_budget: Option<String>,
+    /// Accepted for the Agent SDKs: tether reads every settings source (user, project, local).
+    #[arg(long, value_name = "SOURCES", hide_short_help = true)]
+    setting_sources: Option<String>,
+    /// Accepted for the Agent SDKs: hook runs are in `--output-format events`, not in
+    /// stream-json yet.
+    #[arg(long, hide_short_help = true)]
+    include_hook_events: bool,
+    /// Accepted for the Agent SDKs: tether loads no plugins (its skills, agents and commands
+    /// come from .claude/).
+    #[arg(long, value_name = "DIR", hide_short_help = true)]
+    plugin_dir: Vec<String>,
+    /// Accepted for the Agent SDKs, not honoured yet: the resumed session goes on from its
+    /// last message (a warning says so).
+    #[arg(long, value_name = "UUID", hide_short_help = true)]
+    resume_session_at: Option<String>,
+    /// Accepted for the Agent SDKs (with --resume-session-at).
+    #[arg(long, value_name = "BOOL", hide_short_help = true)]
+    resume_drops_turn: Option<String>,
+    /// Accepted for the Agent SDKs: the session lives in the daemon, which keeps it.
+    #[arg(long, hide_short_help = true)]
+    session_mirror: bool,
     /// A first prompt for a new interactive session.
     #[arg(value_name = "PROMPT")]
     prompt: Option<String>,
@@ -441,7 +479,18 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = runtime.block_on(async {
-        if let Some(prompt) = cli.print.clone() {
+        // The Agent SDKs run `tether --output-format stream-json --input-format stream-json …`,
+        // without -p: stream-json input is headless.
+        let print = cli
+            .print
+            .clone()
+            .or_else(|| (cli.input_format == "stream-json").then(String::new));
+        if let Some(prompt) = print {
+            if cli.resume_session_at.is_some() {
+                eprintln!(
+                    "tether: --resume-session-at is not honoured yet: the session goes on from its last message"
+                );
+            }
             // `tether -p --model opus "say hi"`: the prompt may follow the flags, as with claude.
             let prompt = match (prompt.is_empty(), &cli.prompt) {
                 (true, Some(p)) => p.clone(),
@@ -493,6 +542,9 @@ fn main() -> ExitCode {
                 max_budget_usd: cli.max_budget_usd,
                 session_id: cli.session_id.clone().map(tether_proto::SessionId),
             };
+            if headless.input_format == "stream-json" && headless.format == "stream-json" {
+                return sdk::run(&socket, headless).await;
+            }
             return headless::run(&socket, headless).await;
         }
         match cli.command {

@@ -24,6 +24,8 @@ pub struct Init<'a> {
     pub tools: &'a [String],
     /// The session's slash commands, without the `/`.
     pub slash_commands: &'a [String],
+    /// Its MCP servers: `{name, status}` each.
+    pub mcp_servers: &'a [Value],
 }
 
 /// Turns one session's events into Claude Code's stream-json messages.
@@ -70,11 +72,17 @@ impl Translator {
             "cwd": init.cwd,
             "session_id": init.session_id,
             "tools": init.tools,
-            "mcp_servers": [],
+            "mcp_servers": init.mcp_servers,
             "model": init.model,
             "permissionMode": init.permission_mode,
             "slash_commands": init.slash_commands,
             "output_style": "default",
+            "agents": [],
+            "skills": [],
+            "plugins": [],
+            // The SDKs read the version of the CLI they drive from here.
+            "claude_code_version": env!("CARGO_PKG_VERSION"),
+            "tether_version": env!("CARGO_PKG_VERSION"),
             // The daemon holds the credentials; which ones, `tether doctor` says.
             "apiKeySource": "tetherd",
             "uuid": uuid(),

@@ -98,6 +98,11 @@ pub fn acp_python() -> PathBuf {
     cached(test_cache().join("acp/venv/bin/python"))
 }
 
+/// The Python of the venv holding the Claude Agent SDK for Python.
+pub fn sdk_python() -> PathBuf {
+    cached(test_cache().join("agent-sdk/venv/bin/python"))
+}
+
 /// The ACP v1 JSON Schema the ACP TypeScript SDK ships.
 pub fn acp_schema() -> PathBuf {
     cached(test_cache().join("acp/node_modules/@agentclientprotocol/sdk/schema/v1/schema.json"))

@@ -17,6 +17,7 @@ mod permissions;
 mod providers;
 mod remote;
 mod sandbox;
+mod sdk;
 mod security;
 mod sessions;
 mod spine;

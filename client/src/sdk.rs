@@ -1,0 +1,677 @@
+//! `--input-format stream-json` as the Agent SDKs drive Claude Code: stdin is read as it comes.
+//! Each user line starts a turn when it arrives (queued behind a running one) and gets one
+//! `result`; end of input ends the run after the last turn. The control protocol runs both
+//! ways: the SDK's requests (`initialize`, `interrupt`, `set_permission_mode`, `set_model`,
+//! `mcp_status`, `get_context_usage` …) are answered with a `control_response`, and with
+//! `--permission-prompt-tool stdio` each permission request goes to the SDK as `can_use_tool`.
+//! The session is the daemon's: `tether attach` watches it and may answer first (the SDK's
+//! request is then withdrawn with `control_cancel_request`); if the SDK goes away mid-turn,
+//! the turn finishes in the daemon.
+//!
+//! A malformed line, an unknown request or an answer to nothing is reported (on stdout as a
+//! `control_response` error where the line had a request id, on stderr otherwise) and the run
+//! goes on.
+
+use crate::connection::{self, Connection, Events};
+use crate::headless::{Headless, Totals, stream_json_for, title_of};
+use crate::stream_json::Translator;
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+use tether_proto::{
+    BusyMode, ClientKind, InputItem, PermissionDecision, PermissionMode, Role, SessionId, Since,
+    TetherRpcClient,
+};
+use tokio::io::AsyncBufReadExt;
+
+/// Where a permission request goes when the run has no one to ask.
+const NOBODY: &str = "headless run: nobody can approve this call; allow it with --allowedTools, a permission rule or --permission-mode, or answer it from the SDK (canUseTool)";
+
+/// One line of stdin, as read.
+enum Line {
+    /// A line's text.
+    Text(String),
+    /// Stdin ended.
+    End,
+    /// Stdin could not be read.
+    Failed(std::io::Error),
+}
+
+/// A turn this run started, and what it added up to so far.
+struct Turn {
+    id: String,
+    started: Instant,
+    totals: Totals,
+}
+
+/// A `can_use_tool` request sent to the SDK, waiting for its answer.
+struct Asked {
+    /// The daemon's request it stands for.
+    request_id: String,
+    /// The call, for the list of denials.
+    data: Value,
+}
+
+/// The run: one session, the turns started for the SDK's messages, the requests in flight.
+struct Run {
+    h: Headless,
+    conn: Connection,
+    session: Option<SessionId>,
+    events: Option<Events>,
+    translator: Option<Translator>,
+    /// Our turns, oldest first; the first is the one running.
+    turns: VecDeque<Turn>,
+    /// `can_use_tool` requests by our request id.
+    asked: HashMap<String, Asked>,
+    /// Options of the turns still to start (the agents `initialize` brought in).
+    agents: Option<Value>,
+    /// Whether the SDK answers permission requests (`--permission-prompt-tool stdio`).
+    stdio_permissions: bool,
+    /// Set before the session exists, applied when it is made.
+    mode: Option<PermissionMode>,
+    model: Option<String>,
+    /// The last result's verdict.
+    last_ok: bool,
+    input_open: bool,
+    next_request: u64,
+    /// How full the context was at the last reply (percent).
+    context_percent: f64,
+}
+
+fn write_line(value: &Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{value}")?;
+    out.flush()?;
+    Ok(())
+}
+
+fn success(request_id: &Value, response: Value) -> Value {
+    json!({"type": "control_response",
+           "response": {"subtype": "success", "request_id": request_id, "response": response}})
+}
+
+fn failure(request_id: &Value, error: impl std::fmt::Display) -> Value {
+    json!({"type": "control_response",
+           "response": {"subtype": "error", "request_id": request_id, "error": error.to_string()}})
+}
+
+/// The content of a user message as the daemon takes it: text, and images inline (base64).
+/// Documents and other blocks are refused by name.
+fn input_of(content: &Value) -> anyhow::Result<Vec<InputItem>> {
+    match content {
+        Value::String(s) => Ok(vec![InputItem::Text { text: s.clone() }]),
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(|b| match b["type"].as_str() {
+                Some("text") => Ok(InputItem::Text {
+                    text: b["text"].as_str().unwrap_or_default().to_owned(),
+                }),
+                Some("image") if b["source"]["type"] == "base64" => Ok(InputItem::Image {
+                    path: None,
+                    data: b["source"]["data"].as_str().map(str::to_owned),
+                    media_type: b["source"]["media_type"].as_str().map(str::to_owned),
+                }),
+                Some(other) => bail!("content blocks of type {other:?} are not taken yet"),
+                None => bail!("a content block without a type"),
+            })
+            .collect(),
+        _ => bail!("the message has no content"),
+    }
+}
+
+/// `--input-format stream-json` with `--output-format stream-json`, in real time.
+pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
+    let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    crate::trust::report_untrusted(&conn, &cwd).await?;
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        loop {
+            let line = match stdin.next_line().await {
+                Ok(Some(l)) => Line::Text(l),
+                Ok(None) => Line::End,
+                Err(e) => Line::Failed(e),
+            };
+            let last = !matches!(line, Line::Text(_));
+            if tx.send(line).is_err() || last {
+                return;
+            }
+        }
+    });
+    let mut run = Run {
+        stdio_permissions: h.options.permission_prompt_tool.as_deref() == Some("stdio"),
+        mode: crate::commands::parse_mode(h.permission_mode.clone())?,
+        model: h.model.clone(),
+        session: h.session.clone(),
+        h,
+        conn,
+        events: None,
+        translator: None,
+        turns: VecDeque::new(),
+        asked: HashMap::new(),
+        agents: None,
+        last_ok: true,
+        input_open: true,
+        next_request: 0,
+        context_percent: 0.0,
+    };
+    if run.stdio_permissions {
+        // The SDK answers them; the daemon must not see an MCP tool of that name.
+        run.h.options.permission_prompt_tool = None;
+    }
+    if run.session.is_some() {
+        run.open(&cwd, None).await?;
+    }
+    loop {
+        if !run.input_open && run.turns.is_empty() {
+            break;
+        }
+        tokio::select! {
+            line = lines.recv(), if run.input_open => match line {
+                Some(Line::Text(text)) => run.line(&cwd, &text).await?,
+                Some(Line::Failed(e)) => {
+                    eprintln!("tether: cannot read stdin: {e}");
+                    run.input_open = false;
+                }
+                Some(Line::End) | None => run.input_open = false,
+            },
+            event = async {
+                match run.events.as_mut() {
+                    Some(events) => events.next().await,
+                    None => std::future::pending().await,
+                }
+            } => match event {
+                None => bail!("the connection to tetherd was lost"),
+                Some(Err(e)) => bail!("bad event from tetherd: {e}"),
+                Some(Ok(raw)) => run.event(&raw).await?,
+            },
+        }
+    }
+    Ok(if run.last_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+impl Run {
+    /// Creates (or opens) the session and subscribes; `first` titles a new one.
+    async fn open(&mut self, cwd: &str, first: Option<&str>) -> anyhow::Result<()> {
+        let session = match &self.session {
+            Some(id) => {
+                if self.mode.is_some() || self.model.is_some() {
+                    self.conn
+                        .client
+                        .session_configure(id.clone(), None, self.model.clone(), self.mode, None)
+                        .await?;
+                }
+                id.clone()
+            }
+            None => {
+                let title = self
+                    .h
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| title_of(first.unwrap_or("sdk")));
+                self.conn
+                    .client
+                    .session_new(
+                        cwd.to_owned(),
+                        Some(title),
+                        self.model.clone(),
+                        self.mode,
+                        self.h.session_id.clone(),
+                    )
+                    .await?
+                    .session_id
+            }
+        };
+        self.events =
+            Some(connection::subscribe(&self.conn, &session, Role::Controller, Since::Head).await?);
+        let (translator, init) =
+            stream_json_for(&self.conn, &session, self.h.include_partial_messages).await?;
+        write_line(&init)?;
+        self.translator = Some(translator);
+        self.session = Some(session);
+        Ok(())
+    }
+
+    /// One line of stdin.
+    async fn line(&mut self, cwd: &str, text: &str) -> anyhow::Result<()> {
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        let message: Value = match serde_json::from_str(text) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("tether: skipping an input line that is not JSON ({e})");
+                return Ok(());
+            }
+        };
+        match message["type"].as_str() {
+            Some("user") => self.user(cwd, &message).await,
+            Some("control_request") => {
+                let id = message["request_id"].clone();
+                let request = &message["request"];
+                let answer = match self.control(request).await {
+                    Ok(response) => success(&id, response),
+                    Err(e) => failure(&id, format!("{e:#}")),
+                };
+                write_line(&answer)
+            }
+            Some("control_response") => self.answered(&message["response"]).await,
+            // The SDK withdrew a request: it is already answered (first answer wins).
+            Some("control_cancel_request") => Ok(()),
+            // Claude Code's keep-alives and the like carry nothing for a turn.
+            Some("keep_alive" | "update_environment_variables") => Ok(()),
+            other => {
+                eprintln!("tether: skipping an input line of type {other:?}");
+                Ok(())
+            }
+        }
+    }
+
+    /// A user message: a turn, queued behind the running one.
+    async fn user(&mut self, cwd: &str, message: &Value) -> anyhow::Result<()> {
+        let input = match input_of(&message["message"]["content"]) {
+            Ok(input) => input,
+            Err(e) => return self.refused(format!("{e:#}")),
+        };
+        if self.session.is_none() {
+            let first = input.iter().find_map(|i| match i {
+                InputItem::Text { text } => Some(text.clone()),
+                _ => None,
+            });
+            self.open(cwd, first.as_deref()).await?;
+        }
+        let Some(session) = self.session.clone() else {
+            return Ok(());
+        };
+        let mut options = self.h.options.clone();
+        if let Some(agents) = &self.agents {
+            let mut all = options.agents.take().unwrap_or_else(|| json!({}));
+            if let (Some(all), Some(more)) = (all.as_object_mut(), agents.as_object()) {
+                all.extend(more.clone());
+            }
+            options.agents = Some(all);
+        }
+        match self
+            .conn
+            .client
+            .turn_start(session, input, None, Some(BusyMode::Queue), Some(options))
+            .await
+        {
+            Ok(started) => {
+                self.turns.push_back(Turn {
+                    id: started.turn_id.0,
+                    started: Instant::now(),
+                    totals: Totals::default(),
+                });
+                Ok(())
+            }
+            Err(e) => self.refused(connection::describe(&e.into())),
+        }
+    }
+
+    /// A message that started no turn still gets its `result`, an error.
+    fn refused(&mut self, why: String) -> anyhow::Result<()> {
+        eprintln!("tether: {why}");
+        self.last_ok = false;
+        write_line(&json!({
+            "type": "result",
+            "subtype": "error_during_execution",
+            "is_error": true,
+            "duration_ms": 0,
+            "duration_api_ms": 0,
+            "num_turns": 0,
+            "result": why,
+            "errors": [why],
+            "session_id": self.session.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
+            "total_cost_usd": 0.0,
+            "usage": {"input_tokens": 0, "output_tokens": 0,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "modelUsage": {},
+            "permission_denials": [],
+            "terminal_reason": "error",
+            "uuid": uuid::Uuid::new_v4().to_string(),
+        }))
+    }
+
+    /// A control request from the SDK; its response data.
+    async fn control(&mut self, request: &Value) -> anyhow::Result<Value> {
+        let subtype = request["subtype"].as_str().unwrap_or_default();
+        let session = self.session.clone();
+        match subtype {
+            "initialize" => {
+                if let Some(agents) = request.get("agents").filter(|a| a.is_object()) {
+                    self.agents = Some(agents.clone());
+                }
+                if request["hooks"].as_object().is_some_and(|h| !h.is_empty()) {
+                    eprintln!(
+                        "tether: the SDK's hook callbacks are not run yet; hooks in settings files are"
+                    );
+                }
+                Ok(json!({
+                    "commands": [],
+                    "output_style": "default",
+                    "available_output_styles": ["default"],
+                    "hooks_applied": false,
+                }))
+            }
+            "interrupt" => {
+                if let Some(session) = session
+                    && !self.turns.is_empty()
+                {
+                    self.conn.client.turn_cancel(session).await?;
+                }
+                Ok(json!({}))
+            }
+            "set_permission_mode" => {
+                let mode = crate::commands::parse_mode(request["mode"].as_str().map(String::from))?
+                    .context("set_permission_mode needs a mode")?;
+                match session {
+                    Some(s) => {
+                        self.conn
+                            .client
+                            .session_configure(s, None, None, Some(mode), None)
+                            .await?;
+                    }
+                    None => self.mode = Some(mode),
+                }
+                Ok(json!({}))
+            }
+            "set_model" => {
+                // `null` goes back to the default model.
+                let model = request["model"].as_str().unwrap_or("default").to_owned();
+                match session {
+                    Some(s) => {
+                        self.conn
+                            .client
+                            .session_configure(s, None, Some(model), None, None)
+                            .await?;
+                    }
+                    None => self.model = Some(model),
+                }
+                Ok(json!({}))
+            }
+            // Thinking follows the model's effort in tether (`--effort`); nothing to set.
+            "set_max_thinking_tokens" => Ok(json!({})),
+            "mcp_status" => {
+                let cwd = crate::remote::work_dir()?;
+                let list = self.conn.client.mcp_list(cwd).await?;
+                let servers: Vec<Value> = list
+                    .servers
+                    .iter()
+                    .map(|s| {
+                        let status = match s.state.as_str() {
+                            "connected" => "connected",
+                            "failed" => "failed",
+                            "starting" | "idle" => "pending",
+                            other => other,
+                        };
+                        json!({"name": s.name, "status": status, "scope": s.scope,
+                               "tools": s.tools.iter().map(|t| json!({"name": t})).collect::<Vec<_>>()})
+                    })
+                    .collect();
+                Ok(json!({"mcpServers": servers}))
+            }
+            "get_context_usage" => {
+                let Some(session) = session else {
+                    return Ok(json!({"categories": [], "totalTokens": 0, "maxTokens": 0,
+                                     "percentage": 0, "model": self.model}));
+                };
+                let snapshot = self.conn.client.session_get(session).await?;
+                let models = self.conn.client.models_list().await?;
+                let name = &snapshot.summary.model;
+                let id = models
+                    .aliases
+                    .iter()
+                    .find(|a| &a.alias == name)
+                    .map_or(name, |a| &a.model);
+                let max = models
+                    .models
+                    .iter()
+                    .find(|m| &m.id == id)
+                    .map_or(0, |m| m.context_window);
+                let percent = self.context_percent;
+                let used = (percent / 100.0 * max as f64).round() as u64;
+                Ok(json!({"categories": [{"name": "Messages", "tokens": used}],
+                          "totalTokens": used, "maxTokens": max, "rawMaxTokens": max,
+                          "percentage": percent, "model": id}))
+            }
+            other => bail!("Unsupported control request subtype: {other}"),
+        }
+    }
+
+    /// The SDK's answer to one of our requests.
+    async fn answered(&mut self, response: &Value) -> anyhow::Result<()> {
+        let id = response["request_id"].as_str().unwrap_or_default();
+        let Some(asked) = self.asked.remove(id) else {
+            eprintln!("tether: an answer to no open request ({id:?}) was ignored");
+            return Ok(());
+        };
+        let Some(session) = self.session.clone() else {
+            return Ok(());
+        };
+        let data = &response["response"];
+        let (decision, message, updated) =
+            match (response["subtype"].as_str(), data["behavior"].as_str()) {
+                (Some("success"), Some("allow")) => (
+                    PermissionDecision::AllowOnce,
+                    None,
+                    data.get("updatedInput").filter(|u| u.is_object()).cloned(),
+                ),
+                (Some("success"), _) => (
+                    PermissionDecision::Deny,
+                    Some(
+                        data["message"]
+                            .as_str()
+                            .filter(|m| !m.is_empty())
+                            .unwrap_or("denied by the SDK's canUseTool")
+                            .to_owned(),
+                    ),
+                    None,
+                ),
+                _ => (
+                    PermissionDecision::Deny,
+                    Some(format!(
+                        "the SDK's canUseTool failed: {}",
+                        response["error"].as_str().unwrap_or("no reason given")
+                    )),
+                    None,
+                ),
+            };
+        if decision == PermissionDecision::Deny
+            && let Some(turn) = self.turns.front_mut()
+        {
+            turn.totals.denied(&asked.data);
+        }
+        self.conn
+            .client
+            .permission_respond(
+                session.clone(),
+                asked.request_id,
+                decision,
+                message,
+                updated,
+            )
+            .await?;
+        if data["interrupt"] == true {
+            self.conn.client.turn_cancel(session).await?;
+        }
+        Ok(())
+    }
+
+    /// One event of the session.
+    async fn event(&mut self, raw: &Value) -> anyhow::Result<()> {
+        let kind = raw["type"].as_str().unwrap_or_default();
+        let data = &raw["data"];
+        if kind == "notice" && data["level"] == "warning" {
+            eprintln!(
+                "tether: warning: {}",
+                data["message"].as_str().unwrap_or_default()
+            );
+        }
+        if let Some(percent) = data["contextPercent"].as_f64() {
+            self.context_percent = percent;
+        }
+        if kind == "error" && data["code"] == "storage_failed" {
+            bail!(
+                "{}",
+                data["message"]
+                    .as_str()
+                    .unwrap_or("the session could not save its events")
+            );
+        }
+        // Answered elsewhere first (a terminal attached to the session): withdrawn here.
+        if kind == "permission_resolved" {
+            let request = data["requestId"].as_str().unwrap_or_default();
+            if let Some(ours) = self
+                .asked
+                .iter()
+                .find(|(_, a)| a.request_id == request)
+                .map(|(id, _)| id.clone())
+            {
+                self.asked.remove(&ours);
+                write_line(&json!({"type": "control_cancel_request", "request_id": ours}))?;
+            }
+        }
+        let ours = self
+            .turns
+            .iter()
+            .position(|t| raw["turnId"].as_str() == Some(t.id.as_str()));
+        let Some(index) = ours else {
+            return Ok(());
+        };
+        if let Some(t) = self.translator.as_mut() {
+            for line in t.event(raw) {
+                write_line(&line)?;
+            }
+        }
+        if kind == "permission_requested" {
+            self.ask(index, data).await?;
+        }
+        if self.turns[index].totals.take(kind, data)
+            && let Some(turn) = self.turns.remove(index)
+        {
+            let session = self.session.clone().unwrap_or(SessionId(String::new()));
+            let result = turn.totals.result(&session, turn.started);
+            self.last_ok = turn.totals.succeeded();
+            let line = match &self.translator {
+                Some(t) => t.result(result),
+                None => result,
+            };
+            write_line(&line)?;
+        }
+        Ok(())
+    }
+
+    /// A permission request of one of our turns: to the SDK, or refused.
+    async fn ask(&mut self, index: usize, data: &Value) -> anyhow::Result<()> {
+        let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
+        if self.stdio_permissions && self.input_open {
+            self.next_request += 1;
+            let ours = format!(
+                "tether_{}_{}",
+                self.next_request,
+                uuid::Uuid::new_v4().simple()
+            );
+            write_line(&json!({
+                "type": "control_request",
+                "request_id": ours,
+                "request": {
+                    "subtype": "can_use_tool",
+                    "tool_name": data["tool"],
+                    "input": data["input"],
+                    "tool_use_id": data["toolCallId"],
+                    "permission_suggestions": data["rules"].as_array().map(|rules| {
+                        vec![json!({
+                            "type": "addRules",
+                            "rules": rules.iter().filter_map(|r| r.as_str()).map(rule_value).collect::<Vec<_>>(),
+                            "behavior": "allow",
+                            "destination": "session",
+                        })]
+                    }).unwrap_or_default(),
+                    "blocked_path": null,
+                },
+            }))?;
+            self.asked.insert(
+                ours,
+                Asked {
+                    request_id,
+                    data: data.clone(),
+                },
+            );
+            return Ok(());
+        }
+        let (decision, message, updated) = match &self.h.permission_prompt_command {
+            Some(cmd) => {
+                let request = json!({
+                    "sessionId": self.session,
+                    "requestId": request_id,
+                    "tool_name": data["tool"],
+                    "input": data["input"],
+                    "preview": data["preview"],
+                });
+                crate::headless::ask_command(cmd, &request).await
+            }
+            None => (PermissionDecision::Deny, Some(NOBODY.to_owned()), None),
+        };
+        if decision == PermissionDecision::Deny {
+            self.turns[index].totals.denied(data);
+        }
+        if let Some(session) = self.session.clone() {
+            self.conn
+                .client
+                .permission_respond(session, request_id, decision, message, updated)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A rule (`Bash(git diff:*)`) as the SDK's permission updates spell it.
+fn rule_value(rule: &str) -> Value {
+    match rule.split_once('(') {
+        Some((tool, rest)) => {
+            json!({"toolName": tool, "ruleContent": rest.strip_suffix(')').unwrap_or(rest)})
+        }
+        None => json!({"toolName": rule}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_content_becomes_the_turns_input() {
+        let input = input_of(&json!("hi")).expect("text");
+        assert!(matches!(&input[..], [InputItem::Text { text }] if text == "hi"));
+        let input = input_of(&json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+        ]))
+        .expect("blocks");
+        assert!(matches!(
+            &input[1],
+            InputItem::Image { data: Some(d), media_type: Some(m), .. } if d == "iVBO" && m == "image/png"
+        ));
+        assert!(input_of(&json!([{"type": "video"}])).is_err());
+        assert!(input_of(&Value::Null).is_err());
+    }
+
+    #[test]
+    fn rules_are_spelled_as_the_sdk_spells_them() {
+        assert_eq!(
+            rule_value("Bash(git diff:*)"),
+            json!({"toolName": "Bash", "ruleContent": "git diff:*"})
+        );
+        assert_eq!(rule_value("Edit"), json!({"toolName": "Edit"}));
+    }
+}

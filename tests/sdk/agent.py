@@ -1,0 +1,122 @@
+"""An agent built on the Claude Agent SDK for Python, pointed at tether (`cli_path`): the
+scenarios the SDK suite runs. Each prints one JSON line per result it saw, then `done`.
+
+Usage: agent.py SCENARIO TETHER [ARG]
+  multi       two turns through one ClaudeSDKClient
+  permissions can_use_tool allows the first call and denies the second
+  interrupt   interrupts a long Bash call, then asks again
+  resume      one query() resuming the session ARG
+  oneshot     one query() with nothing to answer (the SDK closes stdin at once)
+"""
+
+import asyncio
+import json
+import sys
+
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    PermissionResultAllow,
+    PermissionResultDeny,
+    ResultMessage,
+    SystemMessage,
+    ToolUseBlock,
+    query,
+)
+
+
+def say(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+def result(message: ResultMessage):
+    say(
+        kind="result",
+        subtype=message.subtype,
+        is_error=message.is_error,
+        result=message.result,
+        session_id=message.session_id,
+        num_turns=message.num_turns,
+        cost=message.total_cost_usd,
+        denials=message.permission_denials,
+        model_usage=message.model_usage,
+    )
+
+
+async def turns(client: ClaudeSDKClient, prompt: str, on_tool=None):
+    await client.query(prompt)
+    async for message in client.receive_response():
+        if isinstance(message, SystemMessage) and message.subtype == "init":
+            say(kind="init", version=message.data.get("claude_code_version"),
+                session_id=message.data.get("session_id"), tools=len(message.data.get("tools", [])))
+        if isinstance(message, AssistantMessage):
+            for block in message.content:
+                if isinstance(block, ToolUseBlock):
+                    say(kind="tool_use", name=block.name)
+                    if on_tool:
+                        await on_tool(block)
+        if isinstance(message, ResultMessage):
+            result(message)
+
+
+async def multi(tether: str):
+    options = ClaudeAgentOptions(cli_path=tether)
+    async with ClaudeSDKClient(options=options) as client:
+        await turns(client, "first question")
+        await turns(client, "second question")
+
+
+async def permissions(tether: str):
+    seen = []
+
+    async def can_use_tool(tool, tool_input, context):
+        seen.append(tool)
+        say(kind="asked", tool=tool, input=tool_input, tool_use_id=context.tool_use_id)
+        if len(seen) == 1:
+            return PermissionResultAllow(updated_input=tool_input)
+        return PermissionResultDeny(message="not that one")
+
+    options = ClaudeAgentOptions(cli_path=tether, can_use_tool=can_use_tool,
+                                 permission_mode="default")
+    async with ClaudeSDKClient(options=options) as client:
+        await turns(client, "write both files")
+
+
+async def interrupt(tether: str):
+    options = ClaudeAgentOptions(cli_path=tether, permission_mode="bypassPermissions")
+    async with ClaudeSDKClient(options=options) as client:
+        async def stop(block):
+            await asyncio.sleep(1)
+            await client.interrupt()
+            say(kind="interrupted")
+
+        await turns(client, "run the long one", on_tool=stop)
+        await turns(client, "are you still there?")
+
+
+async def resume(tether: str, session: str):
+    options = ClaudeAgentOptions(cli_path=tether, resume=session)
+    async for message in query(prompt="and again", options=options):
+        if isinstance(message, ResultMessage):
+            result(message)
+
+
+async def oneshot(tether: str):
+    options = ClaudeAgentOptions(cli_path=tether)
+    async for message in query(prompt="just once", options=options):
+        if isinstance(message, ResultMessage):
+            result(message)
+
+
+async def main():
+    scenario, tether = sys.argv[1], sys.argv[2]
+    if scenario == "resume":
+        await resume(tether, sys.argv[3])
+    else:
+        await {"multi": multi, "permissions": permissions, "interrupt": interrupt,
+               "oneshot": oneshot}[scenario](tether)
+    say(kind="done")
+
+
+asyncio.run(main())

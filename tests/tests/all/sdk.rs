@@ -1,0 +1,204 @@
+//! Agents built on the Claude Agent SDK for Python, pointed at `tether` (`cli_path`), as a user
+//! of the SDK would (`tests/sdk/agent.py`): turns in a daemon session through the SDK's own
+//! stream-json and control protocol, `can_use_tool` allowing and denying, an interrupt during a
+//! tool, a one-shot `query()`, and resuming the session by id. The SDK's bundled Claude Code
+//! never runs: `cli_path` is tether.
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake, bin, sdk_python};
+
+/// How long one scenario may take.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Runs `agent.py SCENARIO tether ARGS…` against `daemon`; the lines it printed.
+fn agent(daemon: &Daemon, scenario: &str, args: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/agent.py");
+    let probe = daemon.tether();
+    let mut cmd = Command::new(sdk_python());
+    cmd.arg(script)
+        .arg(scenario)
+        .arg(bin("tether"))
+        .args(args)
+        .current_dir(daemon.workdir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in probe.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = cmd.spawn().context("start the SDK agent")?;
+    let started = Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > PATIENCE {
+            child.kill()?;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    anyhow::ensure!(
+        out.status.success(),
+        "the agent failed ({}):\n{stdout}\n{stderr}\n{}",
+        out.status,
+        daemon.log()
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{stdout}\n{stderr}"))?;
+    anyhow::ensure!(
+        lines.last().is_some_and(|l| l["kind"] == "done"),
+        "the agent did not finish:\n{stdout}\n{stderr}"
+    );
+    Ok(lines)
+}
+
+fn of_kind<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|l| l["kind"] == kind).collect()
+}
+
+/// The logged events of `session`, as any client attaching later replays them.
+fn replay(daemon: &Daemon, session: &str) -> anyhow::Result<Vec<Value>> {
+    let mut c = daemon.ndjson()?;
+    c.subscribe(session, json!(0))?;
+    let mut events = c.events_until("replay_complete")?;
+    events.pop();
+    Ok(events)
+}
+
+#[test]
+fn an_sdk_client_runs_its_turns_in_a_daemon_session() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("The first answer."),
+        Step::text("The second answer."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let lines = agent(&daemon, "multi", &[])?;
+    let init = of_kind(&lines, "init");
+    assert_eq!(init[0]["version"], env!("CARGO_PKG_VERSION"), "{lines:?}");
+    let results = of_kind(&lines, "result");
+    assert_eq!(results.len(), 2, "one result per message: {lines:?}");
+    assert_eq!(results[0]["result"], "The first answer.");
+    assert_eq!(results[1]["result"], "The second answer.");
+    assert_eq!(results[0]["is_error"], false);
+    assert!(
+        results[1]["model_usage"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty()),
+        "{lines:?}"
+    );
+    let session = results[0]["session_id"].as_str().context("session")?;
+    assert_eq!(results[1]["session_id"], session);
+    // The session is the daemon's: any client replays both turns.
+    let events = replay(&daemon, session)?;
+    let ended = events.iter().filter(|e| e["type"] == "turn_ended").count();
+    assert_eq!(ended, 2);
+    // The second request carried the first turn: one conversation.
+    let requests = fake.server.message_requests();
+    let last = requests.last().context("requests")?;
+    assert!(last.body.to_string().contains("The first answer."));
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
+fn can_use_tool_allows_and_denies_from_the_sdk() -> anyhow::Result<()> {
+    let daemon_dir = tempfile::tempdir()?;
+    let allowed = daemon_dir.path().join("allowed.txt");
+    let denied = daemon_dir.path().join("denied.txt");
+    let fake = Fake::start(Script::of([
+        Step::text("First file.").tool_use(
+            "Write",
+            json!({"file_path": allowed.display().to_string(), "content": "yes\n"}),
+        ),
+        Step::text("Second file.").tool_use(
+            "Write",
+            json!({"file_path": denied.display().to_string(), "content": "no\n"}),
+        ),
+        Step::text("One written, one refused."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let lines = agent(&daemon, "permissions", &[])?;
+    let asked = of_kind(&lines, "asked");
+    assert_eq!(asked.len(), 2, "{lines:?}");
+    assert_eq!(asked[0]["tool"], "Write");
+    assert!(asked[0]["tool_use_id"].is_string(), "{lines:?}");
+    assert_eq!(std::fs::read_to_string(&allowed)?, "yes\n");
+    assert!(!denied.exists(), "the denied call ran");
+    let result = of_kind(&lines, "result");
+    assert_eq!(result.len(), 1, "{lines:?}");
+    assert_eq!(result[0]["result"], "One written, one refused.");
+    let denials = result[0]["denials"].as_array().context("denials")?;
+    assert_eq!(denials.len(), 1, "{lines:?}");
+    assert_eq!(denials[0]["tool_name"], "Write");
+    // The model was told why.
+    let requests = fake.server.message_requests();
+    assert!(
+        requests
+            .last()
+            .is_some_and(|r| r.body.to_string().contains("not that one")),
+        "the denial's message did not reach the model"
+    );
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
+fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on() -> anyhow::Result<()> {
+    let marker = format!("sdk-interrupt-{}", std::process::id());
+    let fake = Fake::start(Script::of([
+        Step::text("Running it.")
+            .tool_use("Bash", json!({"command": format!("sleep 30 # {marker}")})),
+        Step::text("Still here."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let lines = agent(&daemon, "interrupt", &[])?;
+    assert_eq!(of_kind(&lines, "interrupted").len(), 1, "{lines:?}");
+    let results = of_kind(&lines, "result");
+    assert_eq!(results.len(), 2, "{lines:?}");
+    assert_eq!(results[0]["is_error"], true, "{lines:?}");
+    assert_eq!(results[1]["result"], "Still here.", "{lines:?}");
+    let running = Command::new("pgrep").arg("-f").arg(&marker).output()?;
+    assert!(!running.status.success(), "the interrupted tool still runs");
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
+fn a_one_shot_query_and_a_resumed_one_share_the_session() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Once."),
+        Step::text("Twice, same conversation."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let first = agent(&daemon, "oneshot", &[])?;
+    let result = of_kind(&first, "result");
+    assert_eq!(result.len(), 1, "{first:?}");
+    assert_eq!(result[0]["result"], "Once.");
+    let session = result[0]["session_id"]
+        .as_str()
+        .context("session")?
+        .to_owned();
+    let again = agent(&daemon, "resume", &[&session])?;
+    let result = of_kind(&again, "result");
+    assert_eq!(result[0]["session_id"], session.as_str(), "{again:?}");
+    assert_eq!(result[0]["result"], "Twice, same conversation.");
+    let requests = fake.server.message_requests();
+    assert!(
+        requests
+            .last()
+            .is_some_and(|r| r.body.to_string().contains("just once")),
+        "the resumed turn did not carry the first"
+    );
+    fake.no_rejections();
+    Ok(())
+}
