@@ -202,3 +202,146 @@ fn a_one_shot_query_and_a_resumed_one_share_the_session() -> anyhow::Result<()> 
     fake.no_rejections();
     Ok(())
 }
+
+/// Lines `tether` writes, read on a thread so a test can wait for one with a deadline.
+struct Lines(std::sync::mpsc::Receiver<String>);
+
+impl Lines {
+    fn of(stdout: std::process::ChildStdout) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self(rx)
+    }
+
+    /// The next line for which `wanted` holds (the ones before it are skipped).
+    fn until(&self, wanted: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+        loop {
+            let line = self
+                .0
+                .recv_timeout(tether_tests::WAIT)
+                .context("no such line from tether")?;
+            let value: Value =
+                serde_json::from_str(&line).with_context(|| format!("not JSON: {line}"))?;
+            if wanted(&value) {
+                return Ok(value);
+            }
+        }
+    }
+}
+
+/// The control protocol line by line, as an SDK writes it, with what no SDK should write mixed
+/// in: each bad line is answered or reported and the run goes on; a permission request the SDK
+/// is asked is answered first by another client, and the SDK's request is withdrawn.
+#[test]
+fn bad_lines_are_answered_and_another_client_may_answer_first() -> anyhow::Result<()> {
+    use std::io::Write;
+    let target = tempfile::tempdir()?;
+    let file = target.path().join("from-the-terminal.txt");
+    let fake = Fake::start(Script::of([
+        Step::text("Writing.").tool_use(
+            "Write",
+            json!({"file_path": file.display().to_string(), "content": "approved elsewhere\n"}),
+        ),
+        Step::text("Written."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut child = daemon
+        .tether()
+        .args([
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--system-prompt=",
+            "--permission-prompt-tool=stdio",
+            "--setting-sources=user,project,local",
+            "--max-thinking-tokens=4000",
+            "--input-format",
+            "stream-json",
+        ])
+        .current_dir(daemon.workdir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let lines = Lines::of(child.stdout.take().context("stdout")?);
+    let send = |stdin: &mut std::process::ChildStdin, v: Value| writeln!(stdin, "{v}");
+
+    send(
+        &mut stdin,
+        json!({"type": "control_request", "request_id": "req_1",
+                "request": {"subtype": "initialize", "hooks": null}}),
+    )?;
+    let init = lines.until(|l| l["type"] == "control_response")?;
+    assert_eq!(init["response"]["subtype"], "success", "{init}");
+    assert_eq!(init["response"]["request_id"], "req_1");
+    writeln!(stdin, "this is not JSON")?;
+    send(
+        &mut stdin,
+        json!({"type": "control_request", "request_id": "req_2",
+                "request": {"subtype": "frobnicate"}}),
+    )?;
+    let refused = lines.until(|l| l["type"] == "control_response")?;
+    assert_eq!(refused["response"]["subtype"], "error", "{refused}");
+    assert_eq!(refused["response"]["request_id"], "req_2");
+    assert!(
+        refused["response"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("frobnicate")),
+        "{refused}"
+    );
+    send(
+        &mut stdin,
+        json!({"type": "control_response",
+                "response": {"subtype": "success", "request_id": "nobody_asked", "response": {}}}),
+    )?;
+
+    send(
+        &mut stdin,
+        json!({"type": "user", "session_id": "",
+                "message": {"role": "user", "content": "write the file"},
+                "parent_tool_use_id": null}),
+    )?;
+    let system = lines.until(|l| l["type"] == "system")?;
+    let session = system["session_id"].as_str().context("session")?.to_owned();
+    let asked = lines.until(|l| l["type"] == "control_request")?;
+    assert_eq!(asked["request"]["subtype"], "can_use_tool", "{asked}");
+    assert_eq!(asked["request"]["tool_name"], "Write");
+    // A terminal attached to the session answers before the SDK does.
+    let mut terminal = daemon.ndjson()?;
+    let open = terminal.call("permission/list", json!({"sessionId": session}))?;
+    let request = open[0]["requestId"].clone();
+    let answer = terminal.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    assert_eq!(answer["status"], "accepted", "{answer}");
+    let withdrawn = lines.until(|l| l["type"] == "control_cancel_request")?;
+    assert_eq!(withdrawn["request_id"], asked["request_id"], "{withdrawn}");
+    // The SDK's late answer changes nothing.
+    send(
+        &mut stdin,
+        json!({"type": "control_response", "response": {"subtype": "success",
+                "request_id": asked["request_id"], "response": {"behavior": "deny", "message": "too late"}}}),
+    )?;
+    let result = lines.until(|l| l["type"] == "result")?;
+    assert_eq!(result["is_error"], false, "{result}");
+    assert_eq!(result["result"], "Written.");
+    assert_eq!(std::fs::read_to_string(&file)?, "approved elsewhere\n");
+    drop(stdin);
+    let out = child.wait_with_output()?;
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not JSON"), "{stderr}");
+    assert!(stderr.contains("nobody_asked"), "{stderr}");
+    fake.no_rejections();
+    Ok(())
+}
