@@ -103,6 +103,13 @@ pub fn sdk_python() -> PathBuf {
     cached(test_cache().join("agent-sdk/venv/bin/python"))
 }
 
+/// Where `tests/run` installs the Claude Agent SDK for TypeScript (its `node_modules`).
+pub fn sdk_node_dir() -> PathBuf {
+    let dir = test_cache().join("agent-sdk");
+    cached(dir.join("node_modules/@anthropic-ai/claude-agent-sdk/sdk.mjs"));
+    dir
+}
+
 /// The ACP v1 JSON Schema the ACP TypeScript SDK ships.
 pub fn acp_schema() -> PathBuf {
     cached(test_cache().join("acp/node_modules/@agentclientprotocol/sdk/schema/v1/schema.json"))

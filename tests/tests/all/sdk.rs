@@ -1,8 +1,9 @@
-//! Agents built on the Claude Agent SDK for Python, pointed at `tether` (`cli_path`), as a user
-//! of the SDK would (`tests/sdk/agent.py`): turns in a daemon session through the SDK's own
-//! stream-json and control protocol, `can_use_tool` allowing and denying, an interrupt during a
-//! tool, a one-shot `query()`, and resuming the session by id. The SDK's bundled Claude Code
-//! never runs: `cli_path` is tether.
+//! Agents built on the Claude Agent SDKs for Python and TypeScript, pointed at `tether`
+//! (`cli_path`, `pathToClaudeCodeExecutable`), as a user of each SDK would (`tests/sdk/agent.py`,
+//! `tests/sdk/agent.mjs`): turns in a daemon session through the SDK's own stream-json and
+//! control protocol, `can_use_tool` allowing and denying, an interrupt during a tool, a one-shot
+//! `query()`, and resuming the session by id. Each scenario runs with both SDKs. The SDKs'
+//! bundled Claude Code never runs: the agents name tether as their CLI.
 
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -10,18 +11,37 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tether_tests::fake_anthropic::{Script, Step};
-use tether_tests::{Daemon, Fake, bin, sdk_python};
+use tether_tests::{Daemon, Fake, bin, sdk_node_dir, sdk_python};
+
+/// The SDKs every scenario runs with.
+const SDKS: [Sdk; 2] = [Sdk::Python, Sdk::TypeScript];
+
+#[derive(Debug, Clone, Copy)]
+enum Sdk {
+    Python,
+    TypeScript,
+}
 
 /// How long one scenario may take.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Runs `agent.py SCENARIO tether ARGS…` against `daemon`; the lines it printed.
-fn agent(daemon: &Daemon, scenario: &str, args: &[&str]) -> anyhow::Result<Vec<Value>> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/agent.py");
+/// Runs the `sdk` agent's `SCENARIO tether ARGS…` against `daemon`; the lines it printed.
+fn agent(sdk: Sdk, daemon: &Daemon, scenario: &str, args: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk");
     let probe = daemon.tether();
-    let mut cmd = Command::new(sdk_python());
-    cmd.arg(script)
-        .arg(scenario)
+    let mut cmd = match sdk {
+        Sdk::Python => {
+            let mut cmd = Command::new(sdk_python());
+            cmd.arg(scripts.join("agent.py"));
+            cmd
+        }
+        Sdk::TypeScript => {
+            let mut cmd = Command::new("node");
+            cmd.arg(scripts.join("agent.mjs")).arg(sdk_node_dir());
+            cmd
+        }
+    };
+    cmd.arg(scenario)
         .arg(bin("tether"))
         .args(args)
         .current_dir(daemon.workdir())
@@ -46,7 +66,7 @@ fn agent(daemon: &Daemon, scenario: &str, args: &[&str]) -> anyhow::Result<Vec<V
     let stderr = String::from_utf8_lossy(&out.stderr);
     anyhow::ensure!(
         out.status.success(),
-        "the agent failed ({}):\n{stdout}\n{stderr}\n{}",
+        "the {sdk:?} agent failed ({}):\n{stdout}\n{stderr}\n{}",
         out.status,
         daemon.log()
     );
@@ -77,12 +97,20 @@ fn replay(daemon: &Daemon, session: &str) -> anyhow::Result<Vec<Value>> {
 
 #[test]
 fn an_sdk_client_runs_its_turns_in_a_daemon_session() -> anyhow::Result<()> {
+    for sdk in SDKS {
+        an_sdk_client_runs_its_turns_in_a_daemon_session_with(sdk)
+            .with_context(|| format!("with the {sdk:?} SDK"))?;
+    }
+    Ok(())
+}
+
+fn an_sdk_client_runs_its_turns_in_a_daemon_session_with(sdk: Sdk) -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([
         Step::text("The first answer."),
         Step::text("The second answer."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let lines = agent(&daemon, "multi", &[])?;
+    let lines = agent(sdk, &daemon, "multi", &[])?;
     let init = of_kind(&lines, "init");
     assert_eq!(init[0]["version"], env!("CARGO_PKG_VERSION"), "{lines:?}");
     let results = of_kind(&lines, "result");
@@ -112,6 +140,14 @@ fn an_sdk_client_runs_its_turns_in_a_daemon_session() -> anyhow::Result<()> {
 
 #[test]
 fn can_use_tool_allows_and_denies_from_the_sdk() -> anyhow::Result<()> {
+    for sdk in SDKS {
+        can_use_tool_allows_and_denies_from_the_sdk_with(sdk)
+            .with_context(|| format!("with the {sdk:?} SDK"))?;
+    }
+    Ok(())
+}
+
+fn can_use_tool_allows_and_denies_from_the_sdk_with(sdk: Sdk) -> anyhow::Result<()> {
     let daemon_dir = tempfile::tempdir()?;
     let allowed = daemon_dir.path().join("allowed.txt");
     let denied = daemon_dir.path().join("denied.txt");
@@ -127,7 +163,7 @@ fn can_use_tool_allows_and_denies_from_the_sdk() -> anyhow::Result<()> {
         Step::text("One written, one refused."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let lines = agent(&daemon, "permissions", &[])?;
+    let lines = agent(sdk, &daemon, "permissions", &[])?;
     let asked = of_kind(&lines, "asked");
     assert_eq!(asked.len(), 2, "{lines:?}");
     assert_eq!(asked[0]["tool"], "Write");
@@ -154,6 +190,16 @@ fn can_use_tool_allows_and_denies_from_the_sdk() -> anyhow::Result<()> {
 
 #[test]
 fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on() -> anyhow::Result<()> {
+    for sdk in SDKS {
+        an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on_with(sdk)
+            .with_context(|| format!("with the {sdk:?} SDK"))?;
+    }
+    Ok(())
+}
+
+fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on_with(
+    sdk: Sdk,
+) -> anyhow::Result<()> {
     let marker = format!("sdk-interrupt-{}", std::process::id());
     let fake = Fake::start(Script::of([
         Step::text("Running it.")
@@ -161,7 +207,7 @@ fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on() -> anyhow:
         Step::text("Still here."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let lines = agent(&daemon, "interrupt", &[])?;
+    let lines = agent(sdk, &daemon, "interrupt", &[])?;
     assert_eq!(of_kind(&lines, "interrupted").len(), 1, "{lines:?}");
     let results = of_kind(&lines, "result");
     assert_eq!(results.len(), 2, "{lines:?}");
@@ -175,12 +221,20 @@ fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on() -> anyhow:
 
 #[test]
 fn a_one_shot_query_and_a_resumed_one_share_the_session() -> anyhow::Result<()> {
+    for sdk in SDKS {
+        a_one_shot_query_and_a_resumed_one_share_the_session_with(sdk)
+            .with_context(|| format!("with the {sdk:?} SDK"))?;
+    }
+    Ok(())
+}
+
+fn a_one_shot_query_and_a_resumed_one_share_the_session_with(sdk: Sdk) -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([
         Step::text("Once."),
         Step::text("Twice, same conversation."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let first = agent(&daemon, "oneshot", &[])?;
+    let first = agent(sdk, &daemon, "oneshot", &[])?;
     let result = of_kind(&first, "result");
     assert_eq!(result.len(), 1, "{first:?}");
     assert_eq!(result[0]["result"], "Once.");
@@ -188,7 +242,7 @@ fn a_one_shot_query_and_a_resumed_one_share_the_session() -> anyhow::Result<()> 
         .as_str()
         .context("session")?
         .to_owned();
-    let again = agent(&daemon, "resume", &[&session])?;
+    let again = agent(sdk, &daemon, "resume", &[&session])?;
     let result = of_kind(&again, "result");
     assert_eq!(result[0]["session_id"], session.as_str(), "{again:?}");
     assert_eq!(result[0]["result"], "Twice, same conversation.");
