@@ -40,6 +40,9 @@ pub fn event_line(ev: &Event) -> String {
         }
         EventKind::SessionDeleted { by: who } => format!("session deleted{}", by(who)),
         EventKind::DaemonShutdown {} => "tetherd is shutting down".into(),
+        EventKind::HookCallback { callback_id, .. } => {
+            format!("the SDK program's hook callback {callback_id} is asked")
+        }
         EventKind::SessionCreated {
             cwd,
             title,

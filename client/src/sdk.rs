@@ -2,8 +2,10 @@
 //! Each user line starts a turn when it arrives (queued behind a running one) and gets one
 //! `result`; end of input ends the run after the last turn. The control protocol runs both
 //! ways: the SDK's requests (`initialize`, `interrupt`, `set_permission_mode`, `set_model`,
-//! `mcp_status`, `get_context_usage` …) are answered with a `control_response`, and with
-//! `--permission-prompt-tool stdio` each permission request goes to the SDK as `can_use_tool`.
+//! `mcp_status`, `get_context_usage` …) are answered with a `control_response`; with
+//! `--permission-prompt-tool stdio` each permission request goes to the SDK as `can_use_tool`,
+//! and the hook callbacks `initialize` names run as the daemon's hooks do, each asked of the SDK
+//! as `hook_callback` when the daemon's `hook_callback` event comes.
 //! The session is the daemon's: `tether attach` watches it and may answer first (the SDK's
 //! request is then withdrawn with `control_cancel_request`); if the SDK goes away mid-turn,
 //! the turn finishes in the daemon.
@@ -67,6 +69,10 @@ struct Run {
     turns: VecDeque<Turn>,
     /// `can_use_tool` requests by our request id.
     asked: HashMap<String, Asked>,
+    /// `hook_callback` requests by our request id: the daemon's request id.
+    hooks_asked: HashMap<String, String>,
+    /// The hook callbacks `initialize` named, for every turn.
+    hook_callbacks: Option<Value>,
     /// Options of the turns still to start (the agents `initialize` brought in).
     agents: Option<Value>,
     /// Whether the SDK answers permission requests (`--permission-prompt-tool stdio`).
@@ -154,6 +160,8 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         translator: None,
         turns: VecDeque::new(),
         asked: HashMap::new(),
+        hooks_asked: HashMap::new(),
+        hook_callbacks: None,
         agents: None,
         last_ok: true,
         input_open: true,
@@ -293,6 +301,7 @@ impl Run {
             return Ok(());
         };
         let mut options = self.h.options.clone();
+        options.hook_callbacks = self.hook_callbacks.clone();
         if let Some(agents) = &self.agents {
             let mut all = options.agents.take().unwrap_or_else(|| json!({}));
             if let (Some(all), Some(more)) = (all.as_object_mut(), agents.as_object()) {
@@ -351,16 +360,15 @@ impl Run {
                 if let Some(agents) = request.get("agents").filter(|a| a.is_object()) {
                     self.agents = Some(agents.clone());
                 }
-                if request["hooks"].as_object().is_some_and(|h| !h.is_empty()) {
-                    eprintln!(
-                        "tether: the SDK's hook callbacks are not run yet; hooks in settings files are"
-                    );
-                }
+                self.hook_callbacks = request
+                    .get("hooks")
+                    .filter(|h| h.as_object().is_some_and(|h| !h.is_empty()))
+                    .cloned();
                 Ok(json!({
                     "commands": [],
                     "output_style": "default",
                     "available_output_styles": ["default"],
-                    "hooks_applied": false,
+                    "hooks_applied": self.hook_callbacks.is_some(),
                 }))
             }
             "interrupt" => {
@@ -451,6 +459,32 @@ impl Run {
     /// The SDK's answer to one of our requests.
     async fn answered(&mut self, response: &Value) -> anyhow::Result<()> {
         let id = response["request_id"].as_str().unwrap_or_default();
+        if let Some(request_id) = self.hooks_asked.remove(id) {
+            let Some(session) = self.session.clone() else {
+                return Ok(());
+            };
+            let (output, error) = match response["subtype"].as_str() {
+                Some("success") => (
+                    Some(response["response"].clone()).filter(Value::is_object),
+                    None,
+                ),
+                _ => (
+                    None,
+                    Some(
+                        response["error"]
+                            .as_str()
+                            .unwrap_or("the SDK's hook callback failed")
+                            .to_owned(),
+                    ),
+                ),
+            };
+            // `false`: the hook stopped waiting (its turn ended, or it timed out).
+            self.conn
+                .client
+                .hook_respond(session, request_id, output, error)
+                .await?;
+            return Ok(());
+        }
         let Some(asked) = self.asked.remove(id) else {
             eprintln!("tether: an answer to no open request ({id:?}) was ignored");
             return Ok(());
@@ -555,6 +589,28 @@ impl Run {
         }
         if kind == "permission_requested" {
             self.ask(index, data).await?;
+        }
+        if kind == "hook_callback" && self.input_open {
+            self.next_request += 1;
+            let ours = format!(
+                "tether_{}_{}",
+                self.next_request,
+                uuid::Uuid::new_v4().simple()
+            );
+            write_line(&json!({
+                "type": "control_request",
+                "request_id": ours,
+                "request": {
+                    "subtype": "hook_callback",
+                    "callback_id": data["callbackId"],
+                    "input": data["input"],
+                    "tool_use_id": data["input"]["tool_use_id"],
+                },
+            }))?;
+            self.hooks_asked.insert(
+                ours,
+                data["requestId"].as_str().unwrap_or_default().to_owned(),
+            );
         }
         if self.turns[index].totals.take(kind, data)
             && let Some(turn) = self.turns.remove(index)

@@ -10,6 +10,11 @@
 //! fine (stdout may be JSON with `decision`, `reason`, `continue`, `stopReason` and
 //! `hookSpecificOutput.{permissionDecision, additionalContext}`); exit 2 blocks, its stderr going
 //! back to the model (or the user for prompts); any other exit is a non-blocking error.
+//!
+//! A turn started by an Agent SDK program may also carry the SDK's hook callbacks
+//! (`TurnOptions.hookCallbacks`, in the shape of the SDK's `initialize`): each is asked through
+//! an [`Asker`] (the session sends it to the client, which asks the SDK) and its answer read as
+//! a command's JSON output; no answer in time is a non-blocking error.
 
 use grep_matcher::Matcher as _;
 use serde_json::{Value, json};
@@ -129,11 +134,31 @@ struct Command {
     timeout: Duration,
 }
 
+/// What one hook of an entry runs.
+#[derive(Debug, Clone)]
+enum Action {
+    /// A shell command.
+    Command(Command),
+    /// A callback of the SDK program that started the turn, by its id.
+    Callback { id: String, timeout: Duration },
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     event: HookEvent,
     matcher: Option<String>,
-    commands: Vec<Command>,
+    actions: Vec<Action>,
+}
+
+/// Asks the SDK program that started a turn to run one of its hook callbacks: its answer
+/// (the hook's JSON output), or why there is none.
+pub trait Asker: Send + Sync + std::fmt::Debug {
+    /// Runs callback `id` with `input`.
+    fn ask(
+        &self,
+        id: &str,
+        input: &Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + '_>>;
 }
 
 /// A PreToolUse hook's say in the permission check.
@@ -168,6 +193,8 @@ pub struct Outcome {
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
     entries: Vec<Entry>,
+    /// Who runs the entries' callbacks (none: they are skipped).
+    asker: Option<std::sync::Arc<dyn Asker>>,
     /// Configuration problems, naming the file.
     pub problems: Vec<String>,
     /// The settings files' `env`, set for every hook command.
@@ -218,22 +245,19 @@ impl Hooks {
                     .as_str()
                     .map(str::to_owned)
                     .filter(|m| !m.is_empty() && m != "*");
-                let commands = entry["hooks"]
+                let actions = entry["hooks"]
                     .as_array()
                     .into_iter()
                     .flatten()
                     .filter(|h| h["type"] == "command")
                     .filter_map(|h| {
-                        Some(Command {
+                        Some(Action::Command(Command {
                             command: h["command"].as_str()?.to_owned(),
-                            timeout: h["timeout"]
-                                .as_f64()
-                                .map(Duration::from_secs_f64)
-                                .unwrap_or(DEFAULT_TIMEOUT),
-                        })
+                            timeout: timeout_of(&h["timeout"]),
+                        }))
                     })
                     .collect::<Vec<_>>();
-                if commands.is_empty() {
+                if actions.is_empty() {
                     self.problems.push(format!(
                         "{source}: a {event} hook entry has no command hooks"
                     ));
@@ -242,10 +266,49 @@ impl Hooks {
                 self.entries.push(Entry {
                     event,
                     matcher,
-                    commands,
+                    actions,
                 });
             }
         }
+    }
+
+    /// Adds an SDK program's hook callbacks (`{"PreToolUse": [{"matcher": "Bash",
+    /// "hookCallbackIds": ["hook_0"], "timeout": 30}]}`), run through `asker`.
+    pub fn add_callbacks(&mut self, v: &Value, asker: std::sync::Arc<dyn Asker>) {
+        let Some(map) = v.as_object() else { return };
+        for (name, entries) in map {
+            let Some(event) = HookEvent::parse(name) else {
+                self.problems.push(format!(
+                    "the SDK's {name} hook callbacks are not run by tether (the others are)"
+                ));
+                continue;
+            };
+            for entry in entries.as_array().into_iter().flatten() {
+                let timeout = timeout_of(&entry["timeout"]);
+                let actions: Vec<Action> = entry["hookCallbackIds"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|id| id.as_str())
+                    .map(|id| Action::Callback {
+                        id: id.to_owned(),
+                        timeout,
+                    })
+                    .collect();
+                if actions.is_empty() {
+                    continue;
+                }
+                self.entries.push(Entry {
+                    event,
+                    matcher: entry["matcher"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .filter(|m| !m.is_empty() && m != "*"),
+                    actions,
+                });
+            }
+        }
+        self.asker = Some(asker);
     }
 
     /// Whether any hook listens to `event`.
@@ -271,8 +334,25 @@ impl Hooks {
             {
                 continue;
             }
-            for cmd in &entry.commands {
-                run_one(cmd, &stdin, cwd, &self.env, event, &mut outcome).await;
+            for action in &entry.actions {
+                match action {
+                    Action::Command(cmd) => {
+                        run_one(cmd, &stdin, cwd, &self.env, event, &mut outcome).await;
+                    }
+                    Action::Callback { id, timeout } => {
+                        let Some(asker) = &self.asker else { continue };
+                        match tokio::time::timeout(*timeout, asker.ask(id, &input)).await {
+                            Ok(Ok(output)) => read_output(&output, event, &mut outcome),
+                            Ok(Err(why)) => outcome
+                                .notices
+                                .push(format!("{event} hook callback {id} failed: {why}")),
+                            Err(_) => outcome.notices.push(format!(
+                                "{event} hook callback {id} did not answer within {} s",
+                                timeout.as_secs_f64()
+                            )),
+                        }
+                    }
+                }
             }
         }
         outcome
@@ -351,71 +431,7 @@ async fn run_one(
                 .map_err(|_| ())
                 .and_then(|v| if v.is_object() { Ok(v) } else { Err(()) })
             {
-                let reason = v["reason"].as_str().map(str::to_owned);
-                if v["decision"] == "block" {
-                    outcome.block = Some(
-                        reason
-                            .clone()
-                            .unwrap_or_else(|| format!("blocked by a {event} hook")),
-                    );
-                }
-                if v["continue"] == false {
-                    outcome.stop = Some(
-                        v["stopReason"]
-                            .as_str()
-                            .unwrap_or("stopped by a hook")
-                            .to_owned(),
-                    );
-                }
-                let specific = &v["hookSpecificOutput"];
-                let why = specific["permissionDecisionReason"]
-                    .as_str()
-                    .map(str::to_owned)
-                    .or(reason);
-                match specific["permissionDecision"].as_str() {
-                    Some("allow") => outcome.permission = Some(HookPermission::Allow),
-                    Some("ask") => outcome.permission = Some(HookPermission::Ask),
-                    Some("deny") => {
-                        outcome.permission = Some(HookPermission::Deny(
-                            why.unwrap_or_else(|| "denied by a PreToolUse hook".into()),
-                        ))
-                    }
-                    _ => {}
-                }
-                if let Some(ctx) = specific["additionalContext"].as_str() {
-                    outcome.context.push(ctx.to_owned());
-                }
-                if event == HookEvent::PreToolUse
-                    && let Some(input) = specific.get("updatedInput").filter(|i| i.is_object())
-                {
-                    outcome.updated_input = Some(input.clone());
-                }
-                // PermissionRequest: `decision: {behavior, updatedInput?, message?}`.
-                let decision = &specific["decision"];
-                if event == HookEvent::PermissionRequest {
-                    match decision["behavior"].as_str() {
-                        Some("allow") => {
-                            outcome.permission = Some(HookPermission::Allow);
-                            outcome.updated_input = decision
-                                .get("updatedInput")
-                                .filter(|i| i.is_object())
-                                .cloned();
-                        }
-                        Some("deny") => {
-                            outcome.permission = Some(HookPermission::Deny(
-                                decision["message"]
-                                    .as_str()
-                                    .unwrap_or("denied by a PermissionRequest hook")
-                                    .to_owned(),
-                            ))
-                        }
-                        _ => {}
-                    }
-                }
-                // `systemMessage`: shown to the user.
-                if let Some(message) = v["systemMessage"].as_str() {
-                    outcome.notices.push(message.to_owned());
-                }
+                read_output(&v, event, outcome);
             } else if !stdout.is_empty()
                 && matches!(event, HookEvent::UserPromptSubmit | HookEvent::SessionStart)
             {
@@ -437,6 +453,83 @@ async fn run_one(
             stderr.lines().next().unwrap_or("")
         )),
     }
+}
+
+/// A hook's JSON output (a command's stdout, a callback's answer) taken into `outcome`.
+fn read_output(v: &Value, event: HookEvent, outcome: &mut Outcome) {
+    let reason = v["reason"].as_str().map(str::to_owned);
+    if v["decision"] == "block" {
+        outcome.block = Some(
+            reason
+                .clone()
+                .unwrap_or_else(|| format!("blocked by a {event} hook")),
+        );
+    }
+    if v["continue"] == false {
+        outcome.stop = Some(
+            v["stopReason"]
+                .as_str()
+                .unwrap_or("stopped by a hook")
+                .to_owned(),
+        );
+    }
+    let specific = &v["hookSpecificOutput"];
+    let why = specific["permissionDecisionReason"]
+        .as_str()
+        .map(str::to_owned)
+        .or(reason);
+    match specific["permissionDecision"].as_str() {
+        Some("allow") => outcome.permission = Some(HookPermission::Allow),
+        Some("ask") => outcome.permission = Some(HookPermission::Ask),
+        Some("deny") => {
+            outcome.permission = Some(HookPermission::Deny(
+                why.unwrap_or_else(|| "denied by a PreToolUse hook".into()),
+            ))
+        }
+        _ => {}
+    }
+    if let Some(ctx) = specific["additionalContext"].as_str() {
+        outcome.context.push(ctx.to_owned());
+    }
+    if event == HookEvent::PreToolUse
+        && let Some(input) = specific.get("updatedInput").filter(|i| i.is_object())
+    {
+        outcome.updated_input = Some(input.clone());
+    }
+    // PermissionRequest: `decision: {behavior, updatedInput?, message?}`.
+    let decision = &specific["decision"];
+    if event == HookEvent::PermissionRequest {
+        match decision["behavior"].as_str() {
+            Some("allow") => {
+                outcome.permission = Some(HookPermission::Allow);
+                outcome.updated_input = decision
+                    .get("updatedInput")
+                    .filter(|i| i.is_object())
+                    .cloned();
+            }
+            Some("deny") => {
+                outcome.permission = Some(HookPermission::Deny(
+                    decision["message"]
+                        .as_str()
+                        .unwrap_or("denied by a PermissionRequest hook")
+                        .to_owned(),
+                ))
+            }
+            _ => {}
+        }
+    }
+    // `systemMessage`: shown to the user.
+    if let Some(message) = v["systemMessage"].as_str() {
+        outcome.notices.push(message.to_owned());
+    }
+}
+
+/// A hook's `timeout` (seconds), or the default.
+fn timeout_of(v: &Value) -> Duration {
+    v.as_f64()
+        .filter(|t| *t > 0.0)
+        .map(Duration::from_secs_f64)
+        .unwrap_or(DEFAULT_TIMEOUT)
 }
 
 /// A successful call's `tool_response` as Claude Code shapes it for the tools hook scripts
@@ -689,5 +782,74 @@ mod tests {
             .await;
         assert!(note.notices[0].contains("exited with 1"));
         assert!(note.block.is_none());
+    }
+}
+
+#[cfg(test)]
+mod callback_tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Answers every callback with `answer`, and remembers what it was asked.
+    #[derive(Debug)]
+    struct Program {
+        answer: Result<Value, String>,
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl Asker for Program {
+        fn ask(
+            &self,
+            id: &str,
+            _input: &Value,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + '_>>
+        {
+            self.asked.lock().expect("lock").push(id.to_owned());
+            let answer = self.answer.clone();
+            Box::pin(async move { answer })
+        }
+    }
+
+    fn with(answer: Result<Value, String>) -> (Hooks, Arc<Program>) {
+        let program = Arc::new(Program {
+            answer,
+            asked: Mutex::default(),
+        });
+        let mut hooks = Hooks::default();
+        hooks.add_callbacks(
+            &json!({"PreToolUse": [{"matcher": "Bash", "hookCallbackIds": ["hook_0", "hook_1"]}],
+                    "Bogus": [{"hookCallbackIds": ["hook_2"]}]}),
+            program.clone(),
+        );
+        (hooks, program)
+    }
+
+    #[tokio::test]
+    async fn an_sdk_programs_callbacks_answer_as_a_commands_output_would() {
+        let deny = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                          "permissionDecision": "deny", "permissionDecisionReason": "no"}});
+        let (hooks, program) = with(Ok(deny));
+        assert_eq!(hooks.problems.len(), 1, "{:?}", hooks.problems);
+        let cwd = Path::new("/");
+        let read = hooks
+            .run(HookEvent::PreToolUse, Some("Read"), json!({}), cwd)
+            .await;
+        assert_eq!(read, Outcome::default(), "the matcher is Bash");
+        let bash = hooks
+            .run(HookEvent::PreToolUse, Some("Bash"), json!({}), cwd)
+            .await;
+        assert_eq!(bash.permission, Some(HookPermission::Deny("no".into())));
+        assert_eq!(*program.asked.lock().expect("lock"), ["hook_0", "hook_1"]);
+
+        let (hooks, _) = with(Err("the program went away".into()));
+        let failed = hooks
+            .run(HookEvent::PreToolUse, Some("Bash"), json!({}), cwd)
+            .await;
+        assert_eq!(failed.permission, None, "a failed callback decides nothing");
+        assert!(
+            failed.notices[0].contains("hook_0 failed: the program went away"),
+            "{:?}",
+            failed.notices
+        );
     }
 }

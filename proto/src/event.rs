@@ -74,6 +74,17 @@ pub enum EventKind {
     },
     /// The daemon is shutting down; the subscription ends. Stream control.
     DaemonShutdown {},
+    /// A hook callback of the Agent SDK program that started the turn (`turnId`) is to run:
+    /// the client that holds it answers with `hook/respond`. Stream control: not logged, and a
+    /// callback not answered in time is a failed hook.
+    HookCallback {
+        /// Answer with this id.
+        request_id: String,
+        /// The callback, as the program named it in its `initialize` (`hook_0` …).
+        callback_id: String,
+        /// The hook's input, as a command hook gets it on stdin.
+        input: serde_json::Value,
+    },
     /// The session was created (always seq 1).
     SessionCreated {
         /// Working directory.
@@ -427,6 +438,7 @@ impl EventKind {
             Self::Snapshot { .. } => "snapshot",
             Self::SessionDeleted { .. } => "session_deleted",
             Self::DaemonShutdown {} => "daemon_shutdown",
+            Self::HookCallback { .. } => "hook_callback",
             Self::SessionCreated { .. } => "session_created",
             Self::SessionConfigured { .. } => "session_configured",
             Self::ClientAttached { .. } => "client_attached",

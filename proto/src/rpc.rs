@@ -144,6 +144,17 @@ pub trait TetherRpc {
         #[argument(rename = "updatedInput")] updated_input: Option<serde_json::Value>,
     ) -> RpcResult<PermissionResponse>;
 
+    /// Answers a `hook_callback` event: the callback's output (a hook's JSON output), or why
+    /// it failed. `true` when the hook was still waiting for it.
+    #[method(name = "hook/respond", param_kind = map)]
+    async fn hook_respond(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        #[argument(rename = "requestId")] request_id: String,
+        output: Option<serde_json::Value>,
+        error: Option<String>,
+    ) -> RpcResult<bool>;
+
     /// A session's pending permission requests (the `permission_requested` data of each).
     #[method(name = "permission/list", param_kind = map)]
     async fn permission_list(

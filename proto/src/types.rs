@@ -146,6 +146,12 @@ pub struct TurnOptions {
     /// `{"name": {"description", "prompt", "tools"?, "model"?}}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<serde_json::Value>,
+    /// The hook callbacks of the Agent SDK program starting the turn, as its `initialize`
+    /// gives them (`{"PreToolUse": [{"matcher": "Bash", "hookCallbackIds": ["hook_0"],
+    /// "timeout": 30}]}`): each runs as a `hook_callback` event the client answers with
+    /// `hook/respond`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_callbacks: Option<serde_json::Value>,
 }
 
 /// What `models/list` answers.

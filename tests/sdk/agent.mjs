@@ -3,7 +3,7 @@
 // per result it saw, then `done`).
 //
 // Usage: node agent.mjs SDK_DIR SCENARIO TETHER [ARG]
-//   multi, permissions, interrupt, oneshot, resume SESSION (see agent.py)
+//   multi, permissions, interrupt, hooks, oneshot, resume SESSION (see agent.py)
 
 import { pathToFileURL } from "node:url";
 import { join } from "node:path";
@@ -99,6 +99,29 @@ const scenarios = {
       await q.interrupt();
       say({ kind: "interrupted" });
     });
+  },
+  async hooks() {
+    const guard = async (input, toolUseID) => {
+      const command = input.tool_input.command ?? "";
+      say({ kind: "hook", event: input.hook_event_name, tool: input.tool_name, command, tool_use_id: toolUseID });
+      if (command.startsWith("rm ")) {
+        return {
+          hookSpecificOutput: {
+            hookEventName: "PreToolUse",
+            permissionDecision: "deny",
+            permissionDecisionReason: "no removing",
+          },
+        };
+      }
+      return {};
+    };
+    const { prompts, results } = conversation(["make a file, then clean up"]);
+    const options = {
+      ...base,
+      permissionMode: "bypassPermissions",
+      hooks: { PreToolUse: [{ matcher: "Bash", hooks: [guard] }] },
+    };
+    await drive(query({ prompt: prompts, options }), results);
   },
   async oneshot() {
     await drive(query({ prompt: "just once", options: base }));

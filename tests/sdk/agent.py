@@ -5,6 +5,7 @@ Usage: agent.py SCENARIO TETHER [ARG]
   multi       two turns through one ClaudeSDKClient
   permissions can_use_tool allows the first call and denies the second
   interrupt   interrupts a long Bash call, then asks again
+  hooks       a PreToolUse hook callback on Bash refuses `rm`
   resume      one query() resuming the session ARG
   oneshot     one query() with nothing to answer (the SDK closes stdin at once)
 """
@@ -17,6 +18,7 @@ from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
     ClaudeSDKClient,
+    HookMatcher,
     PermissionResultAllow,
     PermissionResultDeny,
     ResultMessage,
@@ -95,6 +97,23 @@ async def interrupt(tether: str):
         await turns(client, "are you still there?")
 
 
+async def hooks(tether: str):
+    async def guard(hook_input, tool_use_id, context):
+        command = hook_input["tool_input"].get("command", "")
+        say(kind="hook", event=hook_input["hook_event_name"], tool=hook_input["tool_name"],
+            command=command, tool_use_id=tool_use_id)
+        if command.startswith("rm "):
+            return {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                           "permissionDecision": "deny",
+                                           "permissionDecisionReason": "no removing"}}
+        return {}
+
+    options = ClaudeAgentOptions(cli_path=tether, permission_mode="bypassPermissions",
+                                 hooks={"PreToolUse": [HookMatcher(matcher="Bash", hooks=[guard])]})
+    async with ClaudeSDKClient(options=options) as client:
+        await turns(client, "make a file, then clean up")
+
+
 async def resume(tether: str, session: str):
     options = ClaudeAgentOptions(cli_path=tether, resume=session)
     async for message in query(prompt="and again", options=options):
@@ -115,7 +134,7 @@ async def main():
         await resume(tether, sys.argv[3])
     else:
         await {"multi": multi, "permissions": permissions, "interrupt": interrupt,
-               "oneshot": oneshot}[scenario](tether)
+               "hooks": hooks, "oneshot": oneshot}[scenario](tether)
     say(kind="done")
 
 

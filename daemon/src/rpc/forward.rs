@@ -37,6 +37,7 @@ const PASSED_ON: &[&str] = &[
     "turn/cancel",
     "permission/respond",
     "permission/list",
+    "hook/respond",
     "permission/rules",
 ];
 /// The largest reply passed back between nodes (a NATS message holds 1 MiB by default).

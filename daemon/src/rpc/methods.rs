@@ -518,6 +518,27 @@ impl TetherRpcServer for RpcApi {
             .map_err(rpc_error)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "hook/respond"))]
+    async fn hook_respond(
+        &self,
+        session_id: SessionId,
+        request_id: String,
+        output: Option<serde_json::Value>,
+        error: Option<String>,
+    ) -> RpcResult<bool> {
+        let answer = match (output, error) {
+            (_, Some(why)) => Err(why),
+            (Some(output), None) if output.is_object() => Ok(output),
+            (Some(_), None) => return Err(invalid_params("output must be an object")),
+            (None, None) => Ok(serde_json::json!({})),
+        };
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        handle
+            .hook_respond(request_id, answer)
+            .await
+            .map_err(rpc_error)
+    }
+
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/list"))]
     async fn permission_list(&self, session_id: SessionId) -> RpcResult<Vec<serde_json::Value>> {
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;

@@ -107,6 +107,19 @@ pub(super) enum Command {
         clients: Vec<tether_proto::AttachedClient>,
         quiet: bool,
     },
+    /// A turn's hook runs a callback of the SDK program that started it.
+    HookCallback {
+        turn_id: TurnId,
+        callback_id: String,
+        input: serde_json::Value,
+        reply: oneshot::Sender<Result<serde_json::Value, String>>,
+    },
+    /// `hook/respond`: a client answered a hook callback.
+    HookRespond {
+        request_id: String,
+        answer: Result<serde_json::Value, String>,
+        reply: oneshot::Sender<bool>,
+    },
     /// A PermissionRequest hook answered a request.
     HookAnswered {
         request_id: String,
@@ -172,6 +185,20 @@ impl SessionHandle {
     /// Waits until the actor has stopped.
     pub async fn stopped(&self) {
         self.tx.closed().await;
+    }
+
+    /// `hook/respond`: a hook callback's answer; `false` when no hook waits for it.
+    pub async fn hook_respond(
+        &self,
+        request_id: String,
+        answer: Result<serde_json::Value, String>,
+    ) -> Result<bool, SessionError> {
+        self.call(|reply| Command::HookRespond {
+            request_id,
+            answer,
+            reply,
+        })
+        .await
     }
 
     /// Tells the session who follows it from other nodes of the cluster.
@@ -547,6 +574,29 @@ impl SessionActor {
                 reply,
             } => drop(reply.send(self.respond_permission(request_id, answer, by).await)),
             Command::Followers { clients, quiet } => self.followers(clients, quiet),
+            Command::HookCallback {
+                turn_id,
+                callback_id,
+                input,
+                reply,
+            } => {
+                let request_id = format!("hook_{}", uuid::Uuid::new_v4().simple());
+                self.broker
+                    .hold_callback(request_id.clone(), turn_id.clone(), reply);
+                self.journal.broadcast_control_in(
+                    EventKind::HookCallback {
+                        request_id,
+                        callback_id,
+                        input,
+                    },
+                    Some(turn_id),
+                );
+            }
+            Command::HookRespond {
+                request_id,
+                answer,
+                reply,
+            } => drop(reply.send(self.broker.answer_callback(&request_id, answer))),
             Command::HookAnswered { request_id, answer } => self.hook_answered(request_id, answer),
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),

@@ -87,10 +87,18 @@ impl Waiting {
     }
 }
 
+/// A turn's hook callback waiting for its SDK program's answer.
+pub struct Callback {
+    turn_id: TurnId,
+    reply: oneshot::Sender<Result<serde_json::Value, String>>,
+}
+
 /// The requests waiting for an answer, by request id.
 #[derive(Default)]
 pub struct Broker {
     waiting: HashMap<String, Waiting>,
+    /// Hook callbacks asked of the client that started their turn, by request id.
+    callbacks: HashMap<String, Callback>,
     /// Answers the store recorded for requests an earlier owner held and did not log (it
     /// died first): each applies when its request is held again.
     recorded: HashMap<String, Recorded>,
@@ -142,6 +150,34 @@ impl Broker {
             .into_iter()
             .filter_map(|(id, bytes)| Recorded::decode(&bytes).map(|r| (id, r)))
             .collect();
+    }
+
+    /// Holds a hook callback until its answer comes (or its turn ends).
+    pub fn hold_callback(
+        &mut self,
+        request_id: String,
+        turn_id: TurnId,
+        reply: oneshot::Sender<Result<serde_json::Value, String>>,
+    ) {
+        self.callbacks
+            .insert(request_id, Callback { turn_id, reply });
+    }
+
+    /// Answers a hook callback; `false` when none waits under that id.
+    pub fn answer_callback(
+        &mut self,
+        request_id: &str,
+        answer: Result<serde_json::Value, String>,
+    ) -> bool {
+        match self.callbacks.remove(request_id) {
+            Some(c) => c.reply.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Drops the callbacks of a turn that ended (their hooks see no answer).
+    pub fn drop_callbacks(&mut self, turn_id: &TurnId) {
+        self.callbacks.retain(|_, c| &c.turn_id != turn_id);
     }
 
     /// Keeps an answer to a logged request whose resumed turn has not asked it again yet.

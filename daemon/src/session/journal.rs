@@ -223,8 +223,13 @@ impl Journal {
 
     /// Sends a stream-control event (no seq, never logged) to every subscriber.
     pub fn broadcast_control(&mut self, kind: EventKind) {
+        self.broadcast_control_in(kind, None);
+    }
+
+    /// Sends a stream-control event of turn `turn_id` to every subscriber.
+    pub fn broadcast_control_in(&mut self, kind: EventKind, turn_id: Option<TurnId>) {
         let ends_stream = kind.ends_subscription();
-        let event = self.envelope(None, None, kind);
+        let event = self.envelope(None, turn_id, kind);
         match serde_json::to_string(&event) {
             Ok(json) => {
                 self.send(Arc::new(LiveEvent {

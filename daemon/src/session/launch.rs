@@ -91,6 +91,35 @@ impl TurnSink for ActorSink {
     }
 }
 
+/// Asks a hook callback of the turn's SDK program through the session (`hook_callback`).
+#[derive(Debug)]
+struct ActorAsker {
+    tx: mpsc::UnboundedSender<Command>,
+    turn_id: TurnId,
+}
+
+impl crate::hooks::Asker for ActorAsker {
+    fn ask(
+        &self,
+        id: &str,
+        input: &serde_json::Value,
+    ) -> Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send + '_>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.tx.send(Command::HookCallback {
+            turn_id: self.turn_id.clone(),
+            callback_id: id.to_owned(),
+            input: input.clone(),
+            reply,
+        });
+        Box::pin(async move {
+            sent.map_err(|_| "the session stopped".to_owned())?;
+            answer
+                .await
+                .map_err(|_| "the turn ended before it was answered".to_owned())?
+        })
+    }
+}
+
 /// What a panic said.
 pub(super) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -138,6 +167,19 @@ impl SessionActor {
             }
         };
         let Some(tx) = self.me.upgrade() else { return };
+        // The SDK program's hook callbacks run beside the settings files' hooks.
+        let hooks = match &options.hook_callbacks {
+            Some(callbacks) => {
+                let mut with = (*hooks).clone();
+                let asker = ActorAsker {
+                    tx: tx.clone(),
+                    turn_id: turn_id.clone(),
+                };
+                with.add_callbacks(callbacks, Arc::new(asker));
+                Arc::new(with)
+            }
+            None => hooks,
+        };
         let mut policy = self.env.policy.clone();
         policy.hide_thinking = options.hide_thinking;
         policy.prefix_ttl = self.env.cache_ttl.unwrap_or(if interactive {

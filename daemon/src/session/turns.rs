@@ -464,6 +464,7 @@ impl SessionActor {
         if self.turns.is_running(&turn_id) {
             self.turns.take_running();
         }
+        self.broker.drop_callbacks(&turn_id);
         crate::telemetry::turn_ended(
             &self.env.catalog.resolve(&self.journal.record.model),
             &outcome.usage,

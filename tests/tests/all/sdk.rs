@@ -1,8 +1,8 @@
 //! Agents built on the Claude Agent SDKs for Python and TypeScript, pointed at `tether`
 //! (`cli_path`, `pathToClaudeCodeExecutable`), as a user of each SDK would (`tests/sdk/agent.py`,
 //! `tests/sdk/agent.mjs`): turns in a daemon session through the SDK's own stream-json and
-//! control protocol, `can_use_tool` allowing and denying, an interrupt during a tool, a one-shot
-//! `query()`, and resuming the session by id. Each scenario runs with both SDKs. The SDKs'
+//! control protocol, `can_use_tool` allowing and denying, a PreToolUse hook callback refusing a
+//! call, an interrupt during a tool, a one-shot `query()`, and resuming the session by id. Each scenario runs with both SDKs. The SDKs'
 //! bundled Claude Code never runs: the agents name tether as their CLI.
 
 use anyhow::Context;
@@ -215,6 +215,46 @@ fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on_with(
     assert_eq!(results[1]["result"], "Still here.", "{lines:?}");
     let running = Command::new("pgrep").arg("-f").arg(&marker).output()?;
     assert!(!running.status.success(), "the interrupted tool still runs");
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
+fn a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call() -> anyhow::Result<()> {
+    for sdk in SDKS {
+        a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call_with(sdk)
+            .with_context(|| format!("with the {sdk:?} SDK"))?;
+    }
+    Ok(())
+}
+
+fn a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call_with(sdk: Sdk) -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Making it.").tool_use("Bash", json!({"command": "echo kept > kept.txt"})),
+        Step::text("Cleaning up.").tool_use("Bash", json!({"command": "rm kept.txt"})),
+        Step::text("The hook kept it."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let lines = agent(sdk, &daemon, "hooks", &[])?;
+    let hooks = of_kind(&lines, "hook");
+    assert_eq!(hooks.len(), 2, "{lines:?}");
+    assert_eq!(hooks[0]["event"], "PreToolUse");
+    assert_eq!(hooks[0]["tool"], "Bash");
+    assert!(hooks[0]["tool_use_id"].is_string(), "{lines:?}");
+    assert_eq!(hooks[1]["command"], "rm kept.txt");
+    assert!(
+        daemon.workdir().join("kept.txt").exists(),
+        "the refused rm ran"
+    );
+    let result = of_kind(&lines, "result");
+    assert_eq!(result[0]["result"], "The hook kept it.", "{lines:?}");
+    let requests = fake.server.message_requests();
+    assert!(
+        requests
+            .last()
+            .is_some_and(|r| r.body.to_string().contains("no removing")),
+        "the hook's reason did not reach the model"
+    );
     fake.no_rejections();
     Ok(())
 }
