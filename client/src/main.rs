@@ -1,6 +1,7 @@
 //! The `tether` binary: the terminal face of the tether daemon.
 
 mod acp;
+mod bridge;
 mod commands;
 mod connection;
 mod headless;
@@ -614,7 +615,7 @@ fn main() -> ExitCode {
             Some(Cmd::Models) => commands::models(&socket, out).await,
             Some(Cmd::Mcp { action }) => mcp::run(&socket, out, action).await,
             Some(Cmd::Acp) => acp::run(&socket).await,
-            Some(Cmd::Bridge) => remote::bridge(&socket).await,
+            Some(Cmd::Bridge) => bridge::run(&socket).await,
             Some(Cmd::Daemon {
                 action: DaemonCmd::Stop,
             }) => commands::daemon_stop(&socket, out).await,

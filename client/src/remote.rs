@@ -1,10 +1,8 @@
 //! Reaching a daemon on another machine: `--remote [user@]host[:dir]` (or `$TETHER_REMOTE`)
-//! makes every command talk through `ssh host tether bridge`, and `tether bridge` is the
-//! remote end: a byte relay between its stdin/stdout and the local daemon's socket (starting
-//! the daemon when none runs). The protocol runs unchanged over the pipe, so a dropped SSH
-//! connection is a dropped socket connection: clients reconnect and resume with `since`.
+//! makes every command talk through `ssh host tether bridge` (`bridge.rs` is the remote end).
+//! The protocol runs unchanged over the pipe, so a dropped SSH connection is a dropped socket
+//! connection: clients reconnect and resume with `since`.
 
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::OnceLock;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -149,16 +147,6 @@ pub async fn ssh_verdict(ssh: &mut Child) -> String {
         ),
         _ => "the remote end did not answer".into(),
     }
-}
-
-/// `tether bridge`: relays stdin/stdout to the daemon's socket (started when needed) until
-/// either side closes.
-pub async fn bridge(socket: &Path) -> anyhow::Result<std::process::ExitCode> {
-    let mut daemon = crate::connection::open_local(socket, true).await?;
-    let mut stdio = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
-    // Either side's end ends the relay: the client went away, or the daemon closed.
-    let _ = tokio::io::copy_bidirectional(&mut stdio, &mut daemon).await;
-    Ok(std::process::ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

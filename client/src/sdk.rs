@@ -479,10 +479,14 @@ impl Run {
                 ),
             };
             // `false`: the hook stopped waiting (its turn ended, or it timed out).
-            self.conn
+            if let Err(e) = self
+                .conn
                 .client
                 .hook_respond(session, request_id, output, error)
-                .await?;
+                .await
+            {
+                eprintln!("tether: the hook callback's answer was refused: {e}");
+            }
             return Ok(());
         }
         let Some(asked) = self.asked.remove(id) else {
@@ -525,7 +529,9 @@ impl Run {
         {
             turn.totals.denied(&asked.data);
         }
-        self.conn
+        // Refused (answered elsewhere meanwhile, or the store failed): said, and the run goes on.
+        if let Err(e) = self
+            .conn
             .client
             .permission_respond(
                 session.clone(),
@@ -534,9 +540,14 @@ impl Run {
                 message,
                 updated,
             )
-            .await?;
-        if data["interrupt"] == true {
-            self.conn.client.turn_cancel(session).await?;
+            .await
+        {
+            eprintln!("tether: the SDK's answer was not taken: {e}");
+        }
+        if data["interrupt"] == true
+            && let Err(e) = self.conn.client.turn_cancel(session).await
+        {
+            eprintln!("tether: cannot interrupt the turn: {e}");
         }
         Ok(())
     }
@@ -589,6 +600,22 @@ impl Run {
         }
         if kind == "permission_requested" {
             self.ask(index, data).await?;
+        }
+        // The SDK can no longer be asked (its input ended): the hook is told at once.
+        if kind == "hook_callback"
+            && !self.input_open
+            && let Some(session) = self.session.clone()
+        {
+            let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
+            let why = "the SDK program's input has ended".to_owned();
+            if let Err(e) = self
+                .conn
+                .client
+                .hook_respond(session, request_id, None, Some(why))
+                .await
+            {
+                eprintln!("tether: {e}");
+            }
         }
         if kind == "hook_callback" && self.input_open {
             self.next_request += 1;
@@ -681,11 +708,14 @@ impl Run {
         if decision == PermissionDecision::Deny {
             self.turns[index].totals.denied(data);
         }
-        if let Some(session) = self.session.clone() {
-            self.conn
+        if let Some(session) = self.session.clone()
+            && let Err(e) = self
+                .conn
                 .client
                 .permission_respond(session, request_id, decision, message, updated)
-                .await?;
+                .await
+        {
+            eprintln!("tether: the answer was not taken: {e}");
         }
         Ok(())
     }

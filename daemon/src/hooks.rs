@@ -97,6 +97,19 @@ impl HookEvent {
     ];
 
     /// The name settings files use.
+    /// Whether the session runs this event's hooks outside its turns (so an SDK program's
+    /// callbacks, which belong to a turn, cannot be asked).
+    pub fn outside_turns(self) -> bool {
+        matches!(
+            self,
+            Self::UserPromptSubmit
+                | Self::SessionStart
+                | Self::SessionEnd
+                | Self::PermissionRequest
+                | Self::Notification
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::PreToolUse => "PreToolUse",
@@ -277,9 +290,9 @@ impl Hooks {
     pub fn add_callbacks(&mut self, v: &Value, asker: std::sync::Arc<dyn Asker>) {
         let Some(map) = v.as_object() else { return };
         for (name, entries) in map {
-            let Some(event) = HookEvent::parse(name) else {
+            let Some(event) = HookEvent::parse(name).filter(|e| !e.outside_turns()) else {
                 self.problems.push(format!(
-                    "the SDK's {name} hook callbacks are not run by tether (the others are)"
+                    "the SDK's {name} hook callbacks are not run by tether (those of the hooks a turn runs are)"
                 ));
                 continue;
             };
@@ -524,12 +537,15 @@ fn read_output(v: &Value, event: HookEvent, outcome: &mut Outcome) {
     }
 }
 
-/// A hook's `timeout` (seconds), or the default.
+/// The longest a hook may be given.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// A hook's `timeout` (seconds), or the default; at most a day.
 fn timeout_of(v: &Value) -> Duration {
     v.as_f64()
         .filter(|t| *t > 0.0)
-        .map(Duration::from_secs_f64)
-        .unwrap_or(DEFAULT_TIMEOUT)
+        .and_then(|t| Duration::try_from_secs_f64(t).ok())
+        .map_or(DEFAULT_TIMEOUT, |t| t.min(MAX_TIMEOUT))
 }
 
 /// A successful call's `tool_response` as Claude Code shapes it for the tools hook scripts

@@ -13,8 +13,9 @@ mod servers;
 mod sse;
 mod tool;
 
+pub use config::Limits;
 pub use config::{Extra, McpConfig};
-pub use servers::{Lease, Limits, McpServers};
+pub use servers::{Lease, McpServers};
 
 use servers::State;
 

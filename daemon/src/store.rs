@@ -305,10 +305,19 @@ impl Store {
         let db = local::Db::open(dir)?;
         let cluster = Arc::new(jetstream::Cluster::connect(settings).await?);
         cluster.check_name_free().await?;
-        cluster.mirror_records(db.clone()).await?;
+        // A node that starts while the cluster elects a leader waits for it, as `connect` does.
+        let started = std::time::Instant::now();
+        while let Err(e) = cluster.mirror_records(db.clone()).await {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err(e);
+            }
+            tracing::warn!("the session records cannot be read yet, trying again: {e}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
         cluster.announce();
         cluster.take_calls();
         cluster.followers().start();
+        cluster.watch_answers();
         Ok(Self {
             db,
             cluster: Some(cluster),
@@ -450,6 +459,14 @@ impl Store {
     /// The sessions whose followers change, as they change (`None` on one machine).
     pub fn followers_changed(&self) -> Option<tokio::sync::broadcast::Receiver<SessionId>> {
         self.cluster.as_ref().map(|c| c.followers().changes())
+    }
+
+    /// The permission answers recorded in the cluster from now on, by any node: (session,
+    /// request, encoded answer). `None` on one machine.
+    pub fn answers_recorded(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<(SessionId, String, Vec<u8>)>> {
+        self.cluster.as_ref().map(|c| c.answers())
     }
 
     /// Whether another node runs the session now (never on one machine).

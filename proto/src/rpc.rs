@@ -145,8 +145,8 @@ pub trait TetherRpc {
     ) -> RpcResult<PermissionResponse>;
 
     /// Answers a `hook_callback` event: the callback's output (a hook's JSON output), or why
-    /// it failed. `true` when the hook was still waiting for it.
-    #[method(name = "hook/respond", param_kind = map)]
+    /// it failed. `true` when the hook was still waiting for it. Observers may not answer.
+    #[method(name = "hook/respond", param_kind = map, with_extensions)]
     async fn hook_respond(
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,

@@ -222,7 +222,7 @@ pub fn model_id(model: &str, region: &str) -> String {
     if model.starts_with("arn:") || model.contains("anthropic.") {
         return model.to_owned();
     }
-    let dated = super::provider::dated_id(model);
+    let dated = super::models::dated_id(model);
     let base = match dated {
         Some(d) => format!("anthropic.{d}-v1:0"),
         None => format!("anthropic.{model}-v1"),

@@ -775,6 +775,29 @@ pub const EFFORT_BETA: &str = "effort-2025-11-24";
 /// `thinking.display: updates`.
 pub const THINKING_UPDATES_BETA: &str = "thinking-display-updates-2026-08-18";
 
+/// The dated id of a catalog model that the clouds know only dated (`claude-sonnet-4-5` →
+/// `claude-sonnet-4-5-20250929`), or a dated id as given; `None` for an undated model (newer
+/// models are undated on both clouds). Shared by Vertex and Bedrock ids.
+pub fn dated_id(model: &str) -> Option<String> {
+    const DATED: &[(&str, &str)] = &[
+        ("claude-3-5-haiku", "claude-3-5-haiku-20241022"),
+        ("claude-3-7-sonnet", "claude-3-7-sonnet-20250219"),
+        ("claude-sonnet-4", "claude-sonnet-4-20250514"),
+        ("claude-sonnet-4-0", "claude-sonnet-4-20250514"),
+        ("claude-opus-4", "claude-opus-4-20250514"),
+        ("claude-opus-4-0", "claude-opus-4-20250514"),
+        ("claude-opus-4-1", "claude-opus-4-1-20250805"),
+        ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929"),
+        ("claude-haiku-4-5", "claude-haiku-4-5-20251001"),
+        ("claude-opus-4-5", "claude-opus-4-5-20251101"),
+    ];
+    if let Some((_, id)) = DATED.iter().find(|(m, _)| *m == model) {
+        return Some((*id).to_owned());
+    }
+    let (_, date) = model.rsplit_once('-')?;
+    (date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit())).then(|| model.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

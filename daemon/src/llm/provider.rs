@@ -169,29 +169,6 @@ impl Vertex {
     }
 }
 
-/// The dated id of a catalog model that the clouds know only dated (`claude-sonnet-4-5` →
-/// `claude-sonnet-4-5-20250929`), or a dated id as given; `None` for an undated model (newer
-/// models are undated on both clouds). Shared by Vertex and Bedrock ids.
-pub fn dated_id(model: &str) -> Option<String> {
-    const DATED: &[(&str, &str)] = &[
-        ("claude-3-5-haiku", "claude-3-5-haiku-20241022"),
-        ("claude-3-7-sonnet", "claude-3-7-sonnet-20250219"),
-        ("claude-sonnet-4", "claude-sonnet-4-20250514"),
-        ("claude-sonnet-4-0", "claude-sonnet-4-20250514"),
-        ("claude-opus-4", "claude-opus-4-20250514"),
-        ("claude-opus-4-0", "claude-opus-4-20250514"),
-        ("claude-opus-4-1", "claude-opus-4-1-20250805"),
-        ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929"),
-        ("claude-haiku-4-5", "claude-haiku-4-5-20251001"),
-        ("claude-opus-4-5", "claude-opus-4-5-20251101"),
-    ];
-    if let Some((_, id)) = DATED.iter().find(|(m, _)| *m == model) {
-        return Some((*id).to_owned());
-    }
-    let (_, date) = model.rsplit_once('-')?;
-    (date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit())).then(|| model.to_owned())
-}
-
 /// The id Vertex AI knows a catalog model by: a dated model as `claude-sonnet-4-5@20250929`,
 /// anything else (a Vertex id already, or an undated newer model) as given.
 pub fn model_id(model: &str) -> String {
@@ -199,7 +176,10 @@ pub fn model_id(model: &str) -> String {
     if model.contains('@') {
         return model.to_owned();
     }
-    match dated_id(model).as_deref().and_then(|d| d.rsplit_once('-')) {
+    match super::models::dated_id(model)
+        .as_deref()
+        .and_then(|d| d.rsplit_once('-'))
+    {
         Some((name, date)) => format!("{name}@{date}"),
         None => model.to_owned(),
     }

@@ -2,7 +2,8 @@
 //! `.mcp.json` (project scope, used once approved), `~/.claude.json`'s `mcpServers` (user
 //! scope) and `projects["<dir>"].mcpServers` (local scope), and the servers a headless run
 //! passes (`--mcp-config`, with `--strict-mcp-config` using only those). `${VAR}` and
-//! `${VAR:-default}` are expanded in command, args, env, url and headers.
+//! `${VAR:-default}` are expanded in command, args, env, url and headers. Also the servers'
+//! timeouts and limits (`Limits`), from Claude Code's environment variables.
 //!
 //! Invariant: a malformed file or entry is a problem naming the file, line and key; it never
 //! hides the other servers.
@@ -13,6 +14,44 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::json_file::user_state_file;
+use std::time::Duration;
+
+/// Timeouts and limits, from the environment (Claude Code's names) and tether's settings.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// How long a server may take to start and answer the handshake (`MCP_TIMEOUT`, ms).
+    pub start: Duration,
+    /// How long one tool call may take (`MCP_TOOL_TIMEOUT`, ms); `None`: the turn's tool
+    /// timeout alone.
+    pub call: Option<Duration>,
+    /// How long an unused server stays up (`TETHER_MCP_IDLE_MS`).
+    pub idle: Duration,
+    /// The most a tool result may hold, in tokens (`MAX_MCP_OUTPUT_TOKENS`).
+    pub max_output_tokens: usize,
+}
+
+impl Limits {
+    /// Claude Code's defaults, overridden by its environment variables.
+    pub fn from_env() -> Self {
+        let ms = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|v| *v > 0)
+                .map(Duration::from_millis)
+        };
+        Self {
+            start: ms("MCP_TIMEOUT").unwrap_or(Duration::from_secs(30)),
+            call: ms("MCP_TOOL_TIMEOUT"),
+            idle: ms("TETHER_MCP_IDLE_MS").unwrap_or(Duration::from_secs(600)),
+            max_output_tokens: std::env::var("MAX_MCP_OUTPUT_TOKENS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|v| *v > 0)
+                .unwrap_or(25_000),
+        }
+    }
+}
 
 /// How tether reaches a server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -8,8 +8,8 @@
 //! or answer with an `is_error` result saying why (crashed, restarting).
 
 use super::client::{Connection, McpError, connect};
-use super::config::{McpConfig, ServerConfig, Transport};
-use super::tool::tools_of;
+use super::config::{Limits, McpConfig, ServerConfig, Transport};
+use super::tool::{Source, tools_of};
 use crate::tools::Tools;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -20,43 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 /// Failed starts in a row before the supervisor waits for the next use.
 const MAX_ATTEMPTS: u32 = 5;
-
-/// Timeouts and limits, from the environment (Claude Code's names) and tether's settings.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// How long a server may take to start and answer the handshake (`MCP_TIMEOUT`, ms).
-    pub start: Duration,
-    /// How long one tool call may take (`MCP_TOOL_TIMEOUT`, ms); `None`: the turn's tool
-    /// timeout alone.
-    pub call: Option<Duration>,
-    /// How long an unused server stays up (`TETHER_MCP_IDLE_MS`).
-    pub idle: Duration,
-    /// The most a tool result may hold, in tokens (`MAX_MCP_OUTPUT_TOKENS`).
-    pub max_output_tokens: usize,
-}
-
-impl Limits {
-    /// Claude Code's defaults, overridden by its environment variables.
-    pub fn from_env() -> Self {
-        let ms = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|v| *v > 0)
-                .map(Duration::from_millis)
-        };
-        Self {
-            start: ms("MCP_TIMEOUT").unwrap_or(Duration::from_secs(30)),
-            call: ms("MCP_TOOL_TIMEOUT"),
-            idle: ms("TETHER_MCP_IDLE_MS").unwrap_or(Duration::from_secs(600)),
-            max_output_tokens: std::env::var("MAX_MCP_OUTPUT_TOKENS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .filter(|v| *v > 0)
-                .unwrap_or(25_000),
-        }
-    }
-}
 
 /// Where a server is in its life.
 #[derive(Clone)]
@@ -270,7 +233,8 @@ impl Server {
         use std::sync::atomic::Ordering;
         let generation = conn.tools_generation();
         let listed = conn.list_tools(self.limits.start).await?;
-        let (tools, dropped) = tools_of(self, listed);
+        let source: Arc<dyn Source> = self.clone();
+        let (tools, dropped) = tools_of(&source, listed);
         *self.tools.lock().unwrap_or_else(|p| p.into_inner()) = tools;
         *self.dropped.lock().unwrap_or_else(|p| p.into_inner()) = dropped;
         self.listed_at.store(generation, Ordering::Release);
@@ -319,6 +283,23 @@ impl Drop for Lease {
         self.0
             .users
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl Source for Server {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn connect(
+        self: Arc<Self>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Connection, String>> + Send>>
+    {
+        Box::pin(async move { self.connection().await })
     }
 }
 

@@ -4,8 +4,8 @@
 //!
 //! Invariant: whatever the server does, the model gets a result; a call never fails the turn.
 
-use super::client::{ListedTool, McpError};
-use super::servers::Server;
+use super::client::{Connection, ListedTool, McpError};
+use super::config::Limits;
 use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput, Tools};
 use serde_json::{Value, json};
 use std::sync::{Arc, Weak};
@@ -35,6 +35,18 @@ fn normalize(name: &str) -> String {
         .collect()
 }
 
+/// What a tool needs of the server it belongs to (`servers.rs`'s `Server`).
+pub trait Source: Send + Sync {
+    /// The server's name.
+    fn name(&self) -> &str;
+    /// Its call timeout and output cap.
+    fn limits(&self) -> &Limits;
+    /// A live connection (a starting server is waited for); why there is none.
+    fn connect(
+        self: Arc<Self>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Connection, String>> + Send>>;
+}
+
 /// One tool of one server.
 pub struct McpTool {
     name: String,
@@ -42,17 +54,17 @@ pub struct McpTool {
     description: String,
     schema: Value,
     read_only: bool,
-    server: Weak<Server>,
+    server: Weak<dyn Source>,
 }
 
 /// The tools of a listing, and what was dropped and why (a name too long for the API, a
 /// schema that is not an object schema).
-pub fn tools_of(server: &Arc<Server>, listed: Vec<ListedTool>) -> (Tools, Vec<String>) {
+pub fn tools_of(server: &Arc<dyn Source>, listed: Vec<ListedTool>) -> (Tools, Vec<String>) {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     let mut dropped = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for t in listed {
-        let name = format!("{}{}", prefix(&server.name), normalize(&t.name));
+        let name = format!("{}{}", prefix(server.name()), normalize(&t.name));
         if name.len() > MAX_NAME {
             dropped.push(format!(
                 "tool {:?} dropped: {name} is longer than the API's {MAX_NAME} characters",
@@ -123,7 +135,7 @@ impl Tool for McpTool {
                     self.name
                 ));
             };
-            let conn = match server.connection().await {
+            let conn = match server.clone().connect().await {
                 Ok(c) => c,
                 Err(why) => return ToolOutput::error(why),
             };
@@ -143,7 +155,7 @@ impl Tool for McpTool {
                 Err(McpError::Cancelled) => ToolOutput::error("cancelled"),
                 Err(e) => ToolOutput::error(format!(
                     "the MCP server {} failed the call: {e}",
-                    server.name
+                    server.name()
                 )),
             }
         })

@@ -402,6 +402,11 @@ impl TetherRpcServer for RpcApi {
             ));
         }
         let options = options.unwrap_or_default();
+        if options.hook_callbacks.is_some() && ext.get::<super::forward::PassedOnBy>().is_some() {
+            return Err(invalid_params(
+                "options.hookCallbacks are asked of the client that started the turn, through the node that runs the session: connect to that node",
+            ));
+        }
         if options.max_turns == Some(0) {
             return Err(invalid_params("options.maxTurns must be at least 1"));
         }
@@ -521,6 +526,7 @@ impl TetherRpcServer for RpcApi {
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "hook/respond"))]
     async fn hook_respond(
         &self,
+        ext: &Extensions,
         session_id: SessionId,
         request_id: String,
         output: Option<serde_json::Value>,
@@ -534,8 +540,9 @@ impl TetherRpcServer for RpcApi {
         };
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         handle
-            .hook_respond(request_id, answer)
+            .hook_respond(request_id, answer, self.client(ext))
             .await
+            .map_err(rpc_error)?
             .map_err(rpc_error)
     }
 

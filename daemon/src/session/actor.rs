@@ -114,11 +114,17 @@ pub(super) enum Command {
         input: serde_json::Value,
         reply: oneshot::Sender<Result<serde_json::Value, String>>,
     },
+    /// The cluster recorded an answer to one of the session's requests.
+    RecordedAnswer {
+        request_id: String,
+        answer: Vec<u8>,
+    },
     /// `hook/respond`: a client answered a hook callback.
     HookRespond {
         request_id: String,
         answer: Result<serde_json::Value, String>,
-        reply: oneshot::Sender<bool>,
+        by: ClientRef,
+        reply: oneshot::Sender<Result<bool, SessionError>>,
     },
     /// A PermissionRequest hook answered a request.
     HookAnswered {
@@ -192,13 +198,20 @@ impl SessionHandle {
         &self,
         request_id: String,
         answer: Result<serde_json::Value, String>,
-    ) -> Result<bool, SessionError> {
+        by: ClientRef,
+    ) -> Result<Result<bool, SessionError>, SessionError> {
         self.call(|reply| Command::HookRespond {
             request_id,
             answer,
+            by,
             reply,
         })
         .await
+    }
+
+    /// Tells the session that the cluster recorded an answer to one of its requests.
+    pub(super) fn recorded_answer(&self, request_id: String, answer: Vec<u8>) {
+        let _ = self.tx.send(Command::RecordedAnswer { request_id, answer });
     }
 
     /// Tells the session who follows it from other nodes of the cluster.
@@ -574,12 +587,20 @@ impl SessionActor {
                 reply,
             } => drop(reply.send(self.respond_permission(request_id, answer, by).await)),
             Command::Followers { clients, quiet } => self.followers(clients, quiet),
+            Command::RecordedAnswer { request_id, answer } => {
+                self.recorded_answer(request_id, &answer)
+            }
             Command::HookCallback {
                 turn_id,
                 callback_id,
                 input,
                 reply,
             } => {
+                // Its turn ended meanwhile (a late call of a parallel tool): nobody will answer.
+                if !self.turns.is_running(&turn_id) {
+                    drop(reply.send(Err("its turn has ended".into())));
+                    return Flow::Continue;
+                }
                 let request_id = format!("hook_{}", uuid::Uuid::new_v4().simple());
                 self.broker
                     .hold_callback(request_id.clone(), turn_id.clone(), reply);
@@ -595,8 +616,13 @@ impl SessionActor {
             Command::HookRespond {
                 request_id,
                 answer,
+                by,
                 reply,
-            } => drop(reply.send(self.broker.answer_callback(&request_id, answer))),
+            } => drop(reply.send(if self.presence.observer_only(&by) {
+                Err(SessionError::NotController)
+            } else {
+                Ok(self.broker.answer_callback(&request_id, answer))
+            })),
             Command::HookAnswered { request_id, answer } => self.hook_answered(request_id, answer),
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),

@@ -650,6 +650,24 @@ impl SessionActor {
         }
     }
 
+    /// An answer the cluster recorded for one of this session's requests (by this node, or by
+    /// the node that held the session before and lost it before logging the answer): applied
+    /// to a request still waiting, kept for one whose resumed turn has not asked again.
+    pub(super) fn recorded_answer(&mut self, request_id: String, bytes: &[u8]) {
+        let Some(answer) = Recorded::decode(bytes) else {
+            return;
+        };
+        if let Some(waiting) = self.broker.take(&request_id) {
+            if let Err(e) = self.apply(request_id, waiting, answer) {
+                tracing::warn!("could not apply a recorded permission answer: {e}");
+            }
+        } else if self.ledger.is_open(&request_id)
+            && self.broker.peek_recorded(&request_id).is_none()
+        {
+            self.broker.keep_recorded(request_id, answer);
+        }
+    }
+
     /// Resolves a held request with a client's answer.
     fn apply(
         &mut self,

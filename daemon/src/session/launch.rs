@@ -175,7 +175,17 @@ impl SessionActor {
                     tx: tx.clone(),
                     turn_id: turn_id.clone(),
                 };
+                let known = with.problems.len();
                 with.add_callbacks(callbacks, Arc::new(asker));
+                for problem in with.problems[known..].iter().cloned() {
+                    self.emit_in(
+                        EventKind::Notice {
+                            level: tether_proto::NoticeLevel::Warning,
+                            message: problem,
+                        },
+                        Some(turn_id.clone()),
+                    );
+                }
                 Arc::new(with)
             }
             None => hooks,

@@ -17,6 +17,28 @@ use tether_proto::{
     ClientRef, ExportFormat, SessionId, SessionList, SessionStatus, SessionSummary,
 };
 
+/// Hands each loaded session the answers the cluster records for its requests.
+async fn tell_answers(
+    mut answers: tokio::sync::broadcast::Receiver<(SessionId, String, Vec<u8>)>,
+    live: std::sync::Weak<Mutex<HashMap<SessionId, SessionHandle>>>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let (session, request_id, answer) = match answers.recv().await {
+            Ok(recorded) => recorded,
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!("{n} recorded permission answers were missed");
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        let Some(live) = live.upgrade() else { return };
+        if let Some(handle) = lock_live(&live).get(&session) {
+            handle.recorded_answer(request_id, answer);
+        }
+    }
+}
+
 /// Tells each loaded session when the clients following it from other nodes change.
 async fn tell_followers(
     mut changes: tokio::sync::broadcast::Receiver<SessionId>,
@@ -72,6 +94,9 @@ impl Sessions {
                 store.clone(),
                 Arc::downgrade(&live),
             ));
+        }
+        if let Some(answers) = store.answers_recorded() {
+            tokio::spawn(tell_answers(answers, Arc::downgrade(&live)));
         }
         Self {
             store,

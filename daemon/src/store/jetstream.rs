@@ -78,7 +78,7 @@ pub(super) struct Cluster {
     /// Who is in the cluster: each node's name, renewed every third of the lease while it runs.
     nodes: kv::Store,
     /// Permission answers not yet logged by their session's owner.
-    answers: Answers,
+    answers: Arc<Answers>,
     /// Who follows which session from which node.
     followers: Arc<Followers>,
     /// What answers calls passed on to this node, once the daemon installed it.
@@ -186,7 +186,7 @@ impl Cluster {
                 settings.lease_ttl,
             ),
             nodes,
-            answers: Answers::new(answers),
+            answers: Arc::new(Answers::new(answers)),
             followers: Arc::new(Followers::new(
                 presence,
                 settings.node.clone(),
@@ -871,12 +871,31 @@ impl Cluster {
         request_id: &str,
         answer: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.answers.record(id, request_id, answer).await
+        // The session waits for this: no longer than a quarter of its lease.
+        let patience = (self.ttl / 4).clamp(Duration::from_millis(250), Duration::from_secs(5));
+        tokio::time::timeout(patience, self.answers.record(id, request_id, answer))
+            .await
+            .map_err(|_| {
+                failed(
+                    "cannot record the answer",
+                    format!("no answer from JetStream within {patience:?}"),
+                )
+            })?
     }
 
     /// Who follows which session: watched and renewed from now on.
     pub fn followers(&self) -> &Arc<Followers> {
         &self.followers
+    }
+
+    /// Starts watching the recorded answers; returns what delivers them.
+    pub fn answers(&self) -> tokio::sync::broadcast::Receiver<answers::RecordedAnswer> {
+        self.answers.recorded_from_now()
+    }
+
+    /// Watches the answers bucket while this node runs.
+    pub fn watch_answers(&self) {
+        Answers::watch(Arc::downgrade(&self.answers));
     }
 
     /// The answer recorded for a request, if any.

@@ -135,7 +135,21 @@ fn check(events: &[Value]) -> anyhow::Result<()> {
         bail!("tool call {id} has {n} results");
     }
     if let Some(id) = calls.keys().find(|id| !results.contains_key(*id)) {
-        bail!("tool call {id} has no result");
+        let at = events
+            .iter()
+            .position(|e| e["type"] == "tool_call" && e["data"]["toolCallId"] == id.as_str())
+            .unwrap_or(0);
+        let after: Vec<String> = events[at..]
+            .iter()
+            .take(30)
+            .map(|e| {
+                format!("#{} e{} {} {}", e["seq"], e["epoch"], e["type"], e["data"])
+                    .chars()
+                    .take(160)
+                    .collect()
+            })
+            .collect();
+        bail!("tool call {id} has no result:\n{}", after.join("\n"));
     }
     if let Some((id, n)) = resolved.iter().find(|(_, n)| **n > 1) {
         bail!("permission request {id} was resolved {n} times");
@@ -191,7 +205,9 @@ fn cluster_chaos_keeps_every_log_whole_and_the_same_everywhere() -> anyhow::Resu
         for node in &mut nodes {
             match node.state {
                 State::Killed if rng.u8(..4) == 0 => {
-                    node.daemon.spawn()?;
+                    node.daemon.spawn().with_context(|| {
+                        format!("a node did not come back: {}", node.daemon.log())
+                    })?;
                     node.state = State::Up;
                 }
                 State::Paused if rng.u8(..2) == 0 => {
@@ -259,7 +275,10 @@ fn cluster_chaos_keeps_every_log_whole_and_the_same_everywhere() -> anyhow::Resu
     }
     for node in &mut nodes {
         match node.state {
-            State::Killed => node.daemon.spawn()?,
+            State::Killed => node
+                .daemon
+                .spawn()
+                .with_context(|| format!("a node did not come back: {}", node.daemon.log()))?,
             State::Paused => signal(&node.daemon, "CONT")?,
             State::Up => {}
         }

@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake, bin, sdk_node_dir, sdk_python};
 
@@ -52,16 +52,23 @@ fn agent(sdk: Sdk, daemon: &Daemon, scenario: &str, args: &[&str]) -> anyhow::Re
             cmd.env(k, v);
         }
     }
-    let mut child = cmd.spawn().context("start the SDK agent")?;
-    let started = Instant::now();
-    while child.try_wait()?.is_none() {
-        if started.elapsed() > PATIENCE {
-            child.kill()?;
-            break;
+    let child = cmd.spawn().context("start the SDK agent")?;
+    let pid = child.id();
+    // Read to the end on a thread (the pipes never fill), given up on after PATIENCE.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(PATIENCE) {
+        Ok(out) => out?,
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            anyhow::bail!(
+                "the {sdk:?} agent did not finish within {PATIENCE:?}: {}",
+                daemon.log()
+            );
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output()?;
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     anyhow::ensure!(

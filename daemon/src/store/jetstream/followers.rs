@@ -40,6 +40,8 @@ pub struct Followers {
     mine: Mutex<HashMap<SessionId, Vec<AttachedClient>>>,
     heard: Mutex<HashMap<String, Heard>>,
     changed: broadcast::Sender<SessionId>,
+    /// One write at a time, so the bucket ends with the latest list.
+    writing: tokio::sync::Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -56,6 +58,7 @@ impl Followers {
             mine: Mutex::default(),
             heard: Mutex::default(),
             changed: broadcast::channel(256).0,
+            writing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -90,6 +93,7 @@ impl Followers {
 
     /// Writes this node's entry for `id` (removes it when nobody follows).
     async fn publish(&self, id: &SessionId) {
+        let _one = self.writing.lock().await;
         let clients = lock(&self.mine).get(id).cloned().unwrap_or_default();
         let key = self.key(id);
         let done = if clients.is_empty() {
