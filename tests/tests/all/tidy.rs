@@ -240,7 +240,7 @@ fn the_daemons_modules_import_each_other_without_a_circle() {
 /// The files of one folder (`<dir>/<file>.rs`, tests left out) and the siblings each names as
 /// `super::<file>`.
 fn file_graph(dir: &str) -> BTreeMap<String, BTreeSet<String>> {
-    let files: Vec<(String, String)> = rust_files(&dir)
+    let files: Vec<(String, String)> = rust_files(dir)
         .into_iter()
         .filter(|(path, _)| !path.ends_with("tests.rs"))
         .map(|(path, text)| {
