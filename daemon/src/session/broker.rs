@@ -127,6 +127,21 @@ impl Recorded {
         }
     }
 
+    /// The decision.
+    pub fn decision(&self) -> PermissionDecision {
+        self.decision
+    }
+
+    /// Who answered.
+    pub fn by(&self) -> &ClientRef {
+        &self.by
+    }
+
+    /// A deny's reason.
+    pub fn message(&self) -> Option<&str> {
+        self.message.as_deref()
+    }
+
     /// The form the store keeps.
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()

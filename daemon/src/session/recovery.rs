@@ -256,8 +256,18 @@ impl SessionActor {
         );
         let pending = self.ledger.open_ids();
         for request_id in pending {
-            self.emit_in(
-                EventKind::PermissionResolved {
+            // Answered before the stop (the answer recorded, not yet logged): logged as it was
+            // answered; the call is interrupted all the same.
+            let resolved = match self.broker.take_recorded(&request_id) {
+                Some(answer) => EventKind::PermissionResolved {
+                    request_id,
+                    decision: answer.decision(),
+                    resolved_by: Some(answer.by().clone()),
+                    message: answer.message().map(str::to_owned),
+                    rule: None,
+                    rules: Vec::new(),
+                },
+                None => EventKind::PermissionResolved {
                     request_id,
                     decision: PermissionDecision::Cancelled,
                     resolved_by: None,
@@ -265,8 +275,8 @@ impl SessionActor {
                     rule: None,
                     rules: Vec::new(),
                 },
-                at(),
-            );
+            };
+            self.emit_in(resolved, at());
         }
         self.end_turn(turn_id, interrupted_outcome());
         self.emit(EventKind::Notice {

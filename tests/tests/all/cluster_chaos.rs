@@ -5,7 +5,8 @@
 //! at once for each answer. Once everything is back and the session settles, the logs every
 //! node replays are checked: the same on every node, seqs dense and unique, epochs never going
 //! back (so nothing from a fenced epoch after a takeover), one result per tool call, each
-//! permission request resolved at most once, no tool run twice, every request the fake API
+//! permission request resolved at most once and as the answer told "accepted" said (every
+//! other answer told the logged decision), no tool run twice, every request the fake API
 //! received valid.
 //!
 //! Runs for `TETHER_CLUSTER_CHAOS_SECS` seconds (40 by default) with choices drawn from
@@ -65,8 +66,17 @@ fn signal(daemon: &Daemon, sig: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Answers every open request of `session`, the same answer from two nodes at once.
-fn answer_open(sockets: &[PathBuf], session: &str, rng: &mut fastrand::Rng) -> usize {
+/// What each answer sent was told, by request: the decision sent and the reply's result.
+type Replies = HashMap<String, Vec<(String, Value)>>;
+
+/// Answers every open request of `session` from two nodes at once, one allowing and one
+/// denying; what each was told goes into `replies`.
+fn answer_open(
+    sockets: &[PathBuf],
+    session: &str,
+    rng: &mut fastrand::Rng,
+    replies: &mut Replies,
+) -> usize {
     let from = &sockets[rng.usize(..sockets.len())];
     let Some(open) = try_call(from, "permission/list", json!({"sessionId": session})) else {
         return 0;
@@ -86,14 +96,24 @@ fn answer_open(sockets: &[PathBuf], session: &str, rng: &mut fastrand::Rng) -> u
         ];
         let answering: Vec<_> = pair
             .into_iter()
-            .map(|socket| {
-                let params =
-                    json!({"sessionId": session, "requestId": request, "decision": "allow_once"});
-                std::thread::spawn(move || try_call(&socket, "permission/respond", params))
+            .zip(["allow_once", "deny"])
+            .map(|(socket, decision)| {
+                let params = json!({"sessionId": session, "requestId": request,
+                                    "decision": decision, "message": "refused by the second"});
+                let reply =
+                    std::thread::spawn(move || try_call(&socket, "permission/respond", params));
+                (decision, reply)
             })
             .collect();
-        for a in answering {
-            let _ = a.join();
+        for (decision, reply) in answering {
+            if let Ok(Some(reply)) = reply.join()
+                && let Some(result) = reply.get("result")
+            {
+                replies
+                    .entry(request.clone())
+                    .or_default()
+                    .push((decision.to_owned(), result.clone()));
+            }
         }
     }
     requests.len()
@@ -157,6 +177,35 @@ fn check(events: &[Value]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the answers were told agrees with the log: at most one was accepted per request, and
+/// the logged decision is the accepted one's; every other was told the logged decision.
+fn check_replies(events: &[Value], replies: &Replies) -> anyhow::Result<()> {
+    for e in events.iter().filter(|e| e["type"] == "permission_resolved") {
+        let request = e["data"]["requestId"].as_str().unwrap_or_default();
+        let logged = e["data"]["decision"].as_str().unwrap_or_default();
+        let told = replies.get(request).map(Vec::as_slice).unwrap_or_default();
+        let accepted: Vec<&(String, Value)> = told
+            .iter()
+            .filter(|(_, r)| r["status"] == "accepted")
+            .collect();
+        if accepted.len() > 1 {
+            bail!("request {request}: two answers were accepted: {told:?}");
+        }
+        if let Some((sent, _)) = accepted.first()
+            && sent != logged
+        {
+            bail!("request {request}: {sent} was accepted, {logged} was logged: {e}");
+        }
+        if let Some((_, r)) = told
+            .iter()
+            .find(|(_, r)| r["status"] == "already_resolved" && r["decision"] != logged)
+        {
+            bail!("request {request}: told {r} but {logged} was logged");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn cluster_chaos_keeps_every_log_whole_and_the_same_everywhere() -> anyhow::Result<()> {
     let secs: u64 = std::env::var("TETHER_CLUSTER_CHAOS_SECS")
@@ -197,6 +246,7 @@ fn cluster_chaos_keeps_every_log_whole_and_the_same_everywhere() -> anyhow::Resu
 
     let mut turns = 0u64;
     let mut answered = 0usize;
+    let mut replies = Replies::new();
     let (mut kills, mut pauses, mut server_kills) = (0, 0, 0);
     let mut server_down: Option<(usize, Instant)> = None;
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -244,7 +294,7 @@ fn cluster_chaos_keeps_every_log_whole_and_the_same_everywhere() -> anyhow::Resu
             }
             35..65 if !up.is_empty() => {
                 let up_sockets: Vec<PathBuf> = up.iter().map(|i| sockets[*i].clone()).collect();
-                answered += answer_open(&up_sockets, &session, &mut rng);
+                answered += answer_open(&up_sockets, &session, &mut rng, &mut replies);
             }
             65..80 if up.len() > 1 => {
                 let i = up[rng.usize(..up.len())];
@@ -286,7 +336,7 @@ fn cluster_chaos_keeps_every_log_whole_and_the_same_everywhere() -> anyhow::Resu
     }
     let settled_by = Instant::now() + SETTLE;
     loop {
-        answered += answer_open(&sockets, &session, &mut rng);
+        answered += answer_open(&sockets, &session, &mut rng, &mut replies);
         let snapshot = try_call(&sockets[0], "session/get", json!({"sessionId": session}));
         let settled = snapshot.as_ref().is_some_and(|s| {
             s["result"]["status"] == "idle"
@@ -310,11 +360,27 @@ fn cluster_chaos_keeps_every_log_whole_and_the_same_everywhere() -> anyhow::Resu
         std::thread::sleep(Duration::from_millis(500));
     }
 
-    // Every node replays the same log, and it holds every invariant.
-    let mut logs = Vec::new();
-    for node in &nodes {
-        logs.push(replay(&node.daemon, &session)?);
-    }
+    // Every node replays the same log, whole (once each has copied all of it), and it holds
+    // every invariant.
+    let same_by = Instant::now() + Duration::from_secs(20);
+    let logs = loop {
+        let mut logs = Vec::new();
+        for node in &nodes {
+            logs.push(replay(&node.daemon, &session)?);
+        }
+        // A replay's own attach and detach come after it: compare what all of them hold.
+        let heads: Vec<usize> = logs.iter().map(Vec::len).collect();
+        let n = heads.iter().copied().min().unwrap_or(0);
+        let whole = logs.iter().all(|l| {
+            l[n..]
+                .iter()
+                .all(|e| e["type"] == "client_attached" || e["type"] == "client_detached")
+        });
+        if whole || Instant::now() > same_by {
+            break logs;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     for (name, log) in ["a", "b", "c"].iter().zip(&logs) {
         check(log).with_context(|| format!("in the log node {name} replays"))?;
     }
@@ -328,7 +394,15 @@ fn cluster_chaos_keeps_every_log_whole_and_the_same_everywhere() -> anyhow::Resu
                 logs[0][k]
             );
         }
+        if let Some(e) = log[n..]
+            .iter()
+            .chain(&logs[0][n..])
+            .find(|e| e["type"] != "client_attached" && e["type"] != "client_detached")
+        {
+            bail!("node {i}'s log and node 0's do not end alike: {e}");
+        }
     }
+    check_replies(&logs[0], &replies)?;
     let ran = std::fs::read_to_string(&runs).unwrap_or_default();
     let mut times = HashMap::<&str, usize>::new();
     for line in ran.lines() {
