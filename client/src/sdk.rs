@@ -618,21 +618,11 @@ impl Run {
             }
         }
         if kind == "hook_callback" && self.input_open {
-            self.next_request += 1;
-            let ours = format!(
-                "tether_{}_{}",
-                self.next_request,
-                uuid::Uuid::new_v4().simple()
-            );
-            write_line(&json!({
-                "type": "control_request",
-                "request_id": ours,
-                "request": {
-                    "subtype": "hook_callback",
-                    "callback_id": data["callbackId"],
-                    "input": data["input"],
-                    "tool_use_id": data["input"]["tool_use_id"],
-                },
+            let ours = self.request(json!({
+                "subtype": "hook_callback",
+                "callback_id": data["callbackId"],
+                "input": data["input"],
+                "tool_use_id": data["input"]["tool_use_id"],
             }))?;
             self.hooks_asked.insert(
                 ours,
@@ -654,20 +644,23 @@ impl Run {
         Ok(())
     }
 
+    /// Sends the SDK a control request; its id, which the SDK's answer names.
+    fn request(&mut self, request: Value) -> anyhow::Result<String> {
+        self.next_request += 1;
+        let id = format!(
+            "tether_{}_{}",
+            self.next_request,
+            uuid::Uuid::new_v4().simple()
+        );
+        write_line(&json!({"type": "control_request", "request_id": id, "request": request}))?;
+        Ok(id)
+    }
+
     /// A permission request of one of our turns: to the SDK, or refused.
     async fn ask(&mut self, index: usize, data: &Value) -> anyhow::Result<()> {
         let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
         if self.stdio_permissions && self.input_open {
-            self.next_request += 1;
-            let ours = format!(
-                "tether_{}_{}",
-                self.next_request,
-                uuid::Uuid::new_v4().simple()
-            );
-            write_line(&json!({
-                "type": "control_request",
-                "request_id": ours,
-                "request": {
+            let ours = self.request(json!({
                     "subtype": "can_use_tool",
                     "tool_name": data["tool"],
                     "input": data["input"],
@@ -681,7 +674,6 @@ impl Run {
                         })]
                     }).unwrap_or_default(),
                     "blocked_path": null,
-                },
             }))?;
             self.asked.insert(
                 ours,

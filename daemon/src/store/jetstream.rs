@@ -209,31 +209,8 @@ impl Cluster {
             storage: stream::StorageType::File,
             ..Default::default()
         };
-        let open_bucket = |name: &'static str| {
-            let js = js.clone();
-            let config = bucket(name);
-            async move {
-                match js.get_key_value(name).await {
-                    Ok(store) => Ok(store),
-                    Err(_) => js
-                        .create_key_value(config)
-                        .await
-                        .map_err(|e| jetstream_down(&settings.urls, name, e)),
-                }
-            }
-        };
-        let meta = open_bucket(META).await?;
-        check_schema(&meta).await.map_err(|e| match e {
-            StoreError::Cluster(reason) => StoreError::Unreachable {
-                urls: settings.urls.join(", "),
-                reason,
-            },
-            other => other,
-        })?;
-        let records = open_bucket(RECORDS).await?;
-        let leases = open_bucket(LEASES).await?;
-        // A node that stops announcing itself drops out after a few of its lease's lifetimes.
-        let open_aging = |name: &'static str, max_age: Duration| {
+        // `max_age`: how long an entry lasts unless written again (zero: for ever).
+        let open_bucket = |name: &'static str, max_age: Duration| {
             let js = js.clone();
             let config = kv::Config {
                 max_age,
@@ -249,9 +226,20 @@ impl Cluster {
                 }
             }
         };
-        let nodes = open_aging(NODES, settings.lease_ttl * 3).await?;
-        let answers = open_aging(ANSWERS, ANSWERS_KEPT).await?;
-        let presence = open_aging(PRESENCE, settings.lease_ttl * 3).await?;
+        let meta = open_bucket(META, Duration::ZERO).await?;
+        check_schema(&meta).await.map_err(|e| match e {
+            StoreError::Cluster(reason) => StoreError::Unreachable {
+                urls: settings.urls.join(", "),
+                reason,
+            },
+            other => other,
+        })?;
+        let records = open_bucket(RECORDS, Duration::ZERO).await?;
+        let leases = open_bucket(LEASES, Duration::ZERO).await?;
+        // A node that stops announcing itself drops out after a few of its lease's lifetimes.
+        let nodes = open_bucket(NODES, settings.lease_ttl * 3).await?;
+        let answers = open_bucket(ANSWERS, ANSWERS_KEPT).await?;
+        let presence = open_bucket(PRESENCE, settings.lease_ttl * 3).await?;
         let mut logs = Vec::new();
         for shard in 0..SHARDS {
             let config = stream::Config {

@@ -163,12 +163,13 @@ fn each_heavy_dependency_is_named_only_by_its_owner() {
     }
 }
 
-/// The daemon's top-level modules (`daemon/src/<module>.rs` and `daemon/src/<module>/…`) and
-/// the ones each names as `crate::<module>`.
-fn daemon_module_graph() -> BTreeMap<String, BTreeSet<String>> {
+/// A crate's top-level modules (`<src>/<module>.rs` and `<src>/<module>/…`) and the ones each
+/// names as `crate::<module>`.
+fn module_graph(src: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (path, text) in rust_files("daemon/src") {
-        let rel = path.trim_start_matches("daemon/src/");
+    for (path, text) in rust_files(src) {
+        let rel = path.trim_start_matches(&format!("{src}/")).to_owned();
+        let rel = rel.as_str();
         let module = rel
             .split('/')
             .next()
@@ -220,7 +221,7 @@ fn path_back(
 
 #[test]
 fn the_daemons_modules_import_each_other_without_a_circle() {
-    let graph = daemon_module_graph();
+    let graph = module_graph("daemon/src");
     assert!(graph.len() > 8, "the graph was read: {graph:?}");
     assert!(
         graph.get("session").is_some_and(|s| s.contains("agent")),
@@ -329,31 +330,7 @@ fn no_folder_of_the_daemon_or_the_client_imports_itself_in_a_circle() {
 
 #[test]
 fn the_clients_modules_import_each_other_without_a_circle() {
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (path, text) in rust_files("client/src") {
-        let rel = path.trim_start_matches("client/src/");
-        let module = rel
-            .split('/')
-            .next()
-            .unwrap_or(rel)
-            .trim_end_matches(".rs")
-            .to_owned();
-        if module == "main" {
-            continue;
-        }
-        let entry = graph.entry(module.clone()).or_default();
-        for line in code_lines(&text) {
-            for (i, _) in line.match_indices("crate::") {
-                let name: String = line[i + 7..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !name.is_empty() && name != module {
-                    entry.insert(name);
-                }
-            }
-        }
-    }
+    let graph = module_graph("client/src");
     assert!(
         graph.get("repl").is_some_and(|s| s.contains("connection")),
         "the graph has edges: {graph:?}"
