@@ -43,6 +43,9 @@ pub fn event_line(ev: &Event) -> String {
         EventKind::HookCallback { callback_id, .. } => {
             format!("the SDK program's hook callback {callback_id} is asked")
         }
+        EventKind::McpMessage { server, .. } => {
+            format!("a message for the SDK program's MCP server {server}")
+        }
         EventKind::SessionCreated {
             cwd,
             title,

@@ -5,7 +5,8 @@
 //! `mcp_status`, `get_context_usage` …) are answered with a `control_response`; with
 //! `--permission-prompt-tool stdio` each permission request goes to the SDK as `can_use_tool`,
 //! and the hook callbacks `initialize` names run as the daemon's hooks do, each asked of the SDK
-//! as `hook_callback` when the daemon's `hook_callback` event comes.
+//! as `hook_callback` when the daemon's `hook_callback` event comes; the program's in-process
+//! MCP servers are reached the same way (`mcp_message`).
 //! The session is the daemon's: `tether attach` watches it and may answer first (the SDK's
 //! request is then withdrawn with `control_cancel_request`); if the SDK goes away mid-turn,
 //! the turn finishes in the daemon.
@@ -71,6 +72,8 @@ struct Run {
     asked: HashMap<String, Asked>,
     /// `hook_callback` requests by our request id: the daemon's request id.
     hooks_asked: HashMap<String, String>,
+    /// `mcp_message` requests by our request id: the daemon's request id.
+    mcp_asked: HashMap<String, String>,
     /// The hook callbacks `initialize` named, for every turn.
     hook_callbacks: Option<Value>,
     /// Options of the turns still to start (the agents `initialize` brought in).
@@ -161,6 +164,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         turns: VecDeque::new(),
         asked: HashMap::new(),
         hooks_asked: HashMap::new(),
+        mcp_asked: HashMap::new(),
         hook_callbacks: None,
         agents: None,
         last_ok: true,
@@ -360,6 +364,7 @@ impl Run {
                 if let Some(agents) = request.get("agents").filter(|a| a.is_object()) {
                     self.agents = Some(agents.clone());
                 }
+                self.take_initialize(request);
                 self.hook_callbacks = request
                     .get("hooks")
                     .filter(|h| h.as_object().is_some_and(|h| !h.is_empty()))
@@ -456,6 +461,42 @@ impl Run {
         }
     }
 
+    /// What the TypeScript SDK passes in `initialize` rather than on the command line: its
+    /// in-process MCP servers (`sdkMcpServers`, by name), the system prompt, the text appended
+    /// to it, the answer's JSON Schema. They apply to every turn of the run.
+    fn take_initialize(&mut self, request: &Value) {
+        let options = &mut self.h.options;
+        if let Some(names) = request["sdkMcpServers"].as_array() {
+            let mut servers = options.mcp_config.take().unwrap_or_else(|| json!({}));
+            if let Some(map) = servers.as_object_mut() {
+                for name in names.iter().filter_map(Value::as_str) {
+                    map.insert(name.to_owned(), json!({"type": "sdk", "name": name}));
+                }
+            }
+            options.mcp_config = Some(servers);
+        }
+        let text = |v: &Value| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Array(parts) => Some(
+                parts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+            _ => None,
+        };
+        if let Some(prompt) = text(&request["systemPrompt"]) {
+            options.system_prompt = Some(prompt);
+        }
+        if let Some(append) = text(&request["appendSystemPrompt"]) {
+            options.append_system_prompt = Some(append);
+        }
+        if let Some(schema) = request.get("jsonSchema").filter(|s| s.is_object()) {
+            options.json_schema = Some(schema.clone());
+        }
+    }
+
     /// The SDK's answer to one of our requests.
     async fn answered(&mut self, response: &Value) -> anyhow::Result<()> {
         let id = response["request_id"].as_str().unwrap_or_default();
@@ -486,6 +527,33 @@ impl Run {
                 .await
             {
                 eprintln!("tether: the hook callback's answer was refused: {e}");
+            }
+            return Ok(());
+        }
+        if let Some(request_id) = self.mcp_asked.remove(id) {
+            let Some(session) = self.session.clone() else {
+                return Ok(());
+            };
+            let answer = &response["response"]["mcp_response"];
+            let (message, error) = match response["subtype"].as_str() {
+                Some("success") if answer.is_object() => (Some(answer.clone()), None),
+                _ => (
+                    None,
+                    Some(
+                        response["error"]
+                            .as_str()
+                            .unwrap_or("the SDK's MCP server gave no answer")
+                            .to_owned(),
+                    ),
+                ),
+            };
+            if let Err(e) = self
+                .conn
+                .client
+                .mcp_respond(session, request_id, message, error)
+                .await
+            {
+                eprintln!("tether: the MCP server's answer was refused: {e}");
             }
             return Ok(());
         }
@@ -615,6 +683,27 @@ impl Run {
                 .await
             {
                 eprintln!("tether: {e}");
+            }
+        }
+        if kind == "mcp_message" {
+            let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
+            if self.input_open {
+                let ours = self.request(json!({
+                    "subtype": "mcp_message",
+                    "server_name": data["server"],
+                    "message": data["message"],
+                }))?;
+                self.mcp_asked.insert(ours, request_id);
+            } else if let Some(session) = self.session.clone() {
+                let why = "the SDK program's input has ended".to_owned();
+                if let Err(e) = self
+                    .conn
+                    .client
+                    .mcp_respond(session, request_id, None, Some(why))
+                    .await
+                {
+                    eprintln!("tether: {e}");
+                }
             }
         }
         if kind == "hook_callback" && self.input_open {

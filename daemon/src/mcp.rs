@@ -9,12 +9,14 @@
 mod client;
 pub mod config;
 pub mod manage;
+mod relay;
 mod servers;
 mod sse;
 mod tool;
 
 pub use config::Limits;
 pub use config::{Extra, McpConfig};
+pub use relay::{Relay, SdkServer, connect as connect_sdk};
 pub use servers::{Lease, McpServers};
 
 use servers::State;

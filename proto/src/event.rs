@@ -74,6 +74,17 @@ pub enum EventKind {
     },
     /// The daemon is shutting down; the subscription ends. Stream control.
     DaemonShutdown {},
+    /// A JSON-RPC message for an in-process MCP server of the Agent SDK program that started
+    /// the turn (`turnId`): the client that holds it answers with `mcp/respond`. Stream
+    /// control, like `hook_callback`.
+    McpMessage {
+        /// Answer with this id.
+        request_id: String,
+        /// The server, as the program named it in the turn's MCP configuration.
+        server: String,
+        /// The JSON-RPC message.
+        message: serde_json::Value,
+    },
     /// A hook callback of the Agent SDK program that started the turn (`turnId`) is to run:
     /// the client that holds it answers with `hook/respond`. Stream control: not logged, and a
     /// callback not answered in time is a failed hook.
@@ -439,6 +450,7 @@ impl EventKind {
             Self::SessionDeleted { .. } => "session_deleted",
             Self::DaemonShutdown {} => "daemon_shutdown",
             Self::HookCallback { .. } => "hook_callback",
+            Self::McpMessage { .. } => "mcp_message",
             Self::SessionCreated { .. } => "session_created",
             Self::SessionConfigured { .. } => "session_configured",
             Self::ClientAttached { .. } => "client_attached",

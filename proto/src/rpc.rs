@@ -155,6 +155,17 @@ pub trait TetherRpc {
         error: Option<String>,
     ) -> RpcResult<bool>;
 
+    /// Answers an `mcp_message` event: the in-process server's JSON-RPC answer, or why there
+    /// is none. `true` when the turn was still waiting for it. Observers may not answer.
+    #[method(name = "mcp/respond", param_kind = map, with_extensions)]
+    async fn mcp_respond(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        #[argument(rename = "requestId")] request_id: String,
+        message: Option<serde_json::Value>,
+        error: Option<String>,
+    ) -> RpcResult<bool>;
+
     /// A session's pending permission requests (the `permission_requested` data of each).
     #[method(name = "permission/list", param_kind = map)]
     async fn permission_list(

@@ -3,15 +3,16 @@
 // per result it saw, then `done`).
 //
 // Usage: node agent.mjs SDK_DIR SCENARIO TETHER [ARG]
-//   multi, permissions, interrupt, hooks, oneshot, resume SESSION (see agent.py)
+//   multi, permissions, interrupt, hooks, mcp, oneshot, resume SESSION (see agent.py)
 
 import { pathToFileURL } from "node:url";
 import { join } from "node:path";
 
 const [sdkDir, scenario, tether, arg] = process.argv.slice(2);
-const { query } = await import(
+const { query, tool, createSdkMcpServer } = await import(
   pathToFileURL(join(sdkDir, "node_modules/@anthropic-ai/claude-agent-sdk/sdk.mjs")).href
 );
+const { z } = await import(pathToFileURL(join(sdkDir, "node_modules/zod/index.js")).href);
 
 const say = (fields) => console.log(JSON.stringify(fields));
 
@@ -121,6 +122,16 @@ const scenarios = {
       permissionMode: "bypassPermissions",
       hooks: { PreToolUse: [{ matcher: "Bash", hooks: [guard] }] },
     };
+    await drive(query({ prompt: prompts, options }), results);
+  },
+  async mcp() {
+    const add = tool("add", "Adds two numbers", { a: z.number(), b: z.number() }, async (args) => {
+      say({ kind: "tool_ran", args });
+      return { content: [{ type: "text", text: String(args.a + args.b) }] };
+    });
+    const calc = createSdkMcpServer({ name: "calc", version: "1.0.0", tools: [add] });
+    const { prompts, results } = conversation(["add 2 and 3"]);
+    const options = { ...base, mcpServers: { calc }, allowedTools: ["mcp__calc__add"] };
     await drive(query({ prompt: prompts, options }), results);
   },
   async oneshot() {

@@ -6,6 +6,7 @@ Usage: agent.py SCENARIO TETHER [ARG]
   permissions can_use_tool allows the first call and denies the second
   interrupt   interrupts a long Bash call, then asks again
   hooks       a PreToolUse hook callback on Bash refuses `rm`
+  mcp         an in-process SDK MCP server's tool adds two numbers
   resume      one query() resuming the session ARG
   oneshot     one query() with nothing to answer (the SDK closes stdin at once)
 """
@@ -24,7 +25,9 @@ from claude_agent_sdk import (
     ResultMessage,
     SystemMessage,
     ToolUseBlock,
+    create_sdk_mcp_server,
     query,
+    tool,
 )
 
 
@@ -114,6 +117,19 @@ async def hooks(tether: str):
         await turns(client, "make a file, then clean up")
 
 
+async def mcp(tether: str):
+    @tool("add", "Adds two numbers", {"a": float, "b": float})
+    async def add(args):
+        say(kind="tool_ran", args=args)
+        return {"content": [{"type": "text", "text": f"{args['a'] + args['b']:g}"}]}
+
+    calc = create_sdk_mcp_server(name="calc", version="1.0.0", tools=[add])
+    options = ClaudeAgentOptions(cli_path=tether, mcp_servers={"calc": calc},
+                                 allowed_tools=["mcp__calc__add"])
+    async with ClaudeSDKClient(options=options) as client:
+        await turns(client, "add 2 and 3")
+
+
 async def resume(tether: str, session: str):
     options = ClaudeAgentOptions(cli_path=tether, resume=session)
     async for message in query(prompt="and again", options=options):
@@ -134,7 +150,7 @@ async def main():
         await resume(tether, sys.argv[3])
     else:
         await {"multi": multi, "permissions": permissions, "interrupt": interrupt,
-               "hooks": hooks, "oneshot": oneshot}[scenario](tether)
+               "hooks": hooks, "mcp": mcp, "oneshot": oneshot}[scenario](tether)
     say(kind="done")
 
 

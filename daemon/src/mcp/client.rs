@@ -219,6 +219,28 @@ pub async fn connect(
     Ok((Running(service), Connection { peer, shared }))
 }
 
+/// Does the handshake over a transport of the caller's making (an in-process server's relay).
+pub async fn connect_over<T, E, A>(transport: T) -> Result<(Running, Connection), McpError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let shared = Arc::new(Shared {
+        progress: Mutex::new(HashMap::new()),
+        tools_changed: AtomicU64::new(0),
+        changed: tokio::sync::Notify::new(),
+    });
+    let lifecycle = ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::LATEST],
+        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    };
+    let service = serve_client_with_lifecycle(Handler(shared.clone()), transport, lifecycle)
+        .await
+        .map_err(|e| McpError::Handshake(e.to_string()))?;
+    let peer = service.peer().clone();
+    Ok((Running(service), Connection { peer, shared }))
+}
+
 /// The child's stderr lines go to the daemon log under the server's name.
 fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
     use tokio::io::AsyncBufReadExt;

@@ -357,6 +357,11 @@ impl McpServers {
         });
     }
 
+    /// The limits every server gets.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// The server for this configuration in `cwd`, created (not started) when new.
     pub fn server(&self, config: &ServerConfig, cwd: &Path) -> Arc<Server> {
         let key = (

@@ -38,6 +38,7 @@ const PASSED_ON: &[&str] = &[
     "permission/respond",
     "permission/list",
     "hook/respond",
+    "mcp/respond",
     "permission/rules",
 ];
 /// The largest reply passed back between nodes (a NATS message holds 1 MiB by default).

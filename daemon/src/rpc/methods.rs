@@ -546,6 +546,29 @@ impl TetherRpcServer for RpcApi {
             .map_err(rpc_error)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "mcp/respond"))]
+    async fn mcp_respond(
+        &self,
+        ext: &Extensions,
+        session_id: SessionId,
+        request_id: String,
+        message: Option<serde_json::Value>,
+        error: Option<String>,
+    ) -> RpcResult<bool> {
+        let answer = match (message, error) {
+            (_, Some(why)) => Err(why),
+            (Some(message), None) if message.is_object() => Ok(message),
+            (Some(_), None) => return Err(invalid_params("message must be a JSON-RPC object")),
+            (None, None) => return Err(invalid_params("give message or error")),
+        };
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        handle
+            .hook_respond(request_id, answer, self.client(ext))
+            .await
+            .map_err(rpc_error)?
+            .map_err(rpc_error)
+    }
+
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/list"))]
     async fn permission_list(&self, session_id: SessionId) -> RpcResult<Vec<serde_json::Value>> {
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;

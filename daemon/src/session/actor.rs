@@ -114,6 +114,13 @@ pub(super) enum Command {
         input: serde_json::Value,
         reply: oneshot::Sender<Result<serde_json::Value, String>>,
     },
+    /// A turn relays a message to an in-process MCP server of the SDK program that started it.
+    McpRelay {
+        turn_id: TurnId,
+        server: String,
+        message: serde_json::Value,
+        reply: oneshot::Sender<Result<serde_json::Value, String>>,
+    },
     /// The cluster recorded an answer to one of the session's requests.
     RecordedAnswer {
         request_id: String,
@@ -609,6 +616,28 @@ impl SessionActor {
                         request_id,
                         callback_id,
                         input,
+                    },
+                    Some(turn_id),
+                );
+            }
+            Command::McpRelay {
+                turn_id,
+                server,
+                message,
+                reply,
+            } => {
+                if !self.turns.is_running(&turn_id) {
+                    drop(reply.send(Err("its turn has ended".into())));
+                    return Flow::Continue;
+                }
+                let request_id = format!("mcp_{}", uuid::Uuid::new_v4().simple());
+                self.broker
+                    .hold_callback(request_id.clone(), turn_id.clone(), reply);
+                self.journal.broadcast_control_in(
+                    EventKind::McpMessage {
+                        request_id,
+                        server,
+                        message,
                     },
                     Some(turn_id),
                 );

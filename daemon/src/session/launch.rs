@@ -91,8 +91,9 @@ impl TurnSink for ActorSink {
     }
 }
 
-/// Asks a hook callback of the turn's SDK program through the session (`hook_callback`).
-#[derive(Debug)]
+/// Asks the turn's SDK program through the session: a hook callback (`hook_callback`), a
+/// message for one of its in-process MCP servers (`mcp_message`).
+#[derive(Debug, Clone)]
 struct ActorAsker {
     tx: mpsc::UnboundedSender<Command>,
     turn_id: TurnId,
@@ -109,6 +110,28 @@ impl crate::hooks::Asker for ActorAsker {
             turn_id: self.turn_id.clone(),
             callback_id: id.to_owned(),
             input: input.clone(),
+            reply,
+        });
+        Box::pin(async move {
+            sent.map_err(|_| "the session stopped".to_owned())?;
+            answer
+                .await
+                .map_err(|_| "the turn ended before it was answered".to_owned())?
+        })
+    }
+}
+
+impl crate::mcp::Relay for ActorAsker {
+    fn relay(
+        &self,
+        server: &str,
+        message: serde_json::Value,
+    ) -> Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send + 'static>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.tx.send(Command::McpRelay {
+            turn_id: self.turn_id.clone(),
+            server: server.to_owned(),
+            message,
             reply,
         });
         Box::pin(async move {
@@ -260,6 +283,10 @@ impl SessionActor {
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),
             mcp: Mcp {
+                asker: ActorAsker {
+                    tx: tx.clone(),
+                    turn_id: turn_id.clone(),
+                },
                 servers: self.env.mcp.clone(),
                 extra: crate::mcp::Extra {
                     servers: options.mcp_config.clone(),
@@ -321,6 +348,8 @@ fn narrow(tools: crate::tools::Tools, options: &TurnOptions) -> crate::tools::To
 
 /// The MCP servers a turn's task asks for its tools.
 struct Mcp {
+    /// Reaches the SDK program's in-process servers (`"type": "sdk"`).
+    asker: ActorAsker,
     servers: Arc<crate::mcp::McpServers>,
     extra: crate::mcp::Extra,
     options: TurnOptions,
@@ -329,22 +358,24 @@ struct Mcp {
 impl Mcp {
     /// Adds the tools of the project's MCP servers to `tools` and tells the user what is
     /// wrong with them (once per session); waits for servers that are starting unless the
-    /// turn is cancelled. The leases it returns keep the servers up until they drop.
+    /// turn is cancelled. The leases it returns keep the servers up until they drop. An SDK
+    /// program's in-process servers are connected through the session for this turn alone.
     async fn add_tools(
-        self,
+        mut self,
         session: &str,
         cwd: &std::path::Path,
         tools: &mut crate::tools::Tools,
         sink: &ActorSink,
         cancel: &CancellationToken,
-    ) -> Vec<crate::mcp::Lease> {
+    ) -> (Vec<crate::mcp::Lease>, Vec<Arc<crate::mcp::SdkServer>>) {
+        let in_process = self.in_process(session, tools, sink, cancel).await;
         let config = crate::mcp::configuration(cwd, &self.extra);
         if config.servers.is_empty() && config.problems.is_empty() && config.unapproved.is_empty() {
-            return Vec::new();
+            return (Vec::new(), in_process);
         }
         let found = tokio::select! {
             found = self.servers.for_turn(session, &config, cwd) => found,
-            _ = cancel.cancelled() => return Vec::new(),
+            _ = cancel.cancelled() => return (Vec::new(), in_process),
         };
         for message in found.notices {
             sink.send(EventKind::Notice {
@@ -356,7 +387,58 @@ impl Mcp {
             // The built-in tools were narrowed at launch; the servers' tools the same way.
             *tools = tools.extend(&narrow(found.tools, &self.options));
         }
-        found.leases
+        (found.leases, in_process)
+    }
+
+    /// Takes the SDK program's in-process servers out of the turn's MCP configuration and
+    /// connects them through the session, adding their tools.
+    async fn in_process(
+        &mut self,
+        session: &str,
+        tools: &mut crate::tools::Tools,
+        sink: &ActorSink,
+        cancel: &CancellationToken,
+    ) -> Vec<Arc<crate::mcp::SdkServer>> {
+        let Some(servers) = self.extra.servers.as_mut().and_then(|s| s.as_object_mut()) else {
+            return Vec::new();
+        };
+        let names: Vec<String> = servers
+            .iter()
+            .filter(|(_, v)| v["type"] == "sdk")
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &names {
+            servers.remove(name);
+        }
+        let mut held = Vec::new();
+        for name in names {
+            let relay: Arc<dyn crate::mcp::Relay> = Arc::new(self.asker.clone());
+            let limits = self.servers.limits().clone();
+            let connected = tokio::select! {
+                c = crate::mcp::connect_sdk(&name, relay, limits) => c,
+                _ = cancel.cancelled() => return held,
+            };
+            match connected {
+                Ok((server, found, dropped)) => {
+                    *tools = tools.extend(&narrow(found, &self.options));
+                    for d in dropped {
+                        sink.send(EventKind::Notice {
+                            level: tether_proto::NoticeLevel::Warning,
+                            message: format!("MCP server {name}: {d}"),
+                        });
+                    }
+                    held.push(server);
+                }
+                Err(e) => {
+                    tracing::info!(session, server = %name, "the SDK program's MCP server failed: {e}");
+                    sink.send(EventKind::Notice {
+                        level: tether_proto::NoticeLevel::Warning,
+                        message: format!("the SDK program's MCP server {name} failed: {e}"),
+                    });
+                }
+            }
+        }
+        held
     }
 }
 
@@ -435,7 +517,7 @@ impl TurnTask {
             mcp.add_tools(&session, &cwd, &mut ctx.tools, &sink, &cancel)
                 .await
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         ctx.system = history
             .prefix

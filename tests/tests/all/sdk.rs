@@ -2,7 +2,8 @@
 //! (`cli_path`, `pathToClaudeCodeExecutable`), as a user of each SDK would (`tests/sdk/agent.py`,
 //! `tests/sdk/agent.mjs`): turns in a daemon session through the SDK's own stream-json and
 //! control protocol, `can_use_tool` allowing and denying, a PreToolUse hook callback refusing a
-//! call, an interrupt during a tool, a one-shot `query()`, and resuming the session by id. Each scenario runs with both SDKs. The SDKs'
+//! call, a tool of an in-process SDK MCP server, an interrupt during a tool, a one-shot
+//! `query()`, and resuming the session by id. Each scenario runs with both SDKs. The SDKs'
 //! bundled Claude Code never runs: the agents name tether as their CLI.
 
 use anyhow::Context;
@@ -262,6 +263,56 @@ fn a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call_with(sdk: Sdk) -> anyh
             .is_some_and(|r| r.body.to_string().contains("no removing")),
         "the hook's reason did not reach the model"
     );
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
+fn a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program() -> anyhow::Result<()> {
+    for sdk in SDKS {
+        a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program_with(sdk)
+            .with_context(|| format!("with the {sdk:?} SDK"))?;
+    }
+    Ok(())
+}
+
+fn a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program_with(
+    sdk: Sdk,
+) -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Adding.").tool_use("mcp__calc__add", json!({"a": 2, "b": 3})),
+        Step::text("It is 5."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let lines = agent(sdk, &daemon, "mcp", &[])?;
+    let ran = of_kind(&lines, "tool_ran");
+    let requests = fake.server.message_requests();
+    assert_eq!(
+        ran.len(),
+        1,
+        "{lines:?}\n{}\n{}",
+        requests
+            .last()
+            .map(|r| r.body["messages"].to_string())
+            .unwrap_or_default(),
+        daemon.log()
+    );
+    assert_eq!(ran[0]["args"]["a"], 2, "{lines:?}");
+    let result = of_kind(&lines, "result");
+    assert_eq!(result[0]["result"], "It is 5.", "{lines:?}");
+    // The model saw the tool among its tools, and got what it returned.
+    assert!(
+        requests[0].body["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "mcp__calc__add")),
+        "the tool was not offered"
+    );
+    let last = requests.last().context("requests")?;
+    let answer = last.body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .context("the last message")?;
+    assert!(answer.to_string().contains('5'), "{answer}");
     fake.no_rejections();
     Ok(())
 }
