@@ -102,11 +102,7 @@ impl HookEvent {
     pub fn outside_turns(self) -> bool {
         matches!(
             self,
-            Self::UserPromptSubmit
-                | Self::SessionStart
-                | Self::SessionEnd
-                | Self::PermissionRequest
-                | Self::Notification
+            Self::SessionEnd | Self::PermissionRequest | Self::Notification
         )
     }
 

@@ -116,11 +116,23 @@ const scenarios = {
       }
       return {};
     };
+    const context = async (input) => {
+      say({ kind: "hook", event: input.hook_event_name, prompt: input.prompt });
+      return {
+        hookSpecificOutput: {
+          hookEventName: "UserPromptSubmit",
+          additionalContext: "the user prefers short answers",
+        },
+      };
+    };
     const { prompts, results } = conversation(["make a file, then clean up"]);
     const options = {
       ...base,
       permissionMode: "bypassPermissions",
-      hooks: { PreToolUse: [{ matcher: "Bash", hooks: [guard] }] },
+      hooks: {
+        PreToolUse: [{ matcher: "Bash", hooks: [guard] }],
+        UserPromptSubmit: [{ hooks: [context] }],
+      },
     };
     await drive(query({ prompt: prompts, options }), results);
   },

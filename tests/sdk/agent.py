@@ -5,7 +5,7 @@ Usage: agent.py SCENARIO TETHER [ARG]
   multi       two turns through one ClaudeSDKClient
   permissions can_use_tool allows the first call and denies the second
   interrupt   interrupts a long Bash call, then asks again
-  hooks       a PreToolUse hook callback on Bash refuses `rm`
+  hooks       a PreToolUse hook callback on Bash refuses `rm`; a UserPromptSubmit one adds context
   mcp         an in-process SDK MCP server's tool adds two numbers
   resume      one query() resuming the session ARG
   oneshot     one query() with nothing to answer (the SDK closes stdin at once)
@@ -111,8 +111,14 @@ async def hooks(tether: str):
                                            "permissionDecisionReason": "no removing"}}
         return {}
 
+    async def context(hook_input, tool_use_id, context):
+        say(kind="hook", event=hook_input["hook_event_name"], prompt=hook_input["prompt"])
+        return {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                       "additionalContext": "the user prefers short answers"}}
+
     options = ClaudeAgentOptions(cli_path=tether, permission_mode="bypassPermissions",
-                                 hooks={"PreToolUse": [HookMatcher(matcher="Bash", hooks=[guard])]})
+                                 hooks={"PreToolUse": [HookMatcher(matcher="Bash", hooks=[guard])],
+                                        "UserPromptSubmit": [HookMatcher(hooks=[context])]})
     async with ClaudeSDKClient(options=options) as client:
         await turns(client, "make a file, then clean up")
 

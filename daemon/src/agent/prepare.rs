@@ -37,6 +37,8 @@ pub struct Request {
     pub session_start: bool,
     /// The session's permission mode (hooks receive it).
     pub permission_mode: tether_proto::PermissionMode,
+    /// The hook callbacks of the Agent SDK program starting the turn, and who asks them.
+    pub callbacks: Option<(Value, Arc<dyn crate::hooks::Asker>)>,
 }
 
 /// A turn's input, read and passed through the prompt hooks.
@@ -83,6 +85,7 @@ async fn run(request: Request) -> Prepared {
         command,
         session_start,
         permission_mode,
+        callbacks,
     } = request;
     // Files: the command directories, mentioned files, settings.
     let read = {
@@ -103,12 +106,19 @@ async fn run(request: Request) -> Prepared {
             if let Some(settings) = &settings {
                 hooks.add(&settings["hooks"], "--settings");
             }
+            // The SDK program's callbacks run beside the settings files' hooks; what cannot
+            // run is told.
+            let known = hooks.problems.len();
+            if let Some((v, asker)) = callbacks {
+                hooks.add_callbacks(&v, asker);
+            }
+            let unrun = hooks.problems[known..].to_vec();
             let agents = crate::tools::agents::load(&cwd, home.as_deref());
-            (command, processed, hooks, agents)
+            (command, processed, hooks, agents, unrun)
         })
         .await
     };
-    let (command, processed, hooks, agents) = match read {
+    let (command, processed, hooks, agents, unrun) = match read {
         Ok(read) => read,
         Err(e) => {
             // Only a panic while reading gets here; the turn goes on without the input.
@@ -125,10 +135,12 @@ async fn run(request: Request) -> Prepared {
             };
         }
     };
+    let mut notices = processed.notices;
+    notices.extend(unrun);
     let mut prepared = Prepared {
         command,
         content: processed.content,
-        notices: processed.notices,
+        notices,
         hooks: Arc::new(hooks),
         agents,
         blocked: None,
@@ -236,6 +248,7 @@ mod tests {
             command: None,
             session_start: true,
             permission_mode: Default::default(),
+            callbacks: None,
         }
     }
 

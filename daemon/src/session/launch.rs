@@ -94,9 +94,9 @@ impl TurnSink for ActorSink {
 /// Asks the turn's SDK program through the session: a hook callback (`hook_callback`), a
 /// message for one of its in-process MCP servers (`mcp_message`).
 #[derive(Debug, Clone)]
-struct ActorAsker {
-    tx: mpsc::UnboundedSender<Command>,
-    turn_id: TurnId,
+pub(super) struct ActorAsker {
+    pub tx: mpsc::UnboundedSender<Command>,
+    pub turn_id: TurnId,
 }
 
 impl crate::hooks::Asker for ActorAsker {
@@ -190,29 +190,6 @@ impl SessionActor {
             }
         };
         let Some(tx) = self.me.upgrade() else { return };
-        // The SDK program's hook callbacks run beside the settings files' hooks.
-        let hooks = match &options.hook_callbacks {
-            Some(callbacks) => {
-                let mut with = (*hooks).clone();
-                let asker = ActorAsker {
-                    tx: tx.clone(),
-                    turn_id: turn_id.clone(),
-                };
-                let known = with.problems.len();
-                with.add_callbacks(callbacks, Arc::new(asker));
-                for problem in with.problems[known..].iter().cloned() {
-                    self.emit_in(
-                        EventKind::Notice {
-                            level: tether_proto::NoticeLevel::Warning,
-                            message: problem,
-                        },
-                        Some(turn_id.clone()),
-                    );
-                }
-                Arc::new(with)
-            }
-            None => hooks,
-        };
         let mut policy = self.env.policy.clone();
         policy.hide_thinking = options.hide_thinking;
         policy.prefix_ttl = self.env.cache_ttl.unwrap_or(if interactive {

@@ -275,6 +275,13 @@ impl SessionActor {
             command: queued.request.command.clone(),
             session_start: !self.session_started,
             permission_mode: record.permission_mode,
+            callbacks: queued.request.options.hook_callbacks.clone().map(|v| {
+                let asker = super::launch::ActorAsker {
+                    tx: tx.clone(),
+                    turn_id: queued.turn_id.clone(),
+                };
+                (v, Arc::new(asker) as Arc<dyn crate::hooks::Asker>)
+            }),
         };
         self.tasks.spawn(async move {
             let work = crate::agent::prepare(request, &cancel);

@@ -1,8 +1,8 @@
 //! Agents built on the Claude Agent SDKs for Python and TypeScript, pointed at `tether`
 //! (`cli_path`, `pathToClaudeCodeExecutable`), as a user of each SDK would (`tests/sdk/agent.py`,
 //! `tests/sdk/agent.mjs`): turns in a daemon session through the SDK's own stream-json and
-//! control protocol, `can_use_tool` allowing and denying, a PreToolUse hook callback refusing a
-//! call, a tool of an in-process SDK MCP server, an interrupt during a tool, a one-shot
+//! control protocol, `can_use_tool` allowing and denying, hook callbacks (PreToolUse refusing a
+//! call, UserPromptSubmit adding context), a tool of an in-process SDK MCP server, an interrupt during a tool, a one-shot
 //! `query()`, and resuming the session by id. Each scenario runs with both SDKs. The SDKs'
 //! bundled Claude Code never runs: the agents name tether as their CLI.
 
@@ -228,15 +228,15 @@ fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on_with(
 }
 
 #[test]
-fn a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call() -> anyhow::Result<()> {
+fn the_sdks_hook_callbacks_refuse_a_call_and_add_context() -> anyhow::Result<()> {
     for sdk in SDKS {
-        a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call_with(sdk)
+        the_sdks_hook_callbacks_refuse_a_call_and_add_context_with(sdk)
             .with_context(|| format!("with the {sdk:?} SDK"))?;
     }
     Ok(())
 }
 
-fn a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call_with(sdk: Sdk) -> anyhow::Result<()> {
+fn the_sdks_hook_callbacks_refuse_a_call_and_add_context_with(sdk: Sdk) -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([
         Step::text("Making it.").tool_use("Bash", json!({"command": "echo kept > kept.txt"})),
         Step::text("Cleaning up.").tool_use("Bash", json!({"command": "rm kept.txt"})),
@@ -244,7 +244,16 @@ fn a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call_with(sdk: Sdk) -> anyh
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
     let lines = agent(sdk, &daemon, "hooks", &[])?;
-    let hooks = of_kind(&lines, "hook");
+    let prompted: Vec<&Value> = of_kind(&lines, "hook")
+        .into_iter()
+        .filter(|h| h["event"] == "UserPromptSubmit")
+        .collect();
+    assert_eq!(prompted.len(), 1, "{lines:?}");
+    assert_eq!(prompted[0]["prompt"], "make a file, then clean up");
+    let hooks: Vec<&Value> = of_kind(&lines, "hook")
+        .into_iter()
+        .filter(|h| h["event"] == "PreToolUse")
+        .collect();
     assert_eq!(hooks.len(), 2, "{lines:?}");
     assert_eq!(hooks[0]["event"], "PreToolUse");
     assert_eq!(hooks[0]["tool"], "Bash");
@@ -262,6 +271,13 @@ fn a_pre_tool_use_hook_callback_of_the_sdk_refuses_a_call_with(sdk: Sdk) -> anyh
             .last()
             .is_some_and(|r| r.body.to_string().contains("no removing")),
         "the hook's reason did not reach the model"
+    );
+    assert!(
+        requests[0]
+            .body
+            .to_string()
+            .contains("the user prefers short answers"),
+        "the UserPromptSubmit callback's context did not reach the model"
     );
     fake.no_rejections();
     Ok(())
