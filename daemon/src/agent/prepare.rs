@@ -112,7 +112,8 @@ async fn run(request: Request) -> Prepared {
             if let Some((v, asker)) = callbacks {
                 hooks.add_callbacks(&v, asker);
             }
-            let unrun = hooks.problems[known..].to_vec();
+            // Told with this turn's notices; not again with the settings' problems.
+            let unrun = hooks.problems.split_off(known);
             let agents = crate::tools::agents::load(&cwd, home.as_deref());
             (command, processed, hooks, agents, unrun)
         })

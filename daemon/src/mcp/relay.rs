@@ -4,8 +4,10 @@
 //! (`mcp/respond`). The server lives for its turn: connected as the turn starts, dropped when
 //! it ends.
 //!
-//! Invariant: one message at a time; a program handles each message on its own, so the
-//! handshake keeps its order only by waiting for each answer.
+//! Invariant: one message at a time (a program handles each message on its own, so the
+//! handshake keeps its order only by waiting for each answer), but a cancellation, which
+//! must overtake the call it cancels. Every message has a deadline: a tool call the tool
+//! timeout, anything else the start timeout.
 
 use super::client::{Connection, ListedTool, McpError, Running};
 use super::config::Limits;
@@ -17,10 +19,11 @@ use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Carries one JSON-RPC message to the program's server `server` and brings back its answer
-/// (the response to a request; anything for a notification).
+/// (the response to a request; for a notification, whatever it is, unread).
 pub trait Relay: Send + Sync {
     /// Sends `message` to `server`.
     fn relay(
@@ -45,18 +48,24 @@ pub enum RelayError {
 pub struct RelayTransport {
     server: String,
     relay: Arc<dyn Relay>,
+    /// How long a tool call's answer may take, and any other message's.
+    call: Duration,
+    other: Duration,
     one: Arc<tokio::sync::Mutex<()>>,
     answers: mpsc::UnboundedSender<RxJsonRpcMessage<RoleClient>>,
     incoming: mpsc::UnboundedReceiver<RxJsonRpcMessage<RoleClient>>,
 }
 
 impl RelayTransport {
-    /// The transport to `server` through `relay`.
-    pub fn new(server: &str, relay: Arc<dyn Relay>) -> Self {
+    /// The transport to `server` through `relay`; a tool call's answer may take `call`, any
+    /// other message's `other`.
+    pub fn new(server: &str, relay: Arc<dyn Relay>, call: Duration, other: Duration) -> Self {
         let (answers, incoming) = mpsc::unbounded_channel();
         Self {
             server: server.to_owned(),
             relay,
+            call,
+            other,
             one: Arc::new(tokio::sync::Mutex::new(())),
             answers,
             incoming,
@@ -76,19 +85,33 @@ impl rmcp::transport::Transport<RoleClient> for RelayTransport {
         let server = self.server.clone();
         let one = self.one.clone();
         let answers = self.answers.clone();
+        let (call, other) = (self.call, self.other);
         async move {
             let message = message.map_err(|e| RelayError::Answer(e.to_string()))?;
             let request = message.get("id").is_some() && message.get("method").is_some();
-            let _one = one.lock().await;
-            let answer = relay
-                .relay(&server, message)
-                .await
-                .map_err(RelayError::Relay)?;
-            if request {
-                let answer = serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(answer)
-                    .map_err(|e| RelayError::Answer(e.to_string()))?;
-                let _ = answers.send(answer);
+            let method = message["method"].as_str().unwrap_or_default().to_owned();
+            let patience = if method == "tools/call" { call } else { other };
+            let _one = if method == "notifications/cancelled" {
+                None
+            } else {
+                Some(one.lock().await)
+            };
+            let answer = match tokio::time::timeout(patience, relay.relay(&server, message)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(format!("no answer within {patience:?}")),
+            };
+            if !request {
+                // A notification's answer says nothing; one that did not arrive is only noted.
+                if let Err(why) = answer {
+                    tracing::debug!(server = %server, "{method}: {why}");
+                }
+                return Ok(());
             }
+            let answer = serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(
+                answer.map_err(RelayError::Relay)?,
+            )
+            .map_err(|e| RelayError::Answer(e.to_string()))?;
+            let _ = answers.send(answer);
             Ok(())
         }
     }
@@ -101,6 +124,10 @@ impl rmcp::transport::Transport<RoleClient> for RelayTransport {
         Ok(())
     }
 }
+
+/// How long a tool call may wait for the program without `MCP_TOOL_TIMEOUT` (the turn's own
+/// tool timeout stops it sooner).
+const CALL_PATIENCE: Duration = Duration::from_secs(600);
 
 /// A connected in-process server: its tools, held up for the turn.
 pub struct SdkServer {
@@ -133,8 +160,18 @@ pub async fn connect(
     relay: Arc<dyn Relay>,
     limits: Limits,
 ) -> Result<(Arc<SdkServer>, Tools, Vec<String>), McpError> {
-    let transport = RelayTransport::new(name, relay);
-    let (running, connection) = super::client::connect_over(transport).await?;
+    let transport = RelayTransport::new(
+        name,
+        relay,
+        limits.call.unwrap_or(CALL_PATIENCE),
+        limits.start,
+    );
+    let (running, connection) =
+        tokio::time::timeout(limits.start, super::client::connect_over(transport))
+            .await
+            .map_err(|_| {
+                McpError::Handshake(format!("no handshake within {} s", limits.start.as_secs()))
+            })??;
     let listed: Vec<ListedTool> = connection.list_tools(limits.start).await?;
     let server = Arc::new(SdkServer {
         name: name.to_owned(),

@@ -402,9 +402,16 @@ impl TetherRpcServer for RpcApi {
             ));
         }
         let options = options.unwrap_or_default();
-        if options.hook_callbacks.is_some() && ext.get::<super::forward::PassedOnBy>().is_some() {
+        let in_process = options
+            .mcp_config
+            .as_ref()
+            .and_then(|m| m.as_object())
+            .is_some_and(|m| m.values().any(|s| s["type"] == "sdk"));
+        if (options.hook_callbacks.is_some() || in_process)
+            && ext.get::<super::forward::PassedOnBy>().is_some()
+        {
             return Err(invalid_params(
-                "options.hookCallbacks are asked of the client that started the turn, through the node that runs the session: connect to that node",
+                "options.hookCallbacks and in-process MCP servers are asked of the client that started the turn, through the node that runs the session: connect to that node",
             ));
         }
         if options.max_turns == Some(0) {
@@ -532,6 +539,11 @@ impl TetherRpcServer for RpcApi {
         output: Option<serde_json::Value>,
         error: Option<String>,
     ) -> RpcResult<bool> {
+        if !request_id.starts_with("hook_") {
+            return Err(invalid_params(format!(
+                "{request_id} is not a hook_callback's request (answer an mcp_message with mcp/respond)"
+            )));
+        }
         let answer = match (output, error) {
             (_, Some(why)) => Err(why),
             (Some(output), None) if output.is_object() => Ok(output),
@@ -555,6 +567,11 @@ impl TetherRpcServer for RpcApi {
         message: Option<serde_json::Value>,
         error: Option<String>,
     ) -> RpcResult<bool> {
+        if !request_id.starts_with("mcp_") {
+            return Err(invalid_params(format!(
+                "{request_id} is not an mcp_message's request (answer a hook_callback with hook/respond)"
+            )));
+        }
         let answer = match (message, error) {
             (_, Some(why)) => Err(why),
             (Some(message), None) if message.is_object() => Ok(message),

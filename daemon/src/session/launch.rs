@@ -389,6 +389,20 @@ impl Mcp {
         }
         let mut held = Vec::new();
         for name in names {
+            // It becomes part of tool names, as a configured server's name does.
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                sink.send(EventKind::Notice {
+                    level: tether_proto::NoticeLevel::Warning,
+                    message: format!(
+                        "the SDK program's MCP server {name:?} is left out: a server name may hold only letters, digits, '_' and '-'"
+                    ),
+                });
+                continue;
+            }
             let relay: Arc<dyn crate::mcp::Relay> = Arc::new(self.asker.clone());
             let limits = self.servers.limits().clone();
             let connected = tokio::select! {
