@@ -596,8 +596,13 @@ pub async fn doctor(socket: &Path, out: Output, online: bool) -> anyhow::Result<
 
 /// A new session forked from `id` with its whole history (`--fork-session`).
 pub async fn fork(socket: &Path, id: SessionId) -> anyhow::Result<SessionId> {
+    fork_at(socket, id, None).await
+}
+
+/// Forks a session with its history up to `at` (all of it when `None`).
+pub async fn fork_at(socket: &Path, id: SessionId, at: Option<u64>) -> anyhow::Result<SessionId> {
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
-    Ok(conn.client.session_fork(id, None).await?.session_id)
+    Ok(conn.client.session_fork(id, at).await?.session_id)
 }
 
 /// A session by id or prefix; an empty `id` lists this directory's sessions and asks which.

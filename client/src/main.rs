@@ -184,8 +184,8 @@ struct Cli {
     /// come from .claude/).
     #[arg(long, value_name = "DIR", hide_short_help = true)]
     plugin_dir: Vec<String>,
-    /// Accepted for the Agent SDKs, not honoured yet: the resumed session goes on from its
-    /// last message (a warning says so).
+    /// With --resume: go on from this message of the session (the `uuid` of an assistant
+    /// message tether's stream-json gave), in a new session forked there.
     #[arg(long, value_name = "UUID", hide_short_help = true)]
     resume_session_at: Option<String>,
     /// Accepted for the Agent SDKs (with --resume-session-at).
@@ -487,11 +487,6 @@ fn main() -> ExitCode {
             .clone()
             .or_else(|| (cli.input_format == "stream-json").then(String::new));
         if let Some(prompt) = print {
-            if cli.resume_session_at.is_some() {
-                eprintln!(
-                    "tether: --resume-session-at is not honoured yet: the session goes on from its last message"
-                );
-            }
             // `tether -p --model opus "say hi"`: the prompt may follow the flags, as with claude.
             let prompt = match (prompt.is_empty(), &cli.prompt) {
                 (true, Some(p)) => p.clone(),
@@ -506,9 +501,19 @@ fn main() -> ExitCode {
                 (None, true) => repl::most_recent_here(&socket).await?,
                 (None, false) => None,
             };
-            let session = match session {
-                Some(id) if cli.fork_session => Some(commands::fork(&socket, id).await?),
-                other => other,
+            let at = match cli.resume_session_at.as_deref() {
+                Some(uuid) => Some(stream_json::seq_of(uuid).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--resume-session-at: {uuid} is not the uuid of a message tether gave"
+                    )
+                })?),
+                None => None,
+            };
+            let session = match (session, at) {
+                (Some(id), Some(at)) => Some(commands::fork_at(&socket, id, Some(at)).await?),
+                (None, Some(_)) => anyhow::bail!("--resume-session-at needs --resume"),
+                (Some(id), None) if cli.fork_session => Some(commands::fork(&socket, id).await?),
+                (other, None) => other,
             };
             let settings = settings_flag(cli.settings.as_deref())?;
             let from_settings = |key: &str| setting_of(&settings, key);

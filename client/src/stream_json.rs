@@ -41,6 +41,20 @@ fn uuid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// What every message made from a logged event has as its `uuid`'s first part: the rest is the
+/// event's seq, so `--resume-session-at` can find the message again.
+const SEQ_UUID: &str = "00000000-0000-4000-8000-";
+
+/// The `uuid` of the message made from the event at `seq`.
+fn uuid_at(seq: u64) -> String {
+    format!("{SEQ_UUID}{seq:012x}")
+}
+
+/// The seq a message's `uuid` names, when tether gave it.
+pub fn seq_of(uuid: &str) -> Option<u64> {
+    u64::from_str_radix(uuid.strip_prefix(SEQ_UUID)?, 16).ok()
+}
+
 /// Tether's camelCase token counts as the API's snake_case `usage`.
 fn usage(u: &Value) -> Value {
     let n = |k: &str| u[k].as_u64().unwrap_or(0);
@@ -189,7 +203,11 @@ impl Translator {
                     "stop_sequence": null,
                     "usage": usage,
                 });
-                out.push(self.envelope(json!({"type": "assistant", "message": message})));
+                let mut message = self.envelope(json!({"type": "assistant", "message": message}));
+                if let Some(seq) = raw["seq"].as_u64() {
+                    message["uuid"] = json!(uuid_at(seq));
+                }
+                out.push(message);
             }
             "tool_result" => {
                 let mut block = json!({
@@ -199,7 +217,14 @@ impl Translator {
                 });
                 block["is_error"] = json!(data["isError"] == true);
                 let message = json!({"role": "user", "content": [block]});
-                out.push(self.envelope(json!({"type": "user", "message": message})));
+                // What the tool gave beyond the model's text (an Edit's diff …), else its result.
+                let result = match data.get("details").filter(|d| !d.is_null()) {
+                    Some(details) => details.clone(),
+                    None => data["content"].clone(),
+                };
+                out.push(self.envelope(
+                    json!({"type": "user", "message": message, "tool_use_result": result}),
+                ));
             }
             _ => {}
         }
@@ -286,6 +311,10 @@ mod tests {
         assert_eq!(block["tool_use_id"], "toolu_1");
         assert_eq!(block["content"], "a.txt\n");
         assert_eq!(block["is_error"], false);
+        assert_eq!(
+            u["tool_use_result"], "a.txt\n",
+            "what the SDKs read as the tool's result"
+        );
     }
 
     #[test]

@@ -513,3 +513,85 @@ fn bad_lines_are_answered_and_another_client_may_answer_first() -> anyhow::Resul
     fake.no_rejections();
     Ok(())
 }
+
+/// `--resume-session-at` with an assistant message's `uuid`: the session goes on from that
+/// message, in a new session forked there, the later turns left out.
+#[test]
+fn resuming_at_a_message_goes_on_from_there() -> anyhow::Result<()> {
+    use std::io::Write;
+    let fake = Fake::start(Script::of([
+        Step::text("The first answer."),
+        Step::text("The second answer."),
+        Step::text("The third answer."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let run = |extra: &[&str]| {
+        let mut cmd = daemon.tether();
+        cmd.args(["--output-format", "stream-json", "--verbose"])
+            .args(extra)
+            .args(["--input-format", "stream-json"])
+            .current_dir(daemon.workdir())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn()
+    };
+    let user = |text: &str| json!({"type": "user", "message": {"role": "user", "content": text}});
+    let mut first = run(&[])?;
+    let mut stdin = first.stdin.take().context("stdin")?;
+    let lines = Lines::of(first.stdout.take().context("stdout")?);
+    writeln!(stdin, "{}", user("first question"))?;
+    let answer = lines.until(|l| l["type"] == "assistant")?;
+    let at = answer["uuid"].as_str().context("uuid")?.to_owned();
+    let result = lines.until(|l| l["type"] == "result")?;
+    let session = result["session_id"].as_str().context("session")?.to_owned();
+    writeln!(stdin, "{}", user("second question"))?;
+    lines.until(|l| l["type"] == "result")?;
+    drop(stdin);
+    assert!(first.wait()?.success());
+
+    let mut again = run(&[
+        &format!("--resume={session}"),
+        &format!("--resume-session-at={at}"),
+    ])?;
+    let mut stdin = again.stdin.take().context("stdin")?;
+    let lines = Lines::of(again.stdout.take().context("stdout")?);
+    writeln!(stdin, "{}", user("third question"))?;
+    let result = lines.until(|l| l["type"] == "result")?;
+    assert_eq!(result["result"], "The third answer.", "{result}");
+    assert_ne!(
+        result["session_id"],
+        session.as_str(),
+        "a new session, forked"
+    );
+    drop(stdin);
+    assert!(again.wait()?.success());
+    let last = fake.server.message_requests();
+    let body = last.last().context("requests")?.body.to_string();
+    assert!(body.contains("The first answer."), "{body}");
+    assert!(
+        !body.contains("second question"),
+        "the later turn was kept: {body}"
+    );
+    // A uuid tether never gave is refused, saying so.
+    let out = daemon
+        .tether()
+        .args([
+            "--output-format",
+            "stream-json",
+            &format!("--resume={session}"),
+            "--resume-session-at=4f1c2b9e-0000-4000-8000-000000000001",
+            "--input-format",
+            "stream-json",
+        ])
+        .current_dir(daemon.workdir())
+        .stdin(Stdio::null())
+        .output()?;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not the uuid of a message tether gave"),
+        "{out:?}"
+    );
+    fake.no_rejections();
+    Ok(())
+}
