@@ -108,8 +108,8 @@ fn failure(request_id: &Value, error: impl std::fmt::Display) -> Value {
            "response": {"subtype": "error", "request_id": request_id, "error": error.to_string()}})
 }
 
-/// The content of a user message as the daemon takes it: text, and images inline (base64).
-/// Documents and other blocks are refused by name.
+/// The content of a user message as the daemon takes it: text, images (base64) and documents
+/// (a PDF as base64, plain text) inline; other blocks are refused by name.
 fn input_of(content: &Value) -> anyhow::Result<Vec<InputItem>> {
     match content {
         Value::String(s) => Ok(vec![InputItem::Text { text: s.clone() }]),
@@ -124,7 +124,18 @@ fn input_of(content: &Value) -> anyhow::Result<Vec<InputItem>> {
                     data: b["source"]["data"].as_str().map(str::to_owned),
                     media_type: b["source"]["media_type"].as_str().map(str::to_owned),
                 }),
-                Some(other) => bail!("content blocks of type {other:?} are not taken yet"),
+                Some("document") => match b["source"]["type"].as_str() {
+                    Some("base64" | "text") => Ok(InputItem::Document {
+                        data: b["source"]["data"].as_str().unwrap_or_default().to_owned(),
+                        media_type: b["source"]["media_type"]
+                            .as_str()
+                            .unwrap_or("application/pdf")
+                            .to_owned(),
+                        title: b["title"].as_str().map(str::to_owned),
+                    }),
+                    other => bail!("document sources of type {other:?} are not taken"),
+                },
+                Some(other) => bail!("content blocks of type {other:?} are not taken"),
                 None => bail!("a content block without a type"),
             })
             .collect(),
@@ -828,6 +839,14 @@ mod tests {
         assert!(matches!(
             &input[1],
             InputItem::Image { data: Some(d), media_type: Some(m), .. } if d == "iVBO" && m == "image/png"
+        ));
+        let input = input_of(&json!([
+            {"type": "document", "title": "notes", "source": {"type": "text", "media_type": "text/plain", "data": "hello"}},
+        ]))
+        .expect("a document");
+        assert!(matches!(
+            &input[0],
+            InputItem::Document { data, media_type, title: Some(t) } if data == "hello" && media_type == "text/plain" && t == "notes"
         ));
         assert!(input_of(&json!([{"type": "video"}])).is_err());
         assert!(input_of(&Value::Null).is_err());

@@ -566,6 +566,10 @@ impl View {
                         InputItem::Text { text } => text.clone(),
                         InputItem::File { path } => format!("@{path}"),
                         InputItem::Image { .. } => "[image]".to_owned(),
+                        InputItem::Document { title, .. } => match title {
+                            Some(t) => format!("[document: {t}]"),
+                            None => "[document]".to_owned(),
+                        },
                         InputItem::Unknown => "[attachment]".to_owned(),
                     })
                     .collect();

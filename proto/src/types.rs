@@ -693,6 +693,16 @@ pub enum InputItem {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         media_type: Option<String>,
     },
+    /// A document, inline: a PDF as base64, or plain text.
+    Document {
+        /// Base64 data (a PDF), or the text itself (`text/plain`).
+        data: String,
+        /// `application/pdf` or `text/plain`.
+        media_type: String,
+        /// Its title, when it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+    },
     /// An item of a type this build does not know (in a newer daemon's `turn_started`);
     /// `turn/start` refuses it.
     #[serde(other)]

@@ -39,6 +39,39 @@ pub fn process(cwd: &Path, items: &[InputItem]) -> Processed {
                 }
             }
             InputItem::File { path } => attach(cwd, path, &mut out),
+            InputItem::Document {
+                data,
+                media_type,
+                title,
+            } => {
+                let source = match media_type.as_str() {
+                    "application/pdf" if data.len() / 4 * 3 > MAX_PDF_BYTES => {
+                        out.notices.push(format!(
+                            "document not attached: {} MB is over the API's limit of {} MB",
+                            data.len() / 4 * 3 / (1024 * 1024),
+                            MAX_PDF_BYTES / (1024 * 1024)
+                        ));
+                        continue;
+                    }
+                    "application/pdf" => {
+                        json!({"type": "base64", "media_type": "application/pdf", "data": data})
+                    }
+                    "text/plain" => {
+                        json!({"type": "text", "media_type": "text/plain", "data": data})
+                    }
+                    other => {
+                        out.notices.push(format!(
+                            "document not attached: {other} is not application/pdf or text/plain"
+                        ));
+                        continue;
+                    }
+                };
+                let mut block = json!({"type": "document", "source": source});
+                if let Some(title) = title {
+                    block["title"] = json!(title);
+                }
+                out.content.push(block);
+            }
             // Refused by `turn/start`; nothing to attach.
             InputItem::Unknown => {}
             InputItem::Image {

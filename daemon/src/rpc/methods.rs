@@ -398,7 +398,7 @@ impl TetherRpcServer for RpcApi {
         }
         if input.contains(&InputItem::Unknown) {
             return Err(invalid_params(
-                "input items are text, file or image; this daemon does not know another type",
+                "input items are text, file, image or document; this daemon does not know another type",
             ));
         }
         let options = options.unwrap_or_default();

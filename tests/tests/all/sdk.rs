@@ -595,3 +595,46 @@ fn resuming_at_a_message_goes_on_from_there() -> anyhow::Result<()> {
     fake.no_rejections();
     Ok(())
 }
+
+/// A document block of an SDK's user message reaches the model as a document.
+#[test]
+fn a_document_in_a_message_reaches_the_model() -> anyhow::Result<()> {
+    use std::io::Write;
+    let fake = Fake::start(Script::of([Step::text("It says hello.")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut child = daemon
+        .tether()
+        .args([
+            "--output-format",
+            "stream-json",
+            "--input-format",
+            "stream-json",
+        ])
+        .current_dir(daemon.workdir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let lines = Lines::of(child.stdout.take().context("stdout")?);
+    let message = json!({"type": "user", "message": {"role": "user", "content": [
+        {"type": "text", "text": "what does it say?"},
+        {"type": "document", "title": "greeting",
+         "source": {"type": "text", "media_type": "text/plain", "data": "hello there"}},
+    ]}});
+    writeln!(stdin, "{message}")?;
+    let result = lines.until(|l| l["type"] == "result")?;
+    assert_eq!(result["result"], "It says hello.", "{result}");
+    drop(stdin);
+    assert!(child.wait()?.success());
+    let requests = fake.server.message_requests();
+    let sent = &requests.first().context("a request")?.body["messages"][0]["content"];
+    let document = sent
+        .as_array()
+        .and_then(|blocks| blocks.iter().find(|b| b["type"] == "document"))
+        .context("a document block")?;
+    assert_eq!(document["source"]["data"], "hello there", "{sent}");
+    assert_eq!(document["title"], "greeting");
+    fake.no_rejections();
+    Ok(())
+}
