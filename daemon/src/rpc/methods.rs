@@ -108,6 +108,41 @@ impl RpcApi {
         Some(self.client(ext))
     }
 
+    /// `hook/respond` and `mcp/respond`: answers what the session asked its SDK program (each
+    /// method its own kind of request).
+    async fn answer_asked(
+        &self,
+        ext: &Extensions,
+        session_id: SessionId,
+        request_id: String,
+        kind: Asked,
+        answer: Result<serde_json::Value, String>,
+    ) -> RpcResult<bool> {
+        let (prefix, what, other) = match kind {
+            Asked::Hook => (
+                "hook_",
+                "a hook_callback's",
+                "an mcp_message with mcp/respond",
+            ),
+            Asked::Mcp => (
+                "mcp_",
+                "an mcp_message's",
+                "a hook_callback with hook/respond",
+            ),
+        };
+        if !request_id.starts_with(prefix) {
+            return Err(invalid_params(format!(
+                "{request_id} is not {what} request (answer {other})"
+            )));
+        }
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        handle
+            .hook_respond(request_id, answer, self.client(ext))
+            .await
+            .map_err(rpc_error)?
+            .map_err(rpc_error)
+    }
+
     /// Who made a call: this connection's client, or the client of another node that passed
     /// the call on.
     fn client(&self, ext: &Extensions) -> ClientRef {
@@ -116,6 +151,12 @@ impl RpcApi {
             None => self.connections.client_ref(connection_id(ext)),
         }
     }
+}
+
+/// What the session asked its SDK program, which `answer_asked` answers.
+enum Asked {
+    Hook,
+    Mcp,
 }
 
 #[jsonrpsee::core::async_trait]
@@ -539,23 +580,14 @@ impl TetherRpcServer for RpcApi {
         output: Option<serde_json::Value>,
         error: Option<String>,
     ) -> RpcResult<bool> {
-        if !request_id.starts_with("hook_") {
-            return Err(invalid_params(format!(
-                "{request_id} is not a hook_callback's request (answer an mcp_message with mcp/respond)"
-            )));
-        }
         let answer = match (output, error) {
             (_, Some(why)) => Err(why),
             (Some(output), None) if output.is_object() => Ok(output),
             (Some(_), None) => return Err(invalid_params("output must be an object")),
             (None, None) => Ok(serde_json::json!({})),
         };
-        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
-        handle
-            .hook_respond(request_id, answer, self.client(ext))
+        self.answer_asked(ext, session_id, request_id, Asked::Hook, answer)
             .await
-            .map_err(rpc_error)?
-            .map_err(rpc_error)
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "mcp/respond"))]
@@ -567,23 +599,14 @@ impl TetherRpcServer for RpcApi {
         message: Option<serde_json::Value>,
         error: Option<String>,
     ) -> RpcResult<bool> {
-        if !request_id.starts_with("mcp_") {
-            return Err(invalid_params(format!(
-                "{request_id} is not an mcp_message's request (answer a hook_callback with hook/respond)"
-            )));
-        }
         let answer = match (message, error) {
             (_, Some(why)) => Err(why),
             (Some(message), None) if message.is_object() => Ok(message),
             (Some(_), None) => return Err(invalid_params("message must be a JSON-RPC object")),
             (None, None) => return Err(invalid_params("give message or error")),
         };
-        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
-        handle
-            .hook_respond(request_id, answer, self.client(ext))
+        self.answer_asked(ext, session_id, request_id, Asked::Mcp, answer)
             .await
-            .map_err(rpc_error)?
-            .map_err(rpc_error)
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/list"))]

@@ -602,46 +602,23 @@ impl SessionActor {
                 callback_id,
                 input,
                 reply,
-            } => {
-                // Its turn ended meanwhile (a late call of a parallel tool): nobody will answer.
-                if !self.turns.is_running(&turn_id) {
-                    drop(reply.send(Err("its turn has ended".into())));
-                    return Flow::Continue;
+            } => self.ask_client(turn_id, "hook", reply, |request_id| {
+                EventKind::HookCallback {
+                    request_id,
+                    callback_id,
+                    input,
                 }
-                let request_id = format!("hook_{}", uuid::Uuid::new_v4().simple());
-                self.broker
-                    .hold_callback(request_id.clone(), turn_id.clone(), reply);
-                self.journal.broadcast_control_in(
-                    EventKind::HookCallback {
-                        request_id,
-                        callback_id,
-                        input,
-                    },
-                    Some(turn_id),
-                );
-            }
+            }),
             Command::McpRelay {
                 turn_id,
                 server,
                 message,
                 reply,
-            } => {
-                if !self.turns.is_running(&turn_id) {
-                    drop(reply.send(Err("its turn has ended".into())));
-                    return Flow::Continue;
-                }
-                let request_id = format!("mcp_{}", uuid::Uuid::new_v4().simple());
-                self.broker
-                    .hold_callback(request_id.clone(), turn_id.clone(), reply);
-                self.journal.broadcast_control_in(
-                    EventKind::McpMessage {
-                        request_id,
-                        server,
-                        message,
-                    },
-                    Some(turn_id),
-                );
-            }
+            } => self.ask_client(turn_id, "mcp", reply, |request_id| EventKind::McpMessage {
+                request_id,
+                server,
+                message,
+            }),
             Command::HookRespond {
                 request_id,
                 answer,
@@ -719,6 +696,28 @@ impl SessionActor {
             role,
             reason,
         });
+    }
+
+    /// Asks the client that started turn `turn_id` (an SDK program's hook callback or MCP
+    /// message): the event `ask` makes of a new request id (`<kind>_…`) goes to the turn's
+    /// subscribers, and `reply` waits for `hook/respond` or `mcp/respond`.
+    fn ask_client(
+        &mut self,
+        turn_id: TurnId,
+        kind: &str,
+        reply: oneshot::Sender<Result<serde_json::Value, String>>,
+        ask: impl FnOnce(String) -> EventKind,
+    ) {
+        // Its turn ended meanwhile (a late call of a parallel tool): nobody will answer.
+        if !self.turns.is_running(&turn_id) {
+            drop(reply.send(Err("its turn has ended".into())));
+            return;
+        }
+        let request_id = format!("{kind}_{}", uuid::Uuid::new_v4().simple());
+        self.broker
+            .hold_callback(request_id.clone(), turn_id.clone(), reply);
+        self.journal
+            .broadcast_control_in(ask(request_id), Some(turn_id));
     }
 
     /// Clients on other nodes came or went: logged as they are for this daemon's own, and a

@@ -99,19 +99,17 @@ pub(super) struct ActorAsker {
     pub turn_id: TurnId,
 }
 
-impl crate::hooks::Asker for ActorAsker {
-    fn ask(
+/// What the program answered, or why it did not.
+type Answer = Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send + 'static>>;
+
+impl ActorAsker {
+    /// Sends the session the command `make` builds around the answer's sender; the answer.
+    fn ask_through(
         &self,
-        id: &str,
-        input: &serde_json::Value,
-    ) -> Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send + '_>> {
+        make: impl FnOnce(TurnId, oneshot::Sender<Result<serde_json::Value, String>>) -> Command,
+    ) -> Answer {
         let (reply, answer) = oneshot::channel();
-        let sent = self.tx.send(Command::HookCallback {
-            turn_id: self.turn_id.clone(),
-            callback_id: id.to_owned(),
-            input: input.clone(),
-            reply,
-        });
+        let sent = self.tx.send(make(self.turn_id.clone(), reply));
         Box::pin(async move {
             sent.map_err(|_| "the session stopped".to_owned())?;
             answer
@@ -121,24 +119,30 @@ impl crate::hooks::Asker for ActorAsker {
     }
 }
 
-impl crate::mcp::Relay for ActorAsker {
-    fn relay(
+impl crate::hooks::Asker for ActorAsker {
+    fn ask(
         &self,
-        server: &str,
-        message: serde_json::Value,
-    ) -> Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send + 'static>> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self.tx.send(Command::McpRelay {
-            turn_id: self.turn_id.clone(),
-            server: server.to_owned(),
+        id: &str,
+        input: &serde_json::Value,
+    ) -> Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send + '_>> {
+        let (callback_id, input) = (id.to_owned(), input.clone());
+        self.ask_through(|turn_id, reply| Command::HookCallback {
+            turn_id,
+            callback_id,
+            input,
+            reply,
+        })
+    }
+}
+
+impl crate::mcp::Relay for ActorAsker {
+    fn relay(&self, server: &str, message: serde_json::Value) -> Answer {
+        let server = server.to_owned();
+        self.ask_through(|turn_id, reply| Command::McpRelay {
+            turn_id,
+            server,
             message,
             reply,
-        });
-        Box::pin(async move {
-            sent.map_err(|_| "the session stopped".to_owned())?;
-            answer
-                .await
-                .map_err(|_| "the turn ended before it was answered".to_owned())?
         })
     }
 }

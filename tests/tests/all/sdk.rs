@@ -90,6 +90,14 @@ fn agent(sdk: Sdk, daemon: &Daemon, scenario: &str, args: &[&str]) -> anyhow::Re
     Ok(lines)
 }
 
+/// Runs a scenario with every SDK, saying which failed.
+fn each_sdk(scenario: fn(Sdk) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    for sdk in SDKS {
+        scenario(sdk).with_context(|| format!("with the {sdk:?} SDK"))?;
+    }
+    Ok(())
+}
+
 fn of_kind<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
     lines.iter().filter(|l| l["kind"] == kind).collect()
 }
@@ -105,11 +113,7 @@ fn replay(daemon: &Daemon, session: &str) -> anyhow::Result<Vec<Value>> {
 
 #[test]
 fn an_sdk_client_runs_its_turns_in_a_daemon_session() -> anyhow::Result<()> {
-    for sdk in SDKS {
-        an_sdk_client_runs_its_turns_in_a_daemon_session_with(sdk)
-            .with_context(|| format!("with the {sdk:?} SDK"))?;
-    }
-    Ok(())
+    each_sdk(an_sdk_client_runs_its_turns_in_a_daemon_session_with)
 }
 
 fn an_sdk_client_runs_its_turns_in_a_daemon_session_with(sdk: Sdk) -> anyhow::Result<()> {
@@ -148,11 +152,7 @@ fn an_sdk_client_runs_its_turns_in_a_daemon_session_with(sdk: Sdk) -> anyhow::Re
 
 #[test]
 fn can_use_tool_allows_and_denies_from_the_sdk() -> anyhow::Result<()> {
-    for sdk in SDKS {
-        can_use_tool_allows_and_denies_from_the_sdk_with(sdk)
-            .with_context(|| format!("with the {sdk:?} SDK"))?;
-    }
-    Ok(())
+    each_sdk(can_use_tool_allows_and_denies_from_the_sdk_with)
 }
 
 fn can_use_tool_allows_and_denies_from_the_sdk_with(sdk: Sdk) -> anyhow::Result<()> {
@@ -198,11 +198,7 @@ fn can_use_tool_allows_and_denies_from_the_sdk_with(sdk: Sdk) -> anyhow::Result<
 
 #[test]
 fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on() -> anyhow::Result<()> {
-    for sdk in SDKS {
-        an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on_with(sdk)
-            .with_context(|| format!("with the {sdk:?} SDK"))?;
-    }
-    Ok(())
+    each_sdk(an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on_with)
 }
 
 fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on_with(
@@ -229,11 +225,7 @@ fn an_interrupt_from_the_sdk_stops_the_tool_and_the_session_goes_on_with(
 
 #[test]
 fn the_sdks_hook_callbacks_refuse_a_call_and_add_context() -> anyhow::Result<()> {
-    for sdk in SDKS {
-        the_sdks_hook_callbacks_refuse_a_call_and_add_context_with(sdk)
-            .with_context(|| format!("with the {sdk:?} SDK"))?;
-    }
-    Ok(())
+    each_sdk(the_sdks_hook_callbacks_refuse_a_call_and_add_context_with)
 }
 
 fn the_sdks_hook_callbacks_refuse_a_call_and_add_context_with(sdk: Sdk) -> anyhow::Result<()> {
@@ -285,11 +277,7 @@ fn the_sdks_hook_callbacks_refuse_a_call_and_add_context_with(sdk: Sdk) -> anyho
 
 #[test]
 fn a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program() -> anyhow::Result<()> {
-    for sdk in SDKS {
-        a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program_with(sdk)
-            .with_context(|| format!("with the {sdk:?} SDK"))?;
-    }
-    Ok(())
+    each_sdk(a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program_with)
 }
 
 fn a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program_with(
@@ -335,11 +323,7 @@ fn a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program_with(
 
 #[test]
 fn a_one_shot_query_and_a_resumed_one_share_the_session() -> anyhow::Result<()> {
-    for sdk in SDKS {
-        a_one_shot_query_and_a_resumed_one_share_the_session_with(sdk)
-            .with_context(|| format!("with the {sdk:?} SDK"))?;
-    }
-    Ok(())
+    each_sdk(a_one_shot_query_and_a_resumed_one_share_the_session_with)
 }
 
 fn a_one_shot_query_and_a_resumed_one_share_the_session_with(sdk: Sdk) -> anyhow::Result<()> {
