@@ -425,6 +425,14 @@ impl Run {
             }
             // Thinking follows the model's effort in tether (`--effort`); nothing to set.
             "set_max_thinking_tokens" => Ok(json!({})),
+            "mcp_reconnect" => {
+                let name = request["serverName"]
+                    .as_str()
+                    .context("mcp_reconnect needs a serverName")?;
+                let cwd = crate::remote::work_dir()?;
+                self.conn.client.mcp_reconnect(cwd, name.to_owned()).await?;
+                Ok(json!({}))
+            }
             "mcp_status" => {
                 let cwd = crate::remote::work_dir()?;
                 let list = self.conn.client.mcp_list(cwd).await?;

@@ -455,6 +455,21 @@ fn bad_lines_are_answered_and_another_client_may_answer_first() -> anyhow::Resul
         json!({"type": "control_response",
                 "response": {"subtype": "success", "request_id": "nobody_asked", "response": {}}}),
     )?;
+    // Reconnecting a server this directory does not have is refused, naming it.
+    send(
+        &mut stdin,
+        json!({"type": "control_request", "request_id": "req_3",
+                "request": {"subtype": "mcp_reconnect", "serverName": "nowhere"}}),
+    )?;
+    let reconnect = lines.until(|l| l["type"] == "control_response")?;
+    assert_eq!(reconnect["response"]["request_id"], "req_3", "{reconnect}");
+    assert_eq!(reconnect["response"]["subtype"], "error", "{reconnect}");
+    assert!(
+        reconnect["response"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nowhere")),
+        "{reconnect}"
+    );
 
     send(
         &mut stdin,
