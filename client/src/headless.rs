@@ -322,6 +322,14 @@ impl Totals {
     }
 }
 
+/// An MCP server's state as the SDKs read it: connected, failed, pending (not started yet) …
+pub(crate) fn mcp_status(state: &str) -> &str {
+    match state {
+        "starting" | "idle" => "pending",
+        other => other,
+    }
+}
+
 /// Claude Code's stream-json translator for `session`, and its `init` message.
 pub(crate) async fn stream_json_for(
     conn: &connection::Connection,
@@ -344,18 +352,11 @@ pub(crate) async fn stream_json_for(
         .iter()
         .find(|a| a.alias == summary.model)
         .map_or(summary.model.clone(), |a| a.model.clone());
-    // As the SDKs read them: connected, failed, pending (not started yet) …
     let mcp_servers: Vec<Value> = match conn.client.mcp_list(summary.cwd.clone()).await {
         Ok(list) => list
             .servers
             .iter()
-            .map(|s| {
-                let status = match s.state.as_str() {
-                    "starting" | "idle" => "pending",
-                    other => other,
-                };
-                json!({"name": s.name, "status": status})
-            })
+            .map(|s| json!({"name": s.name, "status": mcp_status(&s.state)}))
             .collect(),
         Err(_) => Vec::new(),
     };

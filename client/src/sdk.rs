@@ -59,6 +59,13 @@ struct Asked {
     data: Value,
 }
 
+/// What the daemon asked the SDK program through this client: a hook callback or a message for
+/// one of its MCP servers, by the daemon's request id.
+enum Relayed {
+    Hook(String),
+    Mcp(String),
+}
+
 /// The run: one session, the turns started for the SDK's messages, the requests in flight.
 struct Run {
     h: Headless,
@@ -70,10 +77,8 @@ struct Run {
     turns: VecDeque<Turn>,
     /// `can_use_tool` requests by our request id.
     asked: HashMap<String, Asked>,
-    /// `hook_callback` requests by our request id: the daemon's request id.
-    hooks_asked: HashMap<String, String>,
-    /// `mcp_message` requests by our request id: the daemon's request id.
-    mcp_asked: HashMap<String, String>,
+    /// `hook_callback` and `mcp_message` requests by our request id: what the daemon asked.
+    relayed: HashMap<String, Relayed>,
     /// The hook callbacks `initialize` named, for every turn.
     hook_callbacks: Option<Value>,
     /// Options of the turns still to start (the agents `initialize` brought in).
@@ -174,8 +179,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
         translator: None,
         turns: VecDeque::new(),
         asked: HashMap::new(),
-        hooks_asked: HashMap::new(),
-        mcp_asked: HashMap::new(),
+        relayed: HashMap::new(),
         hook_callbacks: None,
         agents: None,
         last_ok: true,
@@ -440,14 +444,10 @@ impl Run {
                     .servers
                     .iter()
                     .map(|s| {
-                        let status = match s.state.as_str() {
-                            "connected" => "connected",
-                            "failed" => "failed",
-                            "starting" | "idle" => "pending",
-                            other => other,
-                        };
-                        json!({"name": s.name, "status": status, "scope": s.scope,
-                               "tools": s.tools.iter().map(|t| json!({"name": t})).collect::<Vec<_>>()})
+                        let tools: Vec<Value> =
+                            s.tools.iter().map(|t| json!({"name": t})).collect();
+                        json!({"name": s.name, "status": crate::headless::mcp_status(&s.state),
+                               "scope": s.scope, "tools": tools})
                     })
                     .collect();
                 Ok(json!({"mcpServers": servers}))
@@ -519,62 +519,23 @@ impl Run {
     /// The SDK's answer to one of our requests.
     async fn answered(&mut self, response: &Value) -> anyhow::Result<()> {
         let id = response["request_id"].as_str().unwrap_or_default();
-        if let Some(request_id) = self.hooks_asked.remove(id) {
-            let Some(session) = self.session.clone() else {
-                return Ok(());
+        if let Some(relayed) = self.relayed.remove(id) {
+            let answer = match (&relayed, response["subtype"].as_str()) {
+                // A hook's answer may be empty; an MCP server's must be a JSON-RPC object.
+                (Relayed::Hook(_), Some("success")) => Ok(Some(response["response"].clone())
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}))),
+                (Relayed::Mcp(_), Some("success"))
+                    if response["response"]["mcp_response"].is_object() =>
+                {
+                    Ok(response["response"]["mcp_response"].clone())
+                }
+                _ => Err(response["error"]
+                    .as_str()
+                    .unwrap_or("the SDK program gave no answer")
+                    .to_owned()),
             };
-            let (output, error) = match response["subtype"].as_str() {
-                Some("success") => (
-                    Some(response["response"].clone()).filter(Value::is_object),
-                    None,
-                ),
-                _ => (
-                    None,
-                    Some(
-                        response["error"]
-                            .as_str()
-                            .unwrap_or("the SDK's hook callback failed")
-                            .to_owned(),
-                    ),
-                ),
-            };
-            // `false`: the hook stopped waiting (its turn ended, or it timed out).
-            if let Err(e) = self
-                .conn
-                .client
-                .hook_respond(session, request_id, output, error)
-                .await
-            {
-                eprintln!("tether: the hook callback's answer was refused: {e}");
-            }
-            return Ok(());
-        }
-        if let Some(request_id) = self.mcp_asked.remove(id) {
-            let Some(session) = self.session.clone() else {
-                return Ok(());
-            };
-            let answer = &response["response"]["mcp_response"];
-            let (message, error) = match response["subtype"].as_str() {
-                Some("success") if answer.is_object() => (Some(answer.clone()), None),
-                _ => (
-                    None,
-                    Some(
-                        response["error"]
-                            .as_str()
-                            .unwrap_or("the SDK's MCP server gave no answer")
-                            .to_owned(),
-                    ),
-                ),
-            };
-            if let Err(e) = self
-                .conn
-                .client
-                .mcp_respond(session, request_id, message, error)
-                .await
-            {
-                eprintln!("tether: the MCP server's answer was refused: {e}");
-            }
-            return Ok(());
+            return self.relay_back(relayed, answer).await;
         }
         let Some(asked) = self.asked.remove(id) else {
             eprintln!("tether: an answer to no open request ({id:?}) was ignored");
@@ -688,54 +649,36 @@ impl Run {
         if kind == "permission_requested" {
             self.ask(index, data).await?;
         }
-        // The SDK can no longer be asked (its input ended): the hook is told at once.
-        if kind == "hook_callback"
-            && !self.input_open
-            && let Some(session) = self.session.clone()
-        {
-            let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
-            let why = "the SDK program's input has ended".to_owned();
-            if let Err(e) = self
-                .conn
-                .client
-                .hook_respond(session, request_id, None, Some(why))
-                .await
-            {
-                eprintln!("tether: {e}");
-            }
-        }
-        if kind == "mcp_message" {
-            let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
-            if self.input_open {
-                let ours = self.request(json!({
+        let request_id = || data["requestId"].as_str().unwrap_or_default().to_owned();
+        let relayed = match kind {
+            "hook_callback" => Some((
+                Relayed::Hook(request_id()),
+                json!({
+                    "subtype": "hook_callback",
+                    "callback_id": data["callbackId"],
+                    "input": data["input"],
+                    "tool_use_id": data["input"]["tool_use_id"],
+                }),
+            )),
+            "mcp_message" => Some((
+                Relayed::Mcp(request_id()),
+                json!({
                     "subtype": "mcp_message",
                     "server_name": data["server"],
                     "message": data["message"],
-                }))?;
-                self.mcp_asked.insert(ours, request_id);
-            } else if let Some(session) = self.session.clone() {
+                }),
+            )),
+            _ => None,
+        };
+        if let Some((relayed, request)) = relayed {
+            if self.input_open {
+                let ours = self.request(request)?;
+                self.relayed.insert(ours, relayed);
+            } else {
+                // The SDK can no longer be asked (its input ended): the daemon is told at once.
                 let why = "the SDK program's input has ended".to_owned();
-                if let Err(e) = self
-                    .conn
-                    .client
-                    .mcp_respond(session, request_id, None, Some(why))
-                    .await
-                {
-                    eprintln!("tether: {e}");
-                }
+                self.relay_back(relayed, Err(why)).await?;
             }
-        }
-        if kind == "hook_callback" && self.input_open {
-            let ours = self.request(json!({
-                "subtype": "hook_callback",
-                "callback_id": data["callbackId"],
-                "input": data["input"],
-                "tool_use_id": data["input"]["tool_use_id"],
-            }))?;
-            self.hooks_asked.insert(
-                ours,
-                data["requestId"].as_str().unwrap_or_default().to_owned(),
-            );
         }
         if self.turns[index].totals.take(kind, data)
             && let Some(turn) = self.turns.remove(index)
@@ -748,6 +691,44 @@ impl Run {
                 None => result,
             };
             write_line(&line)?;
+        }
+        Ok(())
+    }
+
+    /// Gives the daemon the SDK program's answer to what it asked (or why there is none); a
+    /// refusal (the hook or the turn stopped waiting) is said, and the run goes on.
+    async fn relay_back(
+        &mut self,
+        relayed: Relayed,
+        answer: Result<Value, String>,
+    ) -> anyhow::Result<()> {
+        let Some(session) = self.session.clone() else {
+            return Ok(());
+        };
+        let (output, error) = match answer {
+            Ok(output) if output.is_object() => (Some(output), None),
+            Ok(_) => (
+                None,
+                Some("the SDK program's answer is not an object".to_owned()),
+            ),
+            Err(why) => (None, Some(why)),
+        };
+        let sent = match relayed {
+            Relayed::Hook(request_id) => {
+                self.conn
+                    .client
+                    .hook_respond(session, request_id, output, error)
+                    .await
+            }
+            Relayed::Mcp(request_id) => {
+                self.conn
+                    .client
+                    .mcp_respond(session, request_id, output, error)
+                    .await
+            }
+        };
+        if let Err(e) = sent {
+            eprintln!("tether: the SDK program's answer was refused: {e}");
         }
         Ok(())
     }

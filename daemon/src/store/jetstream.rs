@@ -527,17 +527,9 @@ impl Cluster {
         let last = self.catch_up(id, db).await?;
         let mut head = db.log(id).head()?;
         let stream = &self.logs[shard_of(id) as usize];
-        let consumer = stream
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                filter_subject: subject(id),
-                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
-                    start_sequence: last + 1,
-                },
-                ..Default::default()
-            })
+        let mut messages = read_from(stream, subject(id), last + 1)
             .await
             .map_err(|e| down(&e))?;
-        let mut messages = consumer.messages().await.map_err(|e| down(&e))?;
         // The record's deletion ends the session everywhere.
         let mut record = self
             .records
@@ -629,17 +621,9 @@ impl Cluster {
         if mark == last {
             return Ok(last);
         }
-        let consumer = stream
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                filter_subject: subject.clone(),
-                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
-                    start_sequence: mark + 1,
-                },
-                ..Default::default()
-            })
+        let mut messages = read_from(stream, subject.clone(), mark + 1)
             .await
             .map_err(|e| down(&e))?;
-        let mut messages = consumer.messages().await.map_err(|e| down(&e))?;
         let log = db.log(id);
         let mut head = log.head()?;
         while mark < last {
@@ -890,6 +874,25 @@ impl Cluster {
     pub async fn recorded_answer(&self, id: &SessionId, request_id: &str) -> Option<Vec<u8>> {
         self.answers.recorded(id, request_id).await
     }
+}
+
+/// A session's log messages from stream sequence `start` on, in order, then live.
+async fn read_from(
+    stream: &stream::Stream,
+    subject: String,
+    start: u64,
+) -> Result<jetstream::consumer::pull::Ordered, String> {
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: subject,
+            deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    consumer.messages().await.map_err(|e| e.to_string())
 }
 
 /// Copies one change of the records bucket into `db`; the session's id when it is one there.
