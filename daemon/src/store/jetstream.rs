@@ -217,13 +217,25 @@ impl Cluster {
                 ..bucket(name)
             };
             async move {
-                match js.get_key_value(name).await {
-                    Ok(store) => Ok(store),
-                    Err(_) => js
-                        .create_key_value(config)
-                        .await
-                        .map_err(|e| jetstream_down(&settings.urls, name, e)),
+                let down = |e: &dyn std::fmt::Display| jetstream_down(&settings.urls, name, e);
+                let store = match js.get_key_value(name).await {
+                    Ok(store) => store,
+                    Err(_) => js.create_key_value(config).await.map_err(|e| down(&e))?,
+                };
+                // A bucket is made to let any replica answer a read, and a replica may not
+                // have stored the latest write yet: a lease just taken or an answer just
+                // recorded could read as absent. Every read goes to the leader instead.
+                let stream = store.stream.cached_info().config.clone();
+                if !stream.allow_direct {
+                    return Ok(store);
                 }
+                js.update_stream(stream::Config {
+                    allow_direct: false,
+                    ..stream
+                })
+                .await
+                .map_err(|e| down(&e))?;
+                js.get_key_value(name).await.map_err(|e| down(&e))
             }
         };
         let meta = open_bucket(META, Duration::ZERO).await?;

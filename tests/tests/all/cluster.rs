@@ -463,6 +463,16 @@ fn an_answer_its_dying_owner_recorded_wins_on_the_next() -> anyhow::Result<()> {
     assert_eq!(resolved[0]["data"]["message"], "not that file");
     assert!(!file.exists(), "the denied write ran");
     check_log(&logged(&seen))?;
+    // Reads of the answers and the leases go to each bucket's leader, never to a replica
+    // that may not have stored the latest write yet.
+    for bucket in ["tether-answers", "tether-leases"] {
+        let info = tether_tests::nats::publish(
+            &nats.url(2),
+            &format!("$JS.API.STREAM.INFO.KV_{bucket}"),
+            b"",
+        )?;
+        assert_eq!(info["config"]["allow_direct"], false, "{bucket}: {info}");
+    }
     fake.no_rejections();
     Ok(())
 }
