@@ -42,6 +42,8 @@ pub struct Headless {
     pub name: Option<String>,
     /// With stream-json: the API's stream events too.
     pub include_partial_messages: bool,
+    /// With stream-json: a `system` message as each hook starts and ends.
+    pub include_hook_events: bool,
     /// Cancel the turn once the run has cost more than this (dollars).
     pub max_budget_usd: Option<f64>,
     /// The new session's id (`--session-id`, a UUID).
@@ -334,7 +336,7 @@ pub(crate) fn mcp_status(state: &str) -> &str {
 pub(crate) async fn stream_json_for(
     conn: &connection::Connection,
     session: &SessionId,
-    partial: bool,
+    h: &Headless,
 ) -> anyhow::Result<(Translator, Value)> {
     let snapshot = conn.client.session_get(session.clone()).await?;
     let models = conn.client.models_list().await?;
@@ -360,7 +362,8 @@ pub(crate) async fn stream_json_for(
             .collect(),
         Err(_) => Vec::new(),
     };
-    let translator = Translator::new(&session.0, &model, partial);
+    let translator = Translator::new(&session.0, &model, h.include_partial_messages)
+        .with_hook_events(h.include_hook_events);
     let init = translator.init(&Init {
         mcp_servers: &mcp_servers,
         session_id: &session.0,
@@ -402,14 +405,14 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
             }
             (other, _) => bail!("unknown input format {other:?} (use text or stream-json)"),
         };
-    let mode = crate::commands::parse_mode(h.permission_mode)?;
+    let mode = crate::commands::parse_mode(h.permission_mode.clone())?;
     let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
     crate::trust::report_untrusted(&conn, &cwd).await?;
     let Some(first) = prompts.next().transpose()? else {
         bail!("no prompt on stdin");
     };
-    let session = match h.session {
+    let session = match h.session.clone() {
         Some(id) => id,
         // Headless sessions are titled by their prompt: no extra model call for a script.
         None => {
@@ -417,7 +420,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                 .session_new(
                     cwd,
                     Some(h.name.clone().unwrap_or_else(|| title_of(&first))),
-                    h.model,
+                    h.model.clone(),
                     mode,
                     h.session_id.clone(),
                 )
@@ -429,7 +432,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut claude = None;
     if format == "stream-json" {
-        let translator = stream_json_for(&conn, &session, h.include_partial_messages).await?;
+        let translator = stream_json_for(&conn, &session, &h).await?;
         writeln!(out, "{}", translator.1)?;
         claude = Some(translator.0);
     }

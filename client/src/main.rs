@@ -176,8 +176,8 @@ struct Cli {
     /// Accepted for the Agent SDKs: tether reads every settings source (user, project, local).
     #[arg(long, value_name = "SOURCES", hide_short_help = true)]
     setting_sources: Option<String>,
-    /// Accepted for the Agent SDKs: hook runs are in `--output-format events`, not in
-    /// stream-json yet.
+    /// With stream-json: a `system` message (`hook_started`, `hook_response`) as each hook
+    /// starts and ends.
     #[arg(long, hide_short_help = true)]
     include_hook_events: bool,
     /// Accepted for the Agent SDKs: tether loads no plugins (its skills, agents and commands
@@ -545,6 +545,7 @@ fn main() -> ExitCode {
                 },
                 permission_prompt_command: cli.permission_prompt_command.clone(),
                 include_partial_messages: cli.include_partial_messages,
+                include_hook_events: cli.include_hook_events,
                 max_budget_usd: cli.max_budget_usd,
                 session_id: cli.session_id.clone().map(tether_proto::SessionId),
             };

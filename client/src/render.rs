@@ -113,6 +113,22 @@ pub fn event_line(ev: &Event) -> String {
         ),
         EventKind::SessionStatus { status } => format!("status: {}", status.as_str()),
         EventKind::Notice { level, message } => format!("{level}: {message}"),
+        EventKind::HookStarted { hook_name, .. } => format!("hook {hook_name} started"),
+        EventKind::HookResponse {
+            hook_name,
+            exit_code,
+            outcome,
+            ..
+        } => {
+            let how = match (outcome, exit_code) {
+                (tether_proto::HookOutcome::Success, _) => "finished".to_owned(),
+                (tether_proto::HookOutcome::Cancelled, _) => "was cancelled".to_owned(),
+                (_, Some(code)) => format!("exited with {code}"),
+                (tether_proto::HookOutcome::Other(o), None) => format!("ended: {o}"),
+                (_, None) => "failed".to_owned(),
+            };
+            format!("hook {hook_name} {how}")
+        }
         EventKind::TurnStarted {
             content, by: who, ..
         } => {

@@ -260,8 +260,7 @@ impl Run {
         };
         self.events =
             Some(connection::subscribe(&self.conn, &session, Role::Controller, Since::Head).await?);
-        let (translator, init) =
-            stream_json_for(&self.conn, &session, self.h.include_partial_messages).await?;
+        let (translator, init) = stream_json_for(&self.conn, &session, &self.h).await?;
         write_line(&init)?;
         self.translator = Some(translator);
         self.session = Some(session);

@@ -33,6 +33,8 @@ pub struct Translator {
     session_id: String,
     model: String,
     partial: bool,
+    /// Whether hook runs become `system` messages.
+    hooks: bool,
     /// The reply being streamed: its id and its completed blocks by index.
     message: Option<(String, BTreeMap<u64, Value>)>,
 }
@@ -74,8 +76,15 @@ impl Translator {
             session_id: session_id.to_owned(),
             model: model.to_owned(),
             partial,
+            hooks: false,
             message: None,
         }
+    }
+
+    /// With `on`, each hook's start and end become `system` messages (`--include-hook-events`).
+    pub fn with_hook_events(mut self, on: bool) -> Self {
+        self.hooks = on;
+        self
     }
 
     /// The `system`/`init` message.
@@ -226,6 +235,31 @@ impl Translator {
                     json!({"type": "user", "message": message, "tool_use_result": result}),
                 ));
             }
+            kind @ ("hook_started" | "hook_response") if self.hooks => {
+                let mut message = json!({
+                    "type": "system",
+                    "subtype": kind,
+                    "hook_id": data["hookId"],
+                    "hook_name": data["hookName"],
+                    "hook_event": data["hookEvent"],
+                    "session_id": self.session_id,
+                    "uuid": uuid(),
+                });
+                if kind == "hook_response" {
+                    for (to, from) in [
+                        ("output", "output"),
+                        ("stdout", "stdout"),
+                        ("stderr", "stderr"),
+                        ("outcome", "outcome"),
+                        ("exit_code", "exitCode"),
+                    ] {
+                        if let Some(v) = data.get(from) {
+                            message[to] = v.clone();
+                        }
+                    }
+                }
+                out.push(message);
+            }
             _ => {}
         }
         out
@@ -367,5 +401,33 @@ mod tests {
             Some(2)
         );
         assert_eq!(lines[0]["message"]["content"][0]["text"], "Let me look.");
+    }
+
+    #[test]
+    fn hook_runs_become_system_messages_only_when_asked() {
+        let events = [
+            ev(
+                "hook_started",
+                json!({"hookId": "h1", "hookName": "PreToolUse:Bash", "hookEvent": "PreToolUse"}),
+            ),
+            ev(
+                "hook_response",
+                json!({"hookId": "h1", "hookName": "PreToolUse:Bash", "hookEvent": "PreToolUse",
+                    "output": "no", "stdout": "", "stderr": "no", "exitCode": 2,
+                    "outcome": "error"}),
+            ),
+        ];
+        let mut quiet = Translator::new("s1", "m", false);
+        assert!(events.iter().all(|e| quiet.event(e).is_empty()));
+        let mut told = Translator::new("s1", "m", false).with_hook_events(true);
+        let lines: Vec<Value> = events.iter().flat_map(|e| told.event(e)).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["subtype"], "hook_started");
+        assert_eq!(lines[0]["hook_name"], "PreToolUse:Bash");
+        assert_eq!(lines[1]["subtype"], "hook_response");
+        assert_eq!(lines[1]["exit_code"], 2);
+        assert_eq!(lines[1]["outcome"], "error");
+        assert_eq!(lines[1]["hook_id"], lines[0]["hook_id"]);
+        assert_eq!(lines[1]["session_id"], "s1");
     }
 }

@@ -20,6 +20,7 @@ use grep_matcher::Matcher as _;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
+use tether_proto::{EventKind, HookOutcome};
 
 /// Default hook timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -96,7 +97,6 @@ impl HookEvent {
         "Setup",
     ];
 
-    /// The name settings files use.
     /// Whether the session runs this event's hooks outside its turns (so an SDK program's
     /// callbacks, which belong to a turn, cannot be asked).
     pub fn outside_turns(self) -> bool {
@@ -106,6 +106,7 @@ impl HookEvent {
         )
     }
 
+    /// The name settings files use.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::PreToolUse => "PreToolUse",
@@ -170,6 +171,111 @@ pub trait Asker: Send + Sync + std::fmt::Debug {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + '_>>;
 }
 
+/// Told of every hook run as it starts and ends (`hook_started`, `hook_response`): the
+/// session logs them, so every client sees what ran and what it said.
+pub trait Watcher: Send + Sync + std::fmt::Debug {
+    /// One of the two events of a run.
+    fn tell(&self, event: EventKind);
+}
+
+/// The most of a hook's stdout or stderr its `hook_response` carries.
+const MAX_TOLD: usize = 64 * 1024;
+
+/// `text` cut to at most [`MAX_TOLD`] bytes, on a character boundary.
+fn told(mut text: String) -> String {
+    if text.len() > MAX_TOLD {
+        let mut end = MAX_TOLD;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// What one hook run printed and how it ended.
+#[derive(Debug, Default)]
+struct Ran {
+    stdout: String,
+    stderr: String,
+    exit_code: Option<i32>,
+    /// `None`: it did not run to its end.
+    success: Option<bool>,
+}
+
+impl Ran {
+    fn failed(why: String) -> Self {
+        Self {
+            stderr: why,
+            success: Some(false),
+            ..Self::default()
+        }
+    }
+}
+
+/// One hook run as its watcher sees it: `hook_started` when made, `hook_response` when
+/// [`Told::end`] is called — or, dropped first (its turn was cancelled), a cancelled one.
+struct Told<'a> {
+    watcher: &'a dyn Watcher,
+    hook_id: String,
+    hook_name: String,
+    hook_event: HookEvent,
+    ran: Option<Ran>,
+}
+
+impl<'a> Told<'a> {
+    fn start(watcher: &'a dyn Watcher, event: HookEvent, target: Option<&str>) -> Self {
+        let hook_name = match target {
+            Some(t) => format!("{event}:{t}"),
+            None => event.as_str().to_owned(),
+        };
+        let hook_id = uuid::Uuid::new_v4().to_string();
+        watcher.tell(EventKind::HookStarted {
+            hook_id: hook_id.clone(),
+            hook_name: hook_name.clone(),
+            hook_event: event.as_str().to_owned(),
+        });
+        Self {
+            watcher,
+            hook_id,
+            hook_name,
+            hook_event: event,
+            ran: None,
+        }
+    }
+
+    fn end(mut self, ran: Ran) {
+        self.ran = Some(ran);
+    }
+}
+
+impl Drop for Told<'_> {
+    fn drop(&mut self) {
+        let ran = self.ran.take().unwrap_or_default();
+        let (stdout, stderr) = (told(ran.stdout), told(ran.stderr));
+        let output = match (stdout.is_empty(), stderr.is_empty()) {
+            (_, true) => stdout.clone(),
+            (true, false) => stderr.clone(),
+            (false, false) => format!("{stdout}\n{stderr}"),
+        };
+        self.watcher.tell(EventKind::HookResponse {
+            hook_id: std::mem::take(&mut self.hook_id),
+            hook_name: std::mem::take(&mut self.hook_name),
+            hook_event: self.hook_event.as_str().to_owned(),
+            output,
+            stdout,
+            stderr,
+            exit_code: ran.exit_code,
+            outcome: match ran.success {
+                Some(true) => HookOutcome::Success,
+                Some(false) => HookOutcome::Error,
+                None => HookOutcome::Cancelled,
+            },
+        });
+    }
+}
+
 /// A PreToolUse hook's say in the permission check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HookPermission {
@@ -204,6 +310,8 @@ pub struct Hooks {
     entries: Vec<Entry>,
     /// Who runs the entries' callbacks (none: they are skipped).
     asker: Option<std::sync::Arc<dyn Asker>>,
+    /// Who is told of each run (none: nobody).
+    watcher: Option<std::sync::Arc<dyn Watcher>>,
     /// Configuration problems, naming the file.
     pub problems: Vec<String>,
     /// The settings files' `env`, set for every hook command.
@@ -320,6 +428,11 @@ impl Hooks {
         self.asker = Some(asker);
     }
 
+    /// Tells `watcher` of every run from now on.
+    pub fn watched_by(&mut self, watcher: std::sync::Arc<dyn Watcher>) {
+        self.watcher = Some(watcher);
+    }
+
     /// Whether any hook listens to `event`.
     pub fn has(&self, event: HookEvent) -> bool {
         self.entries.iter().any(|e| e.event == event)
@@ -344,23 +457,46 @@ impl Hooks {
                 continue;
             }
             for action in &entry.actions {
-                match action {
+                if matches!(action, Action::Callback { .. }) && self.asker.is_none() {
+                    continue;
+                }
+                let told = self
+                    .watcher
+                    .as_deref()
+                    .map(|w| Told::start(w, event, target));
+                let ran = match action {
                     Action::Command(cmd) => {
-                        run_one(cmd, &stdin, cwd, &self.env, event, &mut outcome).await;
+                        run_one(cmd, &stdin, cwd, &self.env, event, &mut outcome).await
                     }
                     Action::Callback { id, timeout } => {
                         let Some(asker) = &self.asker else { continue };
                         match tokio::time::timeout(*timeout, asker.ask(id, &input)).await {
-                            Ok(Ok(output)) => read_output(&output, event, &mut outcome),
-                            Ok(Err(why)) => outcome
-                                .notices
-                                .push(format!("{event} hook callback {id} failed: {why}")),
-                            Err(_) => outcome.notices.push(format!(
-                                "{event} hook callback {id} did not answer within {} s",
-                                timeout.as_secs_f64()
-                            )),
+                            Ok(Ok(output)) => {
+                                read_output(&output, event, &mut outcome);
+                                Ran {
+                                    stdout: output.to_string(),
+                                    success: Some(true),
+                                    ..Ran::default()
+                                }
+                            }
+                            Ok(Err(why)) => {
+                                let why = format!("{event} hook callback {id} failed: {why}");
+                                outcome.notices.push(why.clone());
+                                Ran::failed(why)
+                            }
+                            Err(_) => {
+                                let why = format!(
+                                    "{event} hook callback {id} did not answer within {} s",
+                                    timeout.as_secs_f64()
+                                );
+                                outcome.notices.push(why.clone());
+                                Ran::failed(why)
+                            }
                         }
                     }
+                };
+                if let Some(told) = told {
+                    told.end(ran);
                 }
             }
         }
@@ -387,7 +523,7 @@ async fn run_one(
     env: &[(String, String)],
     event: HookEvent,
     outcome: &mut Outcome,
-) {
+) -> Ran {
     use tokio::io::AsyncWriteExt;
     let mut sh = tokio::process::Command::new("sh");
     crate::child_env::scrub(&mut sh);
@@ -405,11 +541,9 @@ async fn run_one(
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
-            outcome.notices.push(format!(
-                "{event} hook {:?} could not start: {e}",
-                cmd.command
-            ));
-            return;
+            let why = format!("{event} hook {:?} could not start: {e}", cmd.command);
+            outcome.notices.push(why.clone());
+            return Ran::failed(why);
         }
     };
     if let Some(mut pipe) = child.stdin.take() {
@@ -418,23 +552,24 @@ async fn run_one(
     let out = match tokio::time::timeout(cmd.timeout, child.wait_with_output()).await {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => {
-            outcome
-                .notices
-                .push(format!("{event} hook {:?} failed: {e}", cmd.command));
-            return;
+            let why = format!("{event} hook {:?} failed: {e}", cmd.command);
+            outcome.notices.push(why.clone());
+            return Ran::failed(why);
         }
         Err(_) => {
-            outcome.notices.push(format!(
+            let why = format!(
                 "{event} hook {:?} did not finish within {} s and was stopped",
                 cmd.command,
                 cmd.timeout.as_secs_f64()
-            ));
-            return;
+            );
+            outcome.notices.push(why.clone());
+            return Ran::failed(why);
         }
     };
     let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-    match out.status.code() {
+    let code = out.status.code();
+    match code {
         Some(0) => {
             if let Ok(v) = serde_json::from_str::<Value>(&stdout)
                 .map_err(|_| ())
@@ -444,14 +579,14 @@ async fn run_one(
             } else if !stdout.is_empty()
                 && matches!(event, HookEvent::UserPromptSubmit | HookEvent::SessionStart)
             {
-                outcome.context.push(stdout);
+                outcome.context.push(stdout.clone());
             }
         }
         Some(2) => {
             outcome.block = Some(if stderr.is_empty() {
                 format!("blocked by a {event} hook")
             } else {
-                stderr
+                stderr.clone()
             })
         }
         code => outcome.notices.push(format!(
@@ -461,6 +596,12 @@ async fn run_one(
                 .unwrap_or_else(|| "a signal".into()),
             stderr.lines().next().unwrap_or("")
         )),
+    }
+    Ran {
+        stdout,
+        stderr,
+        exit_code: code,
+        success: Some(code == Some(0)),
     }
 }
 
@@ -862,6 +1003,91 @@ mod callback_tests {
             failed.notices[0].contains("hook_0 failed: the program went away"),
             "{:?}",
             failed.notices
+        );
+    }
+}
+
+#[cfg(test)]
+mod watcher_tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Keeps every event it is told.
+    #[derive(Debug, Default)]
+    struct Log(Mutex<Vec<EventKind>>);
+
+    impl Watcher for Log {
+        fn tell(&self, event: EventKind) {
+            self.0.lock().expect("lock").push(event);
+        }
+    }
+
+    fn watched(command: &str) -> (Hooks, Arc<Log>) {
+        let mut hooks = Hooks::default();
+        hooks.add(
+            &json!({"Stop": [{"hooks": [{"type": "command", "command": command}]}]}),
+            "test",
+        );
+        let log = Arc::new(Log::default());
+        hooks.watched_by(log.clone());
+        (hooks, log)
+    }
+
+    #[tokio::test]
+    async fn each_run_is_told_as_it_starts_and_ends_or_is_cut_off() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (hooks, log) = watched("echo out; echo err >&2; exit 3");
+        hooks
+            .run(HookEvent::Stop, None, json!({}), dir.path())
+            .await;
+        let told = std::mem::take(&mut *log.0.lock().expect("lock"));
+        let [
+            EventKind::HookStarted {
+                hook_id: started,
+                hook_name,
+                ..
+            },
+            EventKind::HookResponse {
+                hook_id,
+                output,
+                stdout,
+                stderr,
+                exit_code,
+                outcome,
+                ..
+            },
+        ] = told.as_slice()
+        else {
+            panic!("{told:?}");
+        };
+        assert_eq!(started, hook_id);
+        assert_eq!(hook_name, "Stop");
+        assert_eq!((stdout.as_str(), stderr.as_str()), ("out", "err"));
+        assert_eq!(output, "out\nerr");
+        assert_eq!((*exit_code, outcome), (Some(3), &HookOutcome::Error));
+
+        // A run whose turn is cancelled (its future dropped) ends as cancelled.
+        let (hooks, log) = watched("sleep 30");
+        let run = hooks.run(HookEvent::Stop, None, json!({}), dir.path());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), run)
+                .await
+                .is_err()
+        );
+        let told = log.0.lock().expect("lock");
+        assert!(
+            matches!(
+                told.as_slice(),
+                [
+                    EventKind::HookStarted { .. },
+                    EventKind::HookResponse {
+                        outcome: HookOutcome::Cancelled,
+                        exit_code: None,
+                        ..
+                    }
+                ]
+            ),
+            "{told:?}"
         );
     }
 }

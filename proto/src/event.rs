@@ -413,6 +413,36 @@ pub enum EventKind {
         /// What happened.
         message: String,
     },
+    /// A hook began to run: a command of the settings, or a callback of the Agent SDK program
+    /// that started the turn.
+    HookStarted {
+        /// Pairs it with its `hook_response`.
+        hook_id: String,
+        /// The event and what it matched, as Claude Code names it (`PreToolUse:Bash`).
+        hook_name: String,
+        /// The hook event (`PreToolUse` …).
+        hook_event: String,
+    },
+    /// A hook finished: what it printed and how it ended.
+    HookResponse {
+        /// The `hook_started` it ends.
+        hook_id: String,
+        /// As in `hook_started`.
+        hook_name: String,
+        /// As in `hook_started`.
+        hook_event: String,
+        /// Its standard output then its standard error (a callback: its answer as JSON).
+        output: String,
+        /// Its standard output (at most 64 KiB).
+        stdout: String,
+        /// Its standard error (at most 64 KiB), or why it did not run to its end.
+        stderr: String,
+        /// A command's exit code (none: a callback, or it never exited).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        /// How it ended.
+        outcome: crate::vocab::HookOutcome,
+    },
     /// Something a user should know that is not an error.
     Notice {
         /// `info` or `warning`.
@@ -457,6 +487,8 @@ impl EventKind {
             Self::ClientDetached { .. } => "client_detached",
             Self::SessionStatus { .. } => "session_status",
             Self::Notice { .. } => "notice",
+            Self::HookStarted { .. } => "hook_started",
+            Self::HookResponse { .. } => "hook_response",
             Self::TurnStarted { .. } => "turn_started",
             Self::TurnEnded { .. } => "turn_ended",
             Self::AssistantBlockStarted { .. } => "assistant_block_started",

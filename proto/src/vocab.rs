@@ -94,6 +94,21 @@ pub enum NoticeLevel {
     Other(String),
 }
 
+/// How a hook run ended (Claude Code's `hook_response.outcome`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HookOutcome {
+    /// It ran and exited 0 (a callback: it answered).
+    Success,
+    /// It exited otherwise, could not start, or did not finish in time.
+    Error,
+    /// Its turn was cancelled while it ran.
+    Cancelled,
+    /// An outcome this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
 /// Why a client's subscription ended.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -52,6 +52,10 @@ function conversation(texts) {
 
 async function drive(q, results, onTool) {
   for await (const m of q) {
+    if (m.type === "system" && (m.subtype === "hook_started" || m.subtype === "hook_response")) {
+      say({ kind: "hook_event", subtype: m.subtype, event: m.hook_event, id: m.hook_id, name: m.hook_name,
+            outcome: m.outcome ?? null, output: m.output ?? null });
+    }
     if (m.type === "system" && m.subtype === "init") {
       say({ kind: "init", version: m.claude_code_version, session_id: m.session_id, tools: m.tools.length });
     }
@@ -129,6 +133,7 @@ const scenarios = {
     const options = {
       ...base,
       permissionMode: "bypassPermissions",
+      includeHookEvents: true,
       hooks: {
         PreToolUse: [{ matcher: "Bash", hooks: [guard] }],
         UserPromptSubmit: [{ hooks: [context] }],

@@ -5,7 +5,8 @@ Usage: agent.py SCENARIO TETHER [ARG]
   multi       two turns through one ClaudeSDKClient
   permissions can_use_tool allows the first call and denies the second
   interrupt   interrupts a long Bash call, then asks again
-  hooks       a PreToolUse hook callback on Bash refuses `rm`; a UserPromptSubmit one adds context
+  hooks       a PreToolUse hook callback on Bash refuses `rm`; a UserPromptSubmit one adds
+              context; every hook's start and end is reported (include_hook_events)
   mcp         an in-process SDK MCP server's tool adds two numbers
   resume      one query() resuming the session ARG
   oneshot     one query() with nothing to answer (the SDK closes stdin at once)
@@ -18,6 +19,7 @@ import sys
 from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
+    HookEventMessage,
     ClaudeSDKClient,
     HookMatcher,
     PermissionResultAllow,
@@ -52,6 +54,10 @@ def result(message: ResultMessage):
 async def turns(client: ClaudeSDKClient, prompt: str, on_tool=None):
     await client.query(prompt)
     async for message in client.receive_response():
+        if isinstance(message, HookEventMessage):
+            say(kind="hook_event", subtype=message.subtype, event=message.hook_event_name,
+                id=message.data.get("hook_id"), name=message.data.get("hook_name"),
+                outcome=message.data.get("outcome"), output=message.data.get("output"))
         if isinstance(message, SystemMessage) and message.subtype == "init":
             say(kind="init", version=message.data.get("claude_code_version"),
                 session_id=message.data.get("session_id"), tools=len(message.data.get("tools", [])))
@@ -117,6 +123,7 @@ async def hooks(tether: str):
                                        "additionalContext": "the user prefers short answers"}}
 
     options = ClaudeAgentOptions(cli_path=tether, permission_mode="bypassPermissions",
+                                 include_hook_events=True,
                                  hooks={"PreToolUse": [HookMatcher(matcher="Bash", hooks=[guard])],
                                         "UserPromptSubmit": [HookMatcher(hooks=[context])]})
     async with ClaudeSDKClient(options=options) as client:

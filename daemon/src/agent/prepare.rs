@@ -39,6 +39,19 @@ pub struct Request {
     pub permission_mode: tether_proto::PermissionMode,
     /// The hook callbacks of the Agent SDK program starting the turn, and who asks them.
     pub callbacks: Option<(Value, Arc<dyn crate::hooks::Asker>)>,
+    /// Who logs the turn's hook runs once it has started.
+    pub watcher: Arc<dyn crate::hooks::Watcher>,
+}
+
+/// Keeps the runs of the prompt hooks, which run before the turn has started, for the session
+/// to log after `turn_started`.
+#[derive(Debug, Default)]
+struct Kept(std::sync::Mutex<Vec<EventKind>>);
+
+impl crate::hooks::Watcher for Kept {
+    fn tell(&self, event: EventKind) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+    }
 }
 
 /// A turn's input, read and passed through the prompt hooks.
@@ -51,6 +64,8 @@ pub struct Prepared {
     pub notices: Vec<String>,
     /// The project's hooks, loaded once for the whole turn.
     pub hooks: Arc<Hooks>,
+    /// The prompt hooks' runs (`hook_started`, `hook_response`), to log in the turn.
+    pub hook_events: Vec<EventKind>,
     /// The sub-agent types of the project and the user.
     pub agents: crate::tools::agents::Found,
     /// A UserPromptSubmit hook refused the prompt, with its reason.
@@ -86,10 +101,13 @@ async fn run(request: Request) -> Prepared {
         session_start,
         permission_mode,
         callbacks,
+        watcher,
     } = request;
+    let kept = Arc::new(Kept::default());
     // Files: the command directories, mentioned files, settings.
     let read = {
         let cwd = cwd.clone();
+        let kept = kept.clone();
         tokio::task::spawn_blocking(move || {
             let command = command.or_else(|| super::commands::parse(&cwd, home.as_deref(), &input));
             let processed = match &command {
@@ -103,6 +121,7 @@ async fn run(request: Request) -> Prepared {
                 None => super::input::process(&cwd, &input),
             };
             let mut hooks = Hooks::load(&cwd, home.as_deref(), config_hooks.as_ref());
+            hooks.watched_by(kept.clone());
             if let Some(settings) = &settings {
                 hooks.add(&settings["hooks"], "--settings");
             }
@@ -130,6 +149,7 @@ async fn run(request: Request) -> Prepared {
                 content: Vec::new(),
                 notices: vec![notice],
                 hooks: Arc::default(),
+                hook_events: Vec::new(),
                 agents: crate::tools::agents::Found::builtin(),
                 blocked: Some("the input could not be read".into()),
                 session_started: false,
@@ -143,19 +163,41 @@ async fn run(request: Request) -> Prepared {
         content: processed.content,
         notices,
         hooks: Arc::new(hooks),
+        hook_events: Vec::new(),
         agents,
         blocked: None,
         session_started: false,
     };
-    if !prepared.is_prompt() {
-        return prepared;
+    if prepared.is_prompt() {
+        prompt_hooks(
+            &mut prepared,
+            &session_id,
+            &cwd,
+            session_start,
+            permission_mode,
+        )
+        .await;
     }
+    // From now on the turn has started: its hooks' runs are logged as they happen.
+    Arc::make_mut(&mut prepared.hooks).watched_by(watcher);
+    prepared.hook_events = std::mem::take(&mut *kept.0.lock().unwrap_or_else(|p| p.into_inner()));
+    prepared
+}
+
+/// Runs the SessionStart (when due) and UserPromptSubmit hooks on a prompt's content.
+async fn prompt_hooks(
+    prepared: &mut Prepared,
+    session_id: &str,
+    cwd: &Path,
+    session_start: bool,
+    permission_mode: tether_proto::PermissionMode,
+) {
     let hooks = prepared.hooks.clone();
     if session_start && hooks.has(HookEvent::SessionStart) {
         prepared.session_started = true;
         let input = json!({"session_id": session_id, "cwd": cwd, "permission_mode": permission_mode.as_str(), "source": "startup"});
         let outcome = hooks
-            .run(HookEvent::SessionStart, Some("startup"), input, &cwd)
+            .run(HookEvent::SessionStart, Some("startup"), input, cwd)
             .await;
         prepared.notices.extend(outcome.notices);
         prepared
@@ -170,7 +212,7 @@ async fn run(request: Request) -> Prepared {
             .collect();
         let input = json!({"session_id": session_id, "cwd": cwd, "permission_mode": permission_mode.as_str(), "prompt": prompt.join("\n")});
         let outcome = hooks
-            .run(HookEvent::UserPromptSubmit, None, input, &cwd)
+            .run(HookEvent::UserPromptSubmit, None, input, cwd)
             .await;
         prepared.notices.extend(outcome.notices);
         prepared.blocked = outcome.block.or(outcome.stop);
@@ -181,7 +223,6 @@ async fn run(request: Request) -> Prepared {
     if prepared.blocked.is_some() {
         prepared.content.clear();
     }
-    prepared
 }
 
 fn text_block(text: String) -> Value {
@@ -250,6 +291,7 @@ mod tests {
             session_start: true,
             permission_mode: Default::default(),
             callbacks: None,
+            watcher: Arc::new(Kept::default()),
         }
     }
 
@@ -276,6 +318,9 @@ mod tests {
             .collect();
         assert_eq!(texts, ["hello", "from the hook"]);
         assert_eq!(p.blocked, None);
+        // The hook's run is kept for the turn to log once it has started.
+        let told: Vec<&str> = p.hook_events.iter().map(EventKind::type_name).collect();
+        assert_eq!(told, ["hook_started", "hook_response"]);
     }
 
     #[tokio::test]

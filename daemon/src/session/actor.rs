@@ -138,6 +138,11 @@ pub(super) enum Command {
         request_id: String,
         answer: super::Answer,
     },
+    /// A hook started or finished running (logged in its turn, if it ran for one).
+    HookRan {
+        turn_id: Option<TurnId>,
+        event: EventKind,
+    },
     /// Logs a notice.
     Note {
         message: String,
@@ -630,6 +635,7 @@ impl SessionActor {
                 Ok(self.broker.answer_callback(&request_id, answer))
             })),
             Command::HookAnswered { request_id, answer } => self.hook_answered(request_id, answer),
+            Command::HookRan { turn_id, event } => self.emit_in(event, turn_id),
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),
             Command::RecoverShells { shells } => self.recover_shells(shells),

@@ -445,11 +445,12 @@ impl SessionActor {
                     let _ = reply.send(Err(SinkError::storage(e)));
                     return;
                 }
+                let turn = turn_id.clone();
                 let mut waiting = Waiting::new(turn_id, suggested.clone(), reply);
                 waiting.special = special;
                 self.hold(request_id.clone(), waiting);
-                self.permission_hooks(&request_id, &tool, &ask.input, &suggested, &cwd);
-                self.notify(&tool, &cwd);
+                self.permission_hooks(&turn, &request_id, &tool, &ask.input, &suggested, &cwd);
+                self.notify(&turn, &tool, &cwd);
             }
         }
     }
@@ -461,27 +462,31 @@ impl SessionActor {
         self.arm_no_controller();
     }
 
-    /// The session's hooks, read now (settings edits apply at once).
-    pub(super) fn hooks(&self) -> crate::hooks::Hooks {
+    /// The session's hooks, read now (settings edits apply at once); their runs are logged,
+    /// in `turn`'s turn when they run for one.
+    pub(super) fn hooks(&self, turn: Option<&TurnId>) -> crate::hooks::Hooks {
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        crate::hooks::Hooks::load(
+        let mut hooks = crate::hooks::Hooks::load(
             std::path::Path::new(&self.journal.record.cwd),
             home.as_deref(),
             self.env.config_hooks.as_ref(),
-        )
+        );
+        hooks.watched_by(self.hook_watcher(turn.cloned()));
+        hooks
     }
 
     /// Runs the PermissionRequest hooks, in the background, for a request that now waits: an
     /// answer they give resolves it as a controller's would (whichever comes first wins).
     fn permission_hooks(
         &mut self,
+        turn: &TurnId,
         request_id: &str,
         tool: &str,
         input: &serde_json::Value,
         suggested: &[String],
         cwd: &std::path::Path,
     ) {
-        let hooks = self.hooks();
+        let hooks = self.hooks(Some(turn));
         if !hooks.has(HookEvent::PermissionRequest) {
             return;
         }
@@ -541,7 +546,7 @@ impl SessionActor {
     /// Runs the SessionEnd hooks, detached (a deleted session's actor stops meanwhile):
     /// `reason` is `clear` or `other` (deleted).
     pub(super) fn session_end(&self, reason: &str) {
-        let hooks = self.hooks();
+        let hooks = self.hooks(None);
         if !hooks.has(HookEvent::SessionEnd) {
             return;
         }
@@ -581,8 +586,8 @@ impl SessionActor {
     }
 
     /// Runs the Notification hooks, in the background, for a request that now waits.
-    fn notify(&mut self, tool: &str, cwd: &std::path::Path) {
-        let hooks = self.hooks();
+    fn notify(&mut self, turn: &TurnId, tool: &str, cwd: &std::path::Path) {
+        let hooks = self.hooks(Some(turn));
         if !hooks.has(HookEvent::Notification) {
             return;
         }

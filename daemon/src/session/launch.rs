@@ -91,6 +91,35 @@ impl TurnSink for ActorSink {
     }
 }
 
+/// Logs each hook run (`hook_started`, `hook_response`) in the session, in its turn when it
+/// runs for one.
+#[derive(Debug)]
+pub(super) struct ActorWatcher {
+    tx: mpsc::WeakUnboundedSender<Command>,
+    turn_id: Option<TurnId>,
+}
+
+impl crate::hooks::Watcher for ActorWatcher {
+    fn tell(&self, event: EventKind) {
+        if let Some(tx) = self.tx.upgrade() {
+            let _ = tx.send(Command::HookRan {
+                turn_id: self.turn_id.clone(),
+                event,
+            });
+        }
+    }
+}
+
+impl SessionActor {
+    /// What logs the runs of hooks that run for `turn` (or for none).
+    pub(super) fn hook_watcher(&self, turn: Option<TurnId>) -> Arc<dyn crate::hooks::Watcher> {
+        Arc::new(ActorWatcher {
+            tx: self.me.clone(),
+            turn_id: turn,
+        })
+    }
+}
+
 /// Asks the turn's SDK program through the session: a hook callback (`hook_callback`), a
 /// message for one of its in-process MCP servers (`mcp_message`).
 #[derive(Debug, Clone)]

@@ -313,11 +313,10 @@ impl SessionActor {
         );
         let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        let hooks = Arc::new(crate::hooks::Hooks::load(
-            &cwd,
-            home.as_deref(),
-            self.env.config_hooks.as_ref(),
-        ));
+        let mut hooks =
+            crate::hooks::Hooks::load(&cwd, home.as_deref(), self.env.config_hooks.as_ref());
+        hooks.watched_by(self.hook_watcher(Some(turn_id.clone())));
+        let hooks = Arc::new(hooks);
         let plan = Launch {
             model: self.journal.record.model.clone(),
             tools: self.env.tools.clone(),

@@ -282,6 +282,7 @@ impl SessionActor {
                 };
                 (v, Arc::new(asker) as Arc<dyn crate::hooks::Asker>)
             }),
+            watcher: self.hook_watcher(Some(queued.turn_id.clone())),
         };
         self.tasks.spawn(async move {
             let work = crate::agent::prepare(request, &cancel);
@@ -349,6 +350,9 @@ impl SessionActor {
             };
             return self.end_turn(turn_id, outcome);
         };
+        for event in prepared.hook_events.clone() {
+            self.emit_in(event, Some(turn_id.clone()));
+        }
         for notice in &prepared.notices {
             self.emit_in(
                 EventKind::Notice {

@@ -235,7 +235,51 @@ fn the_sdks_hook_callbacks_refuse_a_call_and_add_context_with(sdk: Sdk) -> anyho
         Step::text("The hook kept it."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
+    // A command hook of the project runs beside the program's callbacks.
+    let settings = daemon.workdir().join(".claude");
+    std::fs::create_dir_all(&settings)?;
+    std::fs::write(
+        settings.join("settings.json"),
+        json!({"hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "echo checked by the project"}
+        ]}]}})
+        .to_string(),
+    )?;
+    daemon.trust(&daemon.workdir())?;
     let lines = agent(sdk, &daemon, "hooks", &[])?;
+    // Every hook's start and end reached the program (`includeHookEvents`), paired by id.
+    let told = of_kind(&lines, "hook_event");
+    let ran = |subtype: &str, event: &str| -> Vec<&Value> {
+        told.iter()
+            .copied()
+            .filter(|h| h["subtype"] == subtype && h["event"] == event)
+            .collect()
+    };
+    assert_eq!(
+        ran("hook_started", "UserPromptSubmit").len(),
+        1,
+        "{lines:?}"
+    );
+    let pre = ran("hook_response", "PreToolUse");
+    assert_eq!(pre.len(), 2, "{lines:?}");
+    assert!(pre.iter().all(|h| h["outcome"] == "success"), "{lines:?}");
+    assert!(
+        pre[1]["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("no removing")),
+        "{lines:?}"
+    );
+    assert_eq!(pre[0]["name"], "PreToolUse:Bash", "{lines:?}");
+    let post = ran("hook_response", "PostToolUse");
+    assert_eq!(post.len(), 1, "only the call that ran: {lines:?}");
+    assert_eq!(post[0]["output"], "checked by the project", "{lines:?}");
+    for response in ran("hook_response", "PreToolUse") {
+        assert!(
+            told.iter()
+                .any(|h| h["subtype"] == "hook_started" && h["id"] == response["id"]),
+            "{lines:?}"
+        );
+    }
     let prompted: Vec<&Value> = of_kind(&lines, "hook")
         .into_iter()
         .filter(|h| h["event"] == "UserPromptSubmit")
