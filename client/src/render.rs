@@ -30,7 +30,12 @@ pub fn event_line(ev: &Event) -> String {
         .seq
         .map(|s| format!("#{s}"))
         .unwrap_or_else(|| "--".into());
-    let detail = match &ev.kind {
+    format!("{seq:>6}  {}  {}", clock(&ev.ts), detail(&ev.kind))
+}
+
+/// What an event says, in a few words.
+fn detail(kind: &EventKind) -> String {
+    match kind {
         EventKind::ReplayComplete { head_seq } => {
             format!("replay complete at #{head_seq}; live from here")
         }
@@ -302,8 +307,10 @@ pub fn event_line(ev: &Event) -> String {
             format!("{from} is overloaded; continuing with {to}")
         }
         EventKind::Error { code, message } => format!("error ({code}): {message}"),
-    };
-    format!("{seq:>6}  {}  {detail}", clock(&ev.ts))
+        EventKind::SubagentEvent { agent, event, .. } => {
+            format!("sub-agent {agent}: {}", detail(event))
+        }
+    }
 }
 
 /// Turns a stream of events into terminal text: reply text and tool output stream inline as

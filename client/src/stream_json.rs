@@ -35,6 +35,11 @@ pub struct Translator {
     partial: bool,
     /// Whether hook runs become `system` messages.
     hooks: bool,
+    /// The `Agent` call whose sub-agent this translates for (its messages'
+    /// `parent_tool_use_id`); `None` for the session's own conversation.
+    parent: Option<String>,
+    /// The sub-agents running now, by their parent call.
+    children: BTreeMap<String, Translator>,
     /// The reply being streamed: its id and its completed blocks by index.
     message: Option<(String, BTreeMap<u64, Value>)>,
 }
@@ -77,6 +82,8 @@ impl Translator {
             model: model.to_owned(),
             partial,
             hooks: false,
+            parent: None,
+            children: BTreeMap::new(),
             message: None,
         }
     }
@@ -114,7 +121,7 @@ impl Translator {
 
     /// Adds the envelope fields every message has.
     fn envelope(&self, mut message: Value) -> Value {
-        message["parent_tool_use_id"] = Value::Null;
+        message["parent_tool_use_id"] = json!(self.parent);
         message["session_id"] = json!(self.session_id);
         message["uuid"] = json!(uuid());
         message
@@ -218,7 +225,21 @@ impl Translator {
                 }
                 out.push(message);
             }
+            // A sub-agent's messages, as Claude Code sends them: with the call that runs it.
+            "subagent_event" => {
+                let Some(parent) = data["parentToolCallId"].as_str() else {
+                    return out;
+                };
+                let child = self.children.entry(parent.to_owned()).or_insert_with(|| {
+                    let mut child = Translator::new(&self.session_id, &self.model, false);
+                    child.parent = Some(parent.to_owned());
+                    child
+                });
+                out.extend(child.event(&data["event"]));
+            }
             "tool_result" => {
+                self.children
+                    .remove(data["toolCallId"].as_str().unwrap_or_default());
                 let mut block = json!({
                     "tool_use_id": data["toolCallId"],
                     "type": "tool_result",

@@ -413,6 +413,17 @@ pub enum EventKind {
         /// What happened.
         message: String,
     },
+    /// What a sub-agent did: its completed blocks and messages, its tool calls and their
+    /// results, logged in the parent's turn under the `Agent` (`Task`) call that runs it. Its
+    /// text also streams as that call's `tool_progress`.
+    SubagentEvent {
+        /// The parent's call that runs the sub-agent.
+        parent_tool_call_id: String,
+        /// The sub-agent's type.
+        agent: String,
+        /// The sub-agent's own event.
+        event: Box<EventKind>,
+    },
     /// A hook began to run: a command of the settings, or a callback of the Agent SDK program
     /// that started the turn.
     HookStarted {
@@ -487,6 +498,7 @@ impl EventKind {
             Self::ClientDetached { .. } => "client_detached",
             Self::SessionStatus { .. } => "session_status",
             Self::Notice { .. } => "notice",
+            Self::SubagentEvent { .. } => "subagent_event",
             Self::HookStarted { .. } => "hook_started",
             Self::HookResponse { .. } => "hook_response",
             Self::TurnStarted { .. } => "turn_started",

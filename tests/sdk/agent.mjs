@@ -3,7 +3,7 @@
 // per result it saw, then `done`).
 //
 // Usage: node agent.mjs SDK_DIR SCENARIO TETHER [ARG]
-//   multi, permissions, interrupt, hooks, mcp, oneshot, resume SESSION (see agent.py)
+//   multi, permissions, interrupt, hooks, mcp, oneshot, agents, resume SESSION (see agent.py)
 
 import { pathToFileURL } from "node:url";
 import { join } from "node:path";
@@ -60,6 +60,8 @@ async function drive(q, results, onTool) {
       say({ kind: "init", version: m.claude_code_version, session_id: m.session_id, tools: m.tools.length });
     }
     if (m.type === "assistant") {
+      const text = m.message.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+      say({ kind: "assistant", parent: m.parent_tool_use_id ?? null, text });
       for (const block of m.message.content) {
         if (block.type === "tool_use") {
           say({ kind: "tool_use", name: block.name });
@@ -140,6 +142,11 @@ const scenarios = {
       },
     };
     await drive(query({ prompt: prompts, options }), results);
+  },
+  async agents() {
+    const { prompts, results } = conversation(["count them"]);
+    const agents = { counter: { description: "Counts things", prompt: "You count." } };
+    await drive(query({ prompt: prompts, options: { ...base, agents } }), results);
   },
   async mcp() {
     const add = tool("add", "Adds two numbers", { a: z.number(), b: z.number() }, async (args) => {

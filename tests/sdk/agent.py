@@ -10,6 +10,7 @@ Usage: agent.py SCENARIO TETHER [ARG]
   mcp         an in-process SDK MCP server's tool adds two numbers
   resume      one query() resuming the session ARG
   oneshot     one query() with nothing to answer (the SDK closes stdin at once)
+  agents      a sub-agent the program defines runs; its messages name the call that ran it
 """
 
 import asyncio
@@ -17,6 +18,7 @@ import json
 import sys
 
 from claude_agent_sdk import (
+    AgentDefinition,
     AssistantMessage,
     ClaudeAgentOptions,
     HookEventMessage,
@@ -26,6 +28,7 @@ from claude_agent_sdk import (
     PermissionResultDeny,
     ResultMessage,
     SystemMessage,
+    TextBlock,
     ToolUseBlock,
     create_sdk_mcp_server,
     query,
@@ -62,6 +65,8 @@ async def turns(client: ClaudeSDKClient, prompt: str, on_tool=None):
             say(kind="init", version=message.data.get("claude_code_version"),
                 session_id=message.data.get("session_id"), tools=len(message.data.get("tools", [])))
         if isinstance(message, AssistantMessage):
+            say(kind="assistant", parent=message.parent_tool_use_id,
+                text="".join(b.text for b in message.content if isinstance(b, TextBlock)))
             for block in message.content:
                 if isinstance(block, ToolUseBlock):
                     say(kind="tool_use", name=block.name)
@@ -143,6 +148,14 @@ async def mcp(tether: str):
         await turns(client, "add 2 and 3")
 
 
+async def agents(tether: str):
+    options = ClaudeAgentOptions(
+        cli_path=tether,
+        agents={"counter": AgentDefinition(description="Counts things", prompt="You count.")})
+    async with ClaudeSDKClient(options=options) as client:
+        await turns(client, "count them")
+
+
 async def resume(tether: str, session: str):
     options = ClaudeAgentOptions(cli_path=tether, resume=session)
     async for message in query(prompt="and again", options=options):
@@ -163,7 +176,7 @@ async def main():
         await resume(tether, sys.argv[3])
     else:
         await {"multi": multi, "permissions": permissions, "interrupt": interrupt,
-               "hooks": hooks, "mcp": mcp, "oneshot": oneshot}[scenario](tether)
+               "hooks": hooks, "mcp": mcp, "oneshot": oneshot, "agents": agents}[scenario](tether)
     say(kind="done")
 
 

@@ -287,6 +287,7 @@ impl Dispatch<'_> {
             let emit_sink = self.sink.clone();
             let id = call.id.clone();
             let ctx = ToolContext {
+                call_id: call.id.clone(),
                 emit: Arc::new(move |event| emit_sink.send(event)),
                 subagents: self.subagents.clone(),
                 net: Some(self.ctx.net.clone()),

@@ -1,7 +1,8 @@
 //! Sub-agents: the query loop run on a child conversation with its own history, the agent
 //! type's system prompt, tools and model (never the Task tool itself, which bounds recursion);
 //! the tools reach it through [`SubagentRunner`]. The child's progress streams as the parent
-//! call's `tool_progress`; its usage counts toward the session.
+//! call's `tool_progress`, and what it did (completed blocks and messages, tool calls and
+//! results) is logged as the parent's `subagent_event`s; its usage counts toward the session.
 
 use super::history::History;
 use super::sink::{SinkError, TurnSink};
@@ -28,15 +29,36 @@ pub struct Subagents {
     pub authorizer: Arc<dyn TurnSink>,
 }
 
-/// Collects a child's final answer and turns its events into progress text.
+/// Collects a child's final answer, turns its events into progress text, and logs what it did
+/// under the parent's call.
 struct ChildSink {
     authorizer: Arc<dyn TurnSink>,
     progress: Arc<dyn Fn(String) + Send + Sync>,
+    /// Sends an event in the parent's turn.
+    emit: Arc<dyn Fn(EventKind) + Send + Sync>,
+    /// The parent's call that runs the child.
+    parent: String,
+    /// The child's agent type.
+    agent: String,
     text: Mutex<(String, String)>,
 }
 
 impl ChildSink {
     fn observe(&self, event: &EventKind) {
+        if matches!(
+            event,
+            EventKind::AssistantBlockCompleted { .. }
+                | EventKind::AssistantMessageCompleted { .. }
+                | EventKind::ToolCall { .. }
+                | EventKind::ToolResult { .. }
+                | EventKind::Retrying { .. }
+        ) {
+            (self.emit)(EventKind::SubagentEvent {
+                parent_tool_call_id: self.parent.clone(),
+                agent: self.agent.clone(),
+                event: Box::new(event.clone()),
+            });
+        }
         let mut text = self.text.lock().unwrap_or_else(|p| p.into_inner());
         match event {
             EventKind::TextDelta { text: t, .. } => (self.progress)(t.clone()),
@@ -157,6 +179,9 @@ impl Subagents {
         let sink = Arc::new(ChildSink {
             authorizer: self.authorizer.clone(),
             progress: ctx.progress.clone(),
+            emit: ctx.emit.clone(),
+            parent: ctx.call_id.clone(),
+            agent: agent.name.clone(),
             text: Mutex::new((String::new(), String::new())),
         });
         (ctx.progress)(format!("[sub-agent {}: {description}]\n", agent.name));

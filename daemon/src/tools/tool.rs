@@ -76,6 +76,8 @@ pub struct ToolContext {
     pub subagents: Option<Arc<dyn SubagentRunner>>,
     /// Tokens and cost spent by the tool itself (a sub-agent's model requests).
     pub spent: Arc<std::sync::Mutex<Spent>>,
+    /// The call's id (empty outside a turn).
+    pub call_id: String,
 }
 
 /// What tools that talk to the network use.
@@ -113,6 +115,7 @@ impl ToolContext {
             net: None,
             subagents: None,
             spent: Default::default(),
+            call_id: String::new(),
         }
     }
 

@@ -320,6 +320,51 @@ fn the_sdks_hook_callbacks_refuse_a_call_and_add_context_with(sdk: Sdk) -> anyho
 }
 
 #[test]
+fn a_sub_agent_the_program_defines_speaks_under_the_call_that_runs_it() -> anyhow::Result<()> {
+    each_sdk(a_sub_agent_the_program_defines_speaks_under_the_call_that_runs_it_with)
+}
+
+fn a_sub_agent_the_program_defines_speaks_under_the_call_that_runs_it_with(
+    sdk: Sdk,
+) -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Asking the counter.").tool_use(
+            "Agent",
+            json!({"description": "count", "prompt": "Count to three.", "subagent_type": "counter"}),
+        ),
+        Step::text("one two three"),
+        Step::text("It counted to three."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let lines = agent(sdk, &daemon, "agents", &[])?;
+    let said = of_kind(&lines, "assistant");
+    let call = of_kind(&lines, "tool_use");
+    assert_eq!(call.len(), 1, "{lines:?}");
+    // The parent's messages have no parent; the sub-agent's name the Agent call.
+    let child: Vec<&&Value> = said.iter().filter(|m| !m["parent"].is_null()).collect();
+    assert_eq!(child.len(), 1, "{lines:?}");
+    assert_eq!(child[0]["text"], "one two three");
+    let parent = child[0]["parent"].as_str().context("parent")?;
+    assert!(parent.starts_with("toolu_"), "{lines:?}");
+    assert!(
+        said.iter()
+            .any(|m| m["parent"].is_null() && m["text"] == "It counted to three."),
+        "{lines:?}"
+    );
+    // The program's agent ran with its own prompt.
+    let requests = fake.server.message_requests();
+    assert!(
+        requests[1].body["system"]
+            .to_string()
+            .contains("You count."),
+        "{}",
+        requests[1].body["system"]
+    );
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
 fn a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program() -> anyhow::Result<()> {
     each_sdk(a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program_with)
 }

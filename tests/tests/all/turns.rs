@@ -786,6 +786,29 @@ fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::
     let events = run_turn(&mut c, &session, "delegate it")?;
     let result = of_type(&events, "tool_result");
     assert_eq!(result[0]["data"]["content"], "The answer is 42.");
+    // What the sub-agent did is logged under the call that ran it.
+    let call = &of_type(&events, "tool_call")[0]["data"]["toolCallId"];
+    let child = of_type(&events, "subagent_event");
+    assert!(
+        child
+            .iter()
+            .all(|e| e["data"]["parentToolCallId"] == *call
+                && e["data"]["agent"] == "general-purpose"),
+        "{child:?}"
+    );
+    let said: Vec<&Value> = child
+        .iter()
+        .map(|e| &e["data"]["event"])
+        .filter(|e| e["type"] == "assistant_block_completed")
+        .collect();
+    assert_eq!(said.len(), 1, "{child:?}");
+    assert_eq!(said[0]["data"]["block"]["text"], "The answer is 42.");
+    assert!(
+        child
+            .iter()
+            .any(|e| e["data"]["event"]["type"] == "assistant_message_completed"),
+        "{child:?}"
+    );
     let progress: String = of_type(&events, "tool_progress")
         .iter()
         .filter_map(|e| e["data"]["chunk"].as_str())
