@@ -166,8 +166,10 @@ pub(crate) struct Totals {
     /// A turn's price was unknown: the total is too.
     cost_unknown: bool,
     num_turns: u64,
-    /// The calls refused for want of an answer, as Claude Code lists them.
+    /// The calls refused, as Claude Code lists them.
     denials: Vec<Value>,
+    /// The permission requests still open, by id.
+    asked: std::collections::HashMap<String, Value>,
     /// Milliseconds the turns waited on the model's API.
     api_ms: u64,
     /// The run was stopped for going over `--max-budget-usd`.
@@ -188,6 +190,19 @@ impl Totals {
                 }
             }
             "retrying" => self.current.clear(),
+            "permission_requested" => {
+                let id = data["requestId"].as_str().unwrap_or_default().to_owned();
+                self.asked.insert(id, data.clone());
+            }
+            // Whoever refused it: this client, another, a hook or the policy.
+            "permission_resolved" => {
+                let asked = self
+                    .asked
+                    .remove(data["requestId"].as_str().unwrap_or_default());
+                if let Some(asked) = asked.filter(|_| data["decision"] == "deny") {
+                    self.denied(&asked);
+                }
+            }
             "assistant_message_completed" => {
                 self.num_turns += 1;
                 if let Some(model) = data["model"].as_str() {
@@ -222,7 +237,7 @@ impl Totals {
     }
 
     /// A call refused for want of an answer, as Claude Code lists it.
-    pub(crate) fn denied(&mut self, data: &Value) {
+    fn denied(&mut self, data: &Value) {
         self.denials.push(json!({
             "tool_name": data["tool"],
             "tool_use_id": data["toolCallId"],
@@ -535,9 +550,6 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                             None,
                         ),
                     };
-                    if decision == PermissionDecision::Deny {
-                        totals.denied(data);
-                    }
                     if decision == PermissionDecision::Deny && format != "events" {
                         eprintln!(
                             "tether: denied {}: {}",
@@ -546,7 +558,14 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                         );
                     }
                     conn.client
-                        .permission_respond(session.clone(), request_id, decision, message, updated)
+                        .permission_respond(
+                            session.clone(),
+                            request_id,
+                            decision,
+                            message,
+                            updated,
+                            Some(true),
+                        )
                         .await?;
                 }
                 "usage_updated" if !totals.over_budget => {

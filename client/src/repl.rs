@@ -725,6 +725,7 @@ impl Repl {
                 answer.decision,
                 answer.message,
                 answer.updated_input,
+                None,
             )
             .await
         {

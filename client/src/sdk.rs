@@ -55,8 +55,6 @@ struct Turn {
 struct Asked {
     /// The daemon's request it stands for.
     request_id: String,
-    /// The call, for the list of denials.
-    data: Value,
 }
 
 /// What the daemon asked the SDK program through this client: a hook callback or a message for
@@ -571,11 +569,6 @@ impl Run {
                     None,
                 ),
             };
-        if decision == PermissionDecision::Deny
-            && let Some(turn) = self.turns.front_mut()
-        {
-            turn.totals.denied(&asked.data);
-        }
         // Refused (answered elsewhere meanwhile, or the store failed): said, and the run goes on.
         if let Err(e) = self
             .conn
@@ -586,6 +579,7 @@ impl Run {
                 decision,
                 message,
                 updated,
+                Some(true),
             )
             .await
         {
@@ -646,7 +640,7 @@ impl Run {
             }
         }
         if kind == "permission_requested" {
-            self.ask(index, data).await?;
+            self.ask(data).await?;
         }
         let request_id = || data["requestId"].as_str().unwrap_or_default().to_owned();
         let relayed = match kind {
@@ -745,7 +739,7 @@ impl Run {
     }
 
     /// A permission request of one of our turns: to the SDK, or refused.
-    async fn ask(&mut self, index: usize, data: &Value) -> anyhow::Result<()> {
+    async fn ask(&mut self, data: &Value) -> anyhow::Result<()> {
         let request_id = data["requestId"].as_str().unwrap_or_default().to_owned();
         if self.stdio_permissions && self.input_open {
             let ours = self.request(json!({
@@ -763,13 +757,7 @@ impl Run {
                     }).unwrap_or_default(),
                     "blocked_path": null,
             }))?;
-            self.asked.insert(
-                ours,
-                Asked {
-                    request_id,
-                    data: data.clone(),
-                },
-            );
+            self.asked.insert(ours, Asked { request_id });
             return Ok(());
         }
         let (decision, message, updated) = match &self.h.permission_prompt_command {
@@ -785,14 +773,11 @@ impl Run {
             }
             None => (PermissionDecision::Deny, Some(NOBODY.to_owned()), None),
         };
-        if decision == PermissionDecision::Deny {
-            self.turns[index].totals.denied(data);
-        }
         if let Some(session) = self.session.clone()
             && let Err(e) = self
                 .conn
                 .client
-                .permission_respond(session, request_id, decision, message, updated)
+                .permission_respond(session, request_id, decision, message, updated, Some(true))
                 .await
         {
             eprintln!("tether: the answer was not taken: {e}");

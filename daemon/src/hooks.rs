@@ -100,10 +100,7 @@ impl HookEvent {
     /// Whether the session runs this event's hooks outside its turns (so an SDK program's
     /// callbacks, which belong to a turn, cannot be asked).
     pub fn outside_turns(self) -> bool {
-        matches!(
-            self,
-            Self::SessionEnd | Self::PermissionRequest | Self::Notification
-        )
+        self == Self::SessionEnd
     }
 
     /// The name settings files use.

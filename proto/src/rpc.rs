@@ -134,6 +134,9 @@ pub trait TetherRpc {
     /// Answers a permission request; the first answer wins. An allowing answer may carry
     /// `updatedInput`, the input the call runs with instead (checked like the model's): how a
     /// controller answers an `AskUserQuestion` call (its `answers`), as in Claude Code.
+    /// `afterHooks`: the answer yields to the request's PermissionRequest hooks (a script's
+    /// automatic answer, as Claude Code runs those hooks before it asks): while they run it is
+    /// held (status `held`), and applied once they have run without deciding.
     #[method(name = "permission/respond", param_kind = map, with_extensions)]
     async fn permission_respond(
         &self,
@@ -142,6 +145,7 @@ pub trait TetherRpc {
         decision: PermissionDecision,
         message: Option<String>,
         #[argument(rename = "updatedInput")] updated_input: Option<serde_json::Value>,
+        #[argument(rename = "afterHooks")] after_hooks: Option<bool>,
     ) -> RpcResult<PermissionResponse>;
 
     /// Answers a `hook_callback` event: the callback's output (a hook's JSON output), or why

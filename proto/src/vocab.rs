@@ -175,6 +175,9 @@ pub enum ResponseStatus {
     Accepted,
     /// Another answer (or the policy, or a cancel) decided it first.
     AlreadyResolved,
+    /// An `afterHooks` answer, held while the request's PermissionRequest hooks run: it
+    /// decides the request once they have run, unless they (or another answer) do first.
+    Held,
     /// A status this build does not know, as it was sent.
     #[serde(untagged)]
     Other(String),
@@ -271,6 +274,7 @@ impl ResponseStatus {
         match self {
             Self::Accepted => "accepted",
             Self::AlreadyResolved => "already_resolved",
+            Self::Held => "held",
             Self::Other(s) => s,
         }
     }

@@ -3,7 +3,7 @@
 // per result it saw, then `done`).
 //
 // Usage: node agent.mjs SDK_DIR SCENARIO TETHER [ARG]
-//   multi, permissions, interrupt, hooks, mcp, oneshot, agents, resume SESSION (see agent.py)
+//   multi, permissions, interrupt, hooks, mcp, oneshot, agents, approver, resume SESSION (see agent.py)
 
 import { pathToFileURL } from "node:url";
 import { join } from "node:path";
@@ -139,6 +139,26 @@ const scenarios = {
       hooks: {
         PreToolUse: [{ matcher: "Bash", hooks: [guard] }],
         UserPromptSubmit: [{ hooks: [context] }],
+      },
+    };
+    await drive(query({ prompt: prompts, options }), results);
+  },
+  async approver() {
+    const allow = async (input) => {
+      say({ kind: "hook", event: input.hook_event_name, tool: input.tool_name });
+      return { hookSpecificOutput: { hookEventName: "PermissionRequest", decision: { behavior: "allow" } } };
+    };
+    const told = async (input) => {
+      say({ kind: "hook", event: input.hook_event_name, message: input.message });
+      return {};
+    };
+    const { prompts, results } = conversation(["write it"]);
+    const options = {
+      ...base,
+      permissionMode: "default",
+      hooks: {
+        PermissionRequest: [{ matcher: "Write", hooks: [allow] }],
+        Notification: [{ hooks: [told] }],
       },
     };
     await drive(query({ prompt: prompts, options }), results);

@@ -11,6 +11,7 @@ Usage: agent.py SCENARIO TETHER [ARG]
   resume      one query() resuming the session ARG
   oneshot     one query() with nothing to answer (the SDK closes stdin at once)
   agents      a sub-agent the program defines runs; its messages name the call that ran it
+  approver    a PermissionRequest hook callback allows a Write; a Notification one is told
 """
 
 import asyncio
@@ -156,6 +157,24 @@ async def agents(tether: str):
         await turns(client, "count them")
 
 
+async def approver(tether: str):
+    async def allow(hook_input, tool_use_id, context):
+        say(kind="hook", event=hook_input["hook_event_name"], tool=hook_input["tool_name"])
+        return {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                                       "decision": {"behavior": "allow"}}}
+
+    async def told(hook_input, tool_use_id, context):
+        say(kind="hook", event=hook_input["hook_event_name"], message=hook_input["message"])
+        return {}
+
+    options = ClaudeAgentOptions(cli_path=tether, permission_mode="default",
+                                 hooks={"PermissionRequest": [HookMatcher(matcher="Write",
+                                                                          hooks=[allow])],
+                                        "Notification": [HookMatcher(hooks=[told])]})
+    async with ClaudeSDKClient(options=options) as client:
+        await turns(client, "write it")
+
+
 async def resume(tether: str, session: str):
     options = ClaudeAgentOptions(cli_path=tether, resume=session)
     async for message in query(prompt="and again", options=options):
@@ -176,7 +195,8 @@ async def main():
         await resume(tether, sys.argv[3])
     else:
         await {"multi": multi, "permissions": permissions, "interrupt": interrupt,
-               "hooks": hooks, "mcp": mcp, "oneshot": oneshot, "agents": agents}[scenario](tether)
+               "hooks": hooks, "mcp": mcp, "oneshot": oneshot, "agents": agents,
+               "approver": approver}[scenario](tether)
     say(kind="done")
 
 

@@ -556,7 +556,7 @@ fn ask(editor: &Arc<Editor>, link: &Arc<Link>, conn: &Arc<Connection>, request: 
         };
         if let Err(e) = conn
             .client
-            .permission_respond(session, id, decision, message, None)
+            .permission_respond(session, id, decision, message, None, None)
             .await
         {
             warn(&format!(

@@ -549,6 +549,7 @@ impl TetherRpcServer for RpcApi {
         decision: PermissionDecision,
         message: Option<String>,
         updated_input: Option<serde_json::Value>,
+        after_hooks: Option<bool>,
     ) -> RpcResult<PermissionResponse> {
         if decision == PermissionDecision::Cancelled {
             return Err(invalid_params(
@@ -566,7 +567,7 @@ impl TetherRpcServer for RpcApi {
             updated_input,
         };
         handle
-            .respond_permission(request_id, answer, by)
+            .respond_permission(request_id, answer, by, after_hooks.unwrap_or(false))
             .await
             .map_err(rpc_error)
     }

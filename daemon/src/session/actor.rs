@@ -99,6 +99,7 @@ pub(super) enum Command {
         request_id: String,
         answer: super::Answer,
         by: ClientRef,
+        after_hooks: bool,
         reply: oneshot::Sender<Result<PermissionResponse, SessionError>>,
     },
     /// The cluster reported who follows the session from other nodes (`quiet`: the first
@@ -133,10 +134,10 @@ pub(super) enum Command {
         by: ClientRef,
         reply: oneshot::Sender<Result<bool, SessionError>>,
     },
-    /// A PermissionRequest hook answered a request.
-    HookAnswered {
+    /// The PermissionRequest hooks of a request ran: their answer, if they gave one.
+    PermissionHooksRan {
         request_id: String,
-        answer: super::Answer,
+        answer: Option<super::Answer>,
     },
     /// A hook started or finished running (logged in its turn, if it ran for one).
     HookRan {
@@ -314,17 +315,20 @@ impl SessionHandle {
         .await?
     }
 
-    /// Answers a permission request; the first answer wins.
+    /// Answers a permission request; the first answer wins. `after_hooks`: the answer waits
+    /// for the request's PermissionRequest hooks, and loses to theirs.
     pub async fn respond_permission(
         &self,
         request_id: String,
         answer: super::Answer,
         by: ClientRef,
+        after_hooks: bool,
     ) -> Result<PermissionResponse, SessionError> {
         self.call(|reply| Command::RespondPermission {
             request_id,
             answer,
             by,
+            after_hooks,
             reply,
         })
         .await?
@@ -596,8 +600,16 @@ impl SessionActor {
                 request_id,
                 answer,
                 by,
+                after_hooks,
                 reply,
-            } => drop(reply.send(self.respond_permission(request_id, answer, by).await)),
+            } => {
+                if after_hooks && self.broker.hooks_running(&request_id) {
+                    let held = self.broker.after_hooks(request_id, answer, by);
+                    drop(reply.send(Ok(held)));
+                } else {
+                    drop(reply.send(self.respond_permission(request_id, answer, by).await));
+                }
+            }
             Command::Followers { clients, quiet } => self.followers(clients, quiet),
             Command::RecordedAnswer { request_id, answer } => {
                 self.recorded_answer(request_id, &answer)
@@ -634,7 +646,9 @@ impl SessionActor {
             } else {
                 Ok(self.broker.answer_callback(&request_id, answer))
             })),
-            Command::HookAnswered { request_id, answer } => self.hook_answered(request_id, answer),
+            Command::PermissionHooksRan { request_id, answer } => {
+                self.permission_hooks_ran(request_id, answer).await
+            }
             Command::HookRan { turn_id, event } => self.emit_in(event, turn_id),
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),

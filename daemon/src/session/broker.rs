@@ -102,6 +102,16 @@ pub struct Broker {
     /// Answers the store recorded for requests an earlier owner held and did not log (it
     /// died first): each applies when its request is held again.
     recorded: HashMap<String, Recorded>,
+    /// Requests whose PermissionRequest hooks are running.
+    hooked: std::collections::HashSet<String>,
+    /// Answers that yield to those hooks (`afterHooks`), held until they have run.
+    held: HashMap<String, Vec<HeldAnswer>>,
+}
+
+/// An answer held until its request's PermissionRequest hooks have run, and who gave it.
+pub struct HeldAnswer {
+    answer: super::Answer,
+    by: ClientRef,
 }
 
 /// An answer as the store records it before the log has it (in a cluster, so the first
@@ -213,6 +223,36 @@ impl Broker {
     /// Takes a request to answer it; `None` when it was answered already (or never asked).
     pub fn take(&mut self, request_id: &str) -> Option<Waiting> {
         self.waiting.remove(request_id)
+    }
+
+    /// Whether `request_id`'s PermissionRequest hooks are running.
+    pub fn hooks_running(&self, request_id: &str) -> bool {
+        self.hooked.contains(request_id)
+    }
+
+    /// Holds an answer that yields to `request_id`'s running PermissionRequest hooks.
+    pub fn after_hooks(
+        &mut self,
+        request_id: String,
+        answer: super::Answer,
+        by: ClientRef,
+    ) -> PermissionResponse {
+        let response = PermissionResponse {
+            status: tether_proto::ResponseStatus::Held,
+            decision: answer.decision,
+            resolved_by: None,
+        };
+        self.held
+            .entry(request_id)
+            .or_default()
+            .push(HeldAnswer { answer, by });
+        response
+    }
+
+    /// `request_id`'s hooks have run: the answers held for them.
+    fn hooks_ran(&mut self, request_id: &str) -> Vec<HeldAnswer> {
+        self.hooked.remove(request_id);
+        self.held.remove(request_id).unwrap_or_default()
     }
 
     /// Takes every request of a turn, oldest id first.
@@ -462,8 +502,9 @@ impl SessionActor {
         self.arm_no_controller();
     }
 
-    /// The session's hooks, read now (settings edits apply at once); their runs are logged,
-    /// in `turn`'s turn when they run for one.
+    /// The session's hooks, read now (settings edits apply at once); for `turn`, the running
+    /// one, also its own (`--settings`) and its SDK program's callbacks. Their runs are
+    /// logged, in `turn`'s turn when they run for one.
     pub(super) fn hooks(&self, turn: Option<&TurnId>) -> crate::hooks::Hooks {
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
         let mut hooks = crate::hooks::Hooks::load(
@@ -471,6 +512,18 @@ impl SessionActor {
             home.as_deref(),
             self.env.config_hooks.as_ref(),
         );
+        if let Some(running) = turn.and_then(|t| self.turns.running(t)) {
+            if let Some(settings) = &running.settings {
+                hooks.add(&settings["hooks"], "--settings");
+            }
+            if let (Some(callbacks), Some(tx)) = (&running.hook_callbacks, self.me.upgrade()) {
+                let asker = super::launch::ActorAsker {
+                    tx,
+                    turn_id: running.turn_id.clone(),
+                };
+                hooks.add_callbacks(callbacks, std::sync::Arc::new(asker));
+            }
+        }
         hooks.watched_by(self.hook_watcher(turn.cloned()));
         hooks
     }
@@ -517,6 +570,7 @@ impl SessionActor {
             tool.to_owned(),
             cwd.to_owned(),
         );
+        self.broker.hooked.insert(request_id.clone());
         self.tasks.spawn(async move {
             let outcome = hooks
                 .run(HookEvent::PermissionRequest, Some(&tool), hook_input, &cwd)
@@ -525,20 +579,20 @@ impl SessionActor {
                 tracing::warn!("{n}");
             }
             let answer = match outcome.permission {
-                Some(HookPermission::Allow) => super::Answer {
+                Some(HookPermission::Allow) => Some(super::Answer {
                     decision: PermissionDecision::AllowOnce,
                     message: Some("by a PermissionRequest hook".into()),
                     updated_input: outcome.updated_input,
-                },
-                Some(HookPermission::Deny(why)) => super::Answer {
+                }),
+                Some(HookPermission::Deny(why)) => Some(super::Answer {
                     decision: PermissionDecision::Deny,
                     message: Some(format!("(a PermissionRequest hook answered) {why}")),
                     updated_input: None,
-                },
-                _ => return,
+                }),
+                _ => None,
             };
             if let Some(me) = me.upgrade() {
-                let _ = me.send(super::actor::Command::HookAnswered { request_id, answer });
+                let _ = me.send(super::actor::Command::PermissionHooksRan { request_id, answer });
             }
         });
     }
@@ -568,20 +622,34 @@ impl SessionActor {
         });
     }
 
-    /// A PermissionRequest hook's answer, if the request still waits.
-    pub(super) fn hook_answered(&mut self, request_id: String, answer: super::Answer) {
-        let Some(waiting) = self.broker.take(&request_id) else {
-            return;
-        };
-        if let Err(e) = self.resolve(
-            request_id,
-            waiting,
-            answer.decision,
-            answer.message,
-            answer.updated_input,
-            None,
-        ) {
+    /// A request's PermissionRequest hooks ran: their answer resolves it if it still waits;
+    /// then the answers held for them (`afterHooks`) are given, in the order they came.
+    pub(super) async fn permission_hooks_ran(
+        &mut self,
+        request_id: String,
+        answer: Option<super::Answer>,
+    ) {
+        let held = self.broker.hooks_ran(&request_id);
+        if let Some(answer) = answer
+            && let Some(waiting) = self.broker.take(&request_id)
+            && let Err(e) = self.resolve(
+                request_id.clone(),
+                waiting,
+                answer.decision,
+                answer.message,
+                answer.updated_input,
+                None,
+            )
+        {
             tracing::error!(session = %self.journal.record.id, "could not resolve a permission request: {e}");
+        }
+        for HeldAnswer { answer, by } in held {
+            if let Err(e) = self
+                .respond_permission(request_id.clone(), answer, by)
+                .await
+            {
+                tracing::warn!(session = %self.journal.record.id, "a held permission answer could not be given: {e}");
+            }
         }
     }
 

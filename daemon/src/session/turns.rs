@@ -55,6 +55,8 @@ pub(super) struct Running {
     pub dirs: Vec<std::path::PathBuf>,
     /// The turn's own settings (`--settings`).
     pub settings: Option<serde_json::Value>,
+    /// The hook callbacks of the Agent SDK program that started it.
+    pub hook_callbacks: Option<serde_json::Value>,
     /// Its idempotency key (its `turn_started` may not be logged yet).
     client_turn_id: Option<String>,
 }
@@ -78,6 +80,7 @@ impl Running {
                 .map(std::path::PathBuf::from)
                 .collect(),
             settings: options.settings.clone(),
+            hook_callbacks: options.hook_callbacks.clone(),
             client_turn_id,
         }
     }
@@ -121,6 +124,11 @@ impl Turns {
     /// The running turn's id.
     pub fn running_id(&self) -> Option<&TurnId> {
         self.running.as_ref().map(|r| &r.turn_id)
+    }
+
+    /// The running turn, when it is `turn_id`.
+    pub fn running(&self, turn_id: &TurnId) -> Option<&Running> {
+        self.running.as_ref().filter(|r| &r.turn_id == turn_id)
     }
 
     /// Whether `turn_id` is the running turn.

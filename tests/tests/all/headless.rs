@@ -66,6 +66,45 @@ fn print_mode_json_and_denied_permissions() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// As in Claude Code, a PermissionRequest hook decides before `-p` refuses what nobody can
+/// approve: even a slow one, and its refusal is listed like any other.
+#[test]
+fn print_mode_lets_a_permission_request_hook_answer_first() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::default().tool_use("Bash", json!({"command": "touch approved-by-the-hook"})),
+        Step::default().tool_use("Bash", json!({"command": "touch refused-by-the-hook"})),
+        Step::text("Done."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let hook = r#"sleep 0.5; if grep -q approved; then echo '{"hookSpecificOutput":{"hookEventName":"PermissionRequest","decision":{"behavior":"allow"}}}'; fi"#;
+    let settings = daemon.workdir().join(".claude");
+    std::fs::create_dir_all(&settings)?;
+    std::fs::write(
+        settings.join("settings.json"),
+        json!({"hooks": {"PermissionRequest": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": hook}
+        ]}]}})
+        .to_string(),
+    )?;
+    daemon.trust(&daemon.workdir())?;
+    let out = daemon.run_tether(&["-p", "make two files", "--output-format", "json"])?;
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout).context("one JSON object")?;
+    assert!(
+        daemon.workdir().join("approved-by-the-hook").exists(),
+        "the hook's allow lost to -p's refusal: {result}"
+    );
+    assert!(!daemon.workdir().join("refused-by-the-hook").exists());
+    let denials = result["permission_denials"].as_array().context("denials")?;
+    assert_eq!(denials.len(), 1, "{result}");
+    assert_eq!(
+        denials[0]["tool_input"]["command"],
+        "touch refused-by-the-hook"
+    );
+    fake.no_rejections();
+    Ok(())
+}
+
 #[test]
 fn print_mode_rejects_bad_options_with_the_daemons_reason() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::text("never asked")]))?;

@@ -365,6 +365,46 @@ fn a_sub_agent_the_program_defines_speaks_under_the_call_that_runs_it_with(
 }
 
 #[test]
+fn the_sdks_permission_request_callback_answers_while_the_turn_waits() -> anyhow::Result<()> {
+    each_sdk(the_sdks_permission_request_callback_answers_while_the_turn_waits_with)
+}
+
+fn the_sdks_permission_request_callback_answers_while_the_turn_waits_with(
+    sdk: Sdk,
+) -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Writing.").tool_use(
+            "Write",
+            json!({"file_path": "approved.txt", "content": "yes\n"}),
+        ),
+        Step::text("Written."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let file = daemon.workdir().join("approved.txt");
+    let lines = agent(sdk, &daemon, "approver", &[])?;
+    let hooks = of_kind(&lines, "hook");
+    assert!(
+        hooks
+            .iter()
+            .any(|h| h["event"] == "PermissionRequest" && h["tool"] == "Write"),
+        "{lines:?}"
+    );
+    assert!(
+        hooks.iter().any(|h| h["event"] == "Notification"
+            && h["message"].as_str().is_some_and(|m| m.contains("Write"))),
+        "{lines:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).with_context(|| format!("{lines:?}"))?,
+        "yes\n"
+    );
+    let result = of_kind(&lines, "result");
+    assert_eq!(result[0]["result"], "Written.", "{lines:?}");
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
 fn a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program() -> anyhow::Result<()> {
     each_sdk(a_tool_of_the_sdks_in_process_mcp_server_runs_in_the_program_with)
 }
