@@ -515,8 +515,19 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
             }
             let data = &raw["data"];
             let kind = raw["type"].as_str().unwrap_or("");
+            let denied = totals.denials.len();
             if totals.take(kind, data) {
                 break;
+            }
+            // A refusal is told once it is final (a PermissionRequest hook may allow first).
+            if let Some(call) = totals.denials.get(denied)
+                && format != "events"
+            {
+                eprintln!(
+                    "tether: denied {}: {}",
+                    call["tool_name"].as_str().unwrap_or("a tool call"),
+                    data["message"].as_str().unwrap_or("refused")
+                );
             }
             match kind {
                 "text_delta" if format == "text" => {
@@ -550,13 +561,6 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                             None,
                         ),
                     };
-                    if decision == PermissionDecision::Deny && format != "events" {
-                        eprintln!(
-                            "tether: denied {}: {}",
-                            data["tool"].as_str().unwrap_or("a tool call"),
-                            message.as_deref().unwrap_or("refused")
-                        );
-                    }
                     conn.client
                         .permission_respond(
                             session.clone(),

@@ -267,8 +267,14 @@ impl Translator {
                     "uuid": uuid(),
                 });
                 if kind == "hook_response" {
+                    // Claude Code's `output`: what the hook printed, both streams.
+                    let printed: Vec<&str> = ["stdout", "stderr"]
+                        .iter()
+                        .filter_map(|k| data[*k].as_str())
+                        .filter(|s| !s.is_empty())
+                        .collect();
+                    message["output"] = json!(printed.join("\n"));
                     for (to, from) in [
-                        ("output", "output"),
                         ("stdout", "stdout"),
                         ("stderr", "stderr"),
                         ("outcome", "outcome"),
@@ -434,7 +440,7 @@ mod tests {
             ev(
                 "hook_response",
                 json!({"hookId": "h1", "hookName": "PreToolUse:Bash", "hookEvent": "PreToolUse",
-                    "output": "no", "stdout": "", "stderr": "no", "exitCode": 2,
+                    "stdout": "", "stderr": "no", "exitCode": 2,
                     "outcome": "error"}),
             ),
         ];
@@ -447,6 +453,7 @@ mod tests {
         assert_eq!(lines[0]["hook_name"], "PreToolUse:Bash");
         assert_eq!(lines[1]["subtype"], "hook_response");
         assert_eq!(lines[1]["exit_code"], 2);
+        assert_eq!(lines[1]["output"], "no");
         assert_eq!(lines[1]["outcome"], "error");
         assert_eq!(lines[1]["hook_id"], lines[0]["hook_id"]);
         assert_eq!(lines[1]["session_id"], "s1");

@@ -250,19 +250,12 @@ impl<'a> Told<'a> {
 impl Drop for Told<'_> {
     fn drop(&mut self) {
         let ran = self.ran.take().unwrap_or_default();
-        let (stdout, stderr) = (told(ran.stdout), told(ran.stderr));
-        let output = match (stdout.is_empty(), stderr.is_empty()) {
-            (_, true) => stdout.clone(),
-            (true, false) => stderr.clone(),
-            (false, false) => format!("{stdout}\n{stderr}"),
-        };
         self.watcher.tell(EventKind::HookResponse {
             hook_id: std::mem::take(&mut self.hook_id),
             hook_name: std::mem::take(&mut self.hook_name),
             hook_event: self.hook_event.as_str().to_owned(),
-            output,
-            stdout,
-            stderr,
+            stdout: told(ran.stdout),
+            stderr: told(ran.stderr),
             exit_code: ran.exit_code,
             outcome: match ran.success {
                 Some(true) => HookOutcome::Success,
@@ -454,20 +447,24 @@ impl Hooks {
                 continue;
             }
             for action in &entry.actions {
-                if matches!(action, Action::Callback { .. }) && self.asker.is_none() {
-                    continue;
-                }
+                // A callback runs only where its program can be asked.
+                let asked = match action {
+                    Action::Command(_) => None,
+                    Action::Callback { id, .. } => match &self.asker {
+                        Some(asker) => Some(asker.ask(id, &input)),
+                        None => continue,
+                    },
+                };
                 let told = self
                     .watcher
                     .as_deref()
                     .map(|w| Told::start(w, event, target));
-                let ran = match action {
-                    Action::Command(cmd) => {
+                let ran = match (action, asked) {
+                    (Action::Command(cmd), _) => {
                         run_one(cmd, &stdin, cwd, &self.env, event, &mut outcome).await
                     }
-                    Action::Callback { id, timeout } => {
-                        let Some(asker) = &self.asker else { continue };
-                        match tokio::time::timeout(*timeout, asker.ask(id, &input)).await {
+                    (Action::Callback { id, timeout }, Some(asked)) => {
+                        match tokio::time::timeout(*timeout, asked).await {
                             Ok(Ok(output)) => {
                                 read_output(&output, event, &mut outcome);
                                 Ran {
@@ -491,6 +488,7 @@ impl Hooks {
                             }
                         }
                     }
+                    (Action::Callback { .. }, None) => Ran::default(),
                 };
                 if let Some(told) = told {
                     told.end(ran);
@@ -1046,7 +1044,6 @@ mod watcher_tests {
             },
             EventKind::HookResponse {
                 hook_id,
-                output,
                 stdout,
                 stderr,
                 exit_code,
@@ -1060,7 +1057,6 @@ mod watcher_tests {
         assert_eq!(started, hook_id);
         assert_eq!(hook_name, "Stop");
         assert_eq!((stdout.as_str(), stderr.as_str()), ("out", "err"));
-        assert_eq!(output, "out\nerr");
         assert_eq!((*exit_code, outcome), (Some(3), &HookOutcome::Error));
 
         // A run whose turn is cancelled (its future dropped) ends as cancelled.

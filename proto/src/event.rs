@@ -442,9 +442,7 @@ pub enum EventKind {
         hook_name: String,
         /// As in `hook_started`.
         hook_event: String,
-        /// Its standard output then its standard error (a callback: its answer as JSON).
-        output: String,
-        /// Its standard output (at most 64 KiB).
+        /// Its standard output (at most 64 KiB; a callback: its answer as JSON).
         stdout: String,
         /// Its standard error (at most 64 KiB), or why it did not run to its end.
         stderr: String,

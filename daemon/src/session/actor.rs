@@ -603,7 +603,7 @@ impl SessionActor {
                 after_hooks,
                 reply,
             } => {
-                if after_hooks && self.broker.hooks_running(&request_id) {
+                if after_hooks && self.broker.hooks_running(&request_id) && self.may_hold(&by) {
                     let held = self.broker.after_hooks(request_id, answer, by);
                     drop(reply.send(Ok(held)));
                 } else {
@@ -649,7 +649,12 @@ impl SessionActor {
             Command::PermissionHooksRan { request_id, answer } => {
                 self.permission_hooks_ran(request_id, answer).await
             }
-            Command::HookRan { turn_id, event } => self.emit_in(event, turn_id),
+            // A hook that outlived its turn (a PermissionRequest hook whose request was
+            // answered) is logged outside any turn, never in the next one's.
+            Command::HookRan { turn_id, event } => {
+                let turn_id = turn_id.filter(|t| self.turns.is_running(t));
+                self.emit_in(event, turn_id)
+            }
             Command::Note { message, reply } => self.note(message, reply),
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),
             Command::RecoverShells { shells } => self.recover_shells(shells),

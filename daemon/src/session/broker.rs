@@ -108,6 +108,25 @@ pub struct Broker {
     held: HashMap<String, Vec<HeldAnswer>>,
 }
 
+/// Tells the session, when dropped, that a request's PermissionRequest hooks have run, with
+/// their answer if they gave one.
+struct HooksRan {
+    me: tokio::sync::mpsc::WeakUnboundedSender<super::actor::Command>,
+    request_id: String,
+    answer: Option<super::Answer>,
+}
+
+impl Drop for HooksRan {
+    fn drop(&mut self) {
+        if let Some(me) = self.me.upgrade() {
+            let _ = me.send(super::actor::Command::PermissionHooksRan {
+                request_id: std::mem::take(&mut self.request_id),
+                answer: self.answer.take(),
+            });
+        }
+    }
+}
+
 /// An answer held until its request's PermissionRequest hooks have run, and who gave it.
 pub struct HeldAnswer {
     answer: super::Answer,
@@ -572,13 +591,19 @@ impl SessionActor {
         );
         self.broker.hooked.insert(request_id.clone());
         self.tasks.spawn(async move {
+            // Told however the task ends (a panic, an abort): answers held for it go on.
+            let mut ran = HooksRan {
+                me,
+                request_id,
+                answer: None,
+            };
             let outcome = hooks
                 .run(HookEvent::PermissionRequest, Some(&tool), hook_input, &cwd)
                 .await;
             for n in outcome.notices {
                 tracing::warn!("{n}");
             }
-            let answer = match outcome.permission {
+            ran.answer = match outcome.permission {
                 Some(HookPermission::Allow) => Some(super::Answer {
                     decision: PermissionDecision::AllowOnce,
                     message: Some("by a PermissionRequest hook".into()),
@@ -591,9 +616,6 @@ impl SessionActor {
                 }),
                 _ => None,
             };
-            if let Some(me) = me.upgrade() {
-                let _ = me.send(super::actor::Command::PermissionHooksRan { request_id, answer });
-            }
         });
     }
 
@@ -622,6 +644,12 @@ impl SessionActor {
         });
     }
 
+    /// Whether an `afterHooks` answer from `by` may be held: it could answer now (a controller,
+    /// the log writable); otherwise it is answered at once, with the reason.
+    pub(super) fn may_hold(&self, by: &ClientRef) -> bool {
+        !self.presence.observer_only(by) && self.journal.writable().is_ok()
+    }
+
     /// A request's PermissionRequest hooks ran: their answer resolves it if it still waits;
     /// then the answers held for them (`afterHooks`) are given, in the order they came.
     pub(super) async fn permission_hooks_ran(
@@ -648,7 +676,9 @@ impl SessionActor {
                 .respond_permission(request_id.clone(), answer, by)
                 .await
             {
-                tracing::warn!(session = %self.journal.record.id, "a held permission answer could not be given: {e}");
+                self.report(format!(
+                    "an answer held for the PermissionRequest hooks could not be given: {e}"
+                ));
             }
         }
     }
@@ -827,6 +857,8 @@ impl SessionActor {
             );
         let source = if by.is_some() { "user" } else { "policy" };
         crate::telemetry::permission_decision(decision.as_str(), source);
+        // Answers held for its hooks are moot now.
+        self.broker.hooks_ran(&request_id);
         let event = EventKind::PermissionResolved {
             request_id,
             decision,
