@@ -248,9 +248,30 @@ pub fn validate(
     }
 
     let mut pending_tool_uses: Vec<String> = Vec::new();
+    // Counts the user and assistant messages, which alternate; a `system` message between
+    // them (newer models take one right after a user turn, to update the instructions
+    // without touching the cached prefix) is not one of them.
+    let mut turn = 0;
     for (i, message) in messages.iter().enumerate() {
         let role = message["role"].as_str().unwrap_or("");
-        let expected = if i % 2 == 0 { "user" } else { "assistant" };
+        if role == "system" {
+            if i == 0 || messages[i - 1]["role"] != "user" {
+                return bad(format!(
+                    "messages.{i}: a system message must come right after a user message"
+                ));
+            }
+            let text_only = blocks(message)
+                .iter()
+                .all(|b| b["type"] == "text" && b["text"].as_str().is_some_and(|t| !t.is_empty()));
+            if blocks(message).is_empty() || !text_only {
+                return bad(format!(
+                    "messages.{i}: a system message holds non-empty text blocks only"
+                ));
+            }
+            continue;
+        }
+        let expected = if turn % 2 == 0 { "user" } else { "assistant" };
+        turn += 1;
         if role != expected {
             return bad(format!(
                 "messages.{i}.role: roles must alternate between \"user\" and \"assistant\" starting with \"user\", got {role:?}"
@@ -483,6 +504,24 @@ mod tests {
             (
                 req(json!([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])),
                 Some("alternate"),
+            ),
+            (
+                req(json!([
+                    {"role": "user", "content": "hi"},
+                    {"role": "system", "content": "Be brief from here on."},
+                    {"role": "assistant", "content": "ok"},
+                    {"role": "user", "content": "go on"},
+                ])),
+                None,
+            ),
+            (
+                req(json!([
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "ok"},
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "go on"},
+                ])),
+                Some("right after a user message"),
             ),
             (
                 req(json!([{"role": "user", "content": [{"type": "text", "text": ""}]}])),
