@@ -297,6 +297,7 @@ impl Editor {
                 None,
                 Some(mode),
                 None,
+                None,
             )
             .await
             .map_err(|e| failed(e.into()))?;
@@ -321,7 +322,7 @@ impl Editor {
             settings::MODEL => {
                 let summary = conn
                     .client
-                    .session_configure(session.clone(), None, Some(value), None, None)
+                    .session_configure(session.clone(), None, Some(value), None, None, None)
                     .await
                     .map_err(|e| failed(e.into()))?;
                 now.model = summary.model;

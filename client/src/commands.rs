@@ -126,6 +126,58 @@ pub async fn remove(socket: &Path, out: Output, ids: &[String]) -> anyhow::Resul
     })
 }
 
+/// `tether budget ID [AMOUNT]`: shows the session's budget and spend, or sets the budget.
+pub async fn budget(
+    socket: &Path,
+    out: Output,
+    id: &str,
+    amount: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let conn = connection::connect(socket, true, ClientKind::Tui).await?;
+    let found = resolve(&conn, id).await?;
+    let session = found.session_id;
+    if let Some(amount) = amount {
+        let budget: f64 = amount
+            .trim()
+            .trim_start_matches('$')
+            .parse()
+            .ok()
+            .filter(|b: &f64| b.is_finite() && *b >= 0.0)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{amount:?} is not an amount of dollars (e.g. 5, 2.50; 0 removes the cap)"
+                )
+            })?;
+        conn.client
+            .session_configure(session.clone(), None, None, None, None, Some(budget))
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", connection::call_error(&e)))?;
+    }
+    let snapshot = conn.client.session_get(session.clone()).await?;
+    if out.json {
+        print_json(&serde_json::json!({
+            "sessionId": session,
+            "budgetUsd": snapshot.budget_usd,
+            "costUsd": snapshot.cost_usd,
+            "budgetReached": snapshot.budget_reached,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let spent = snapshot
+        .cost_usd
+        .map_or_else(|| "an unknown amount".into(), |c| format!("${c:.4}"));
+    match snapshot.budget_usd {
+        Some(b) if snapshot.budget_reached => {
+            println!(
+                "{session}: budget ${b:.2}, {spent} spent: reached, prompts wait until it is raised"
+            )
+        }
+        Some(b) => println!("{session}: budget ${b:.2}, {spent} spent"),
+        None => println!("{session}: no budget, {spent} spent"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Finds the session whose id is `id` or starts with it.
 pub async fn resolve(conn: &Connection, id: &str) -> anyhow::Result<SessionSummary> {
     if let Ok(snapshot) = conn.client.session_get(SessionId(id.to_owned())).await {

@@ -235,6 +235,14 @@ enum Cmd {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Show or set the most a session may spend, in USD (0: no cap). A session paused at its
+    /// budget goes on once it is raised.
+    Budget {
+        /// Session id or a unique prefix of one.
+        id: String,
+        /// The new budget in USD (e.g. 5 or 2.50; 0 removes the cap).
+        amount: Option<String>,
+    },
     /// Follow a session's events as they happen (Ctrl+C detaches).
     Attach {
         /// Session id or a unique prefix of one.
@@ -594,6 +602,9 @@ fn main() -> ExitCode {
                 permission_mode,
             }) => commands::new(&socket, out, title, model, permission_mode).await,
             Some(Cmd::Rm { ids }) => commands::remove(&socket, out, &ids).await,
+            Some(Cmd::Budget { id, amount }) => {
+                commands::budget(&socket, out, &id, amount.as_deref()).await
+            }
             Some(Cmd::Attach { id, observe, since }) => {
                 if repl::wants_interactive(out) && since == "0" {
                     let session = commands::pick_session(&socket, &id).await?;

@@ -72,6 +72,7 @@ fn detail(kind: &EventKind) -> String {
             effort,
             permission_mode,
             on_no_controller,
+            budget_usd,
             by: who,
         } => {
             let mut parts = Vec::new();
@@ -97,6 +98,11 @@ fn detail(kind: &EventKind) -> String {
                     )
                     .to_lowercase(),
                 );
+            }
+            match budget_usd {
+                Some(b) if *b > 0.0 => parts.push(format!("budget ${b:.2}")),
+                Some(_) => parts.push("no budget".into()),
+                None => {}
             }
             format!("configured: {}{}", parts.join(", "), by(who))
         }
@@ -307,6 +313,13 @@ fn detail(kind: &EventKind) -> String {
             format!("{from} is overloaded; continuing with {to}")
         }
         EventKind::Error { code, message } => format!("error ({code}): {message}"),
+        EventKind::BudgetReached {
+            budget_usd,
+            spent_usd,
+            next_request_usd,
+        } => format!(
+            "budget reached: ${spent_usd:.4} spent of ${budget_usd:.2}, and the next request would cost about ${next_request_usd:.4}; paused until the budget is raised"
+        ),
         EventKind::SubagentEvent { agent, event, .. } => {
             format!("sub-agent {agent}: {}", detail(event))
         }

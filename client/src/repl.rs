@@ -171,6 +171,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                         start.model.clone(),
                         start.permission_mode,
                         None,
+                        None,
                     )
                     .await?;
             }

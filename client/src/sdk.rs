@@ -232,7 +232,14 @@ impl Run {
                 if self.mode.is_some() || self.model.is_some() {
                     self.conn
                         .client
-                        .session_configure(id.clone(), None, self.model.clone(), self.mode, None)
+                        .session_configure(
+                            id.clone(),
+                            None,
+                            self.model.clone(),
+                            self.mode,
+                            None,
+                            None,
+                        )
                         .await?;
                 }
                 id.clone()
@@ -403,7 +410,7 @@ impl Run {
                     Some(s) => {
                         self.conn
                             .client
-                            .session_configure(s, None, None, Some(mode), None)
+                            .session_configure(s, None, None, Some(mode), None, None)
                             .await?;
                     }
                     None => self.mode = Some(mode),
@@ -417,7 +424,7 @@ impl Run {
                     Some(s) => {
                         self.conn
                             .client
-                            .session_configure(s, None, Some(model), None, None)
+                            .session_configure(s, None, Some(model), None, None, None)
                             .await?;
                     }
                     None => self.model = Some(model),

@@ -760,6 +760,16 @@ impl View {
                     s.dim(&format!("· {message}"))
                 }
             )),
+            EventKind::BudgetReached {
+                budget_usd,
+                spent_usd,
+                ..
+            } => out.push_str(&format!(
+                "{}\n",
+                s.warn(&format!(
+                    "$ budget reached: ${spent_usd:.4} of ${budget_usd:.2} spent; paused until it is raised (/budget AMOUNT)"
+                ))
+            )),
             EventKind::CompactionStarted { .. } => {
                 out.push_str(&format!("{}\n", s.dim("⟳ compacting the conversation…")))
             }

@@ -6,6 +6,7 @@
 //! history is derived from events by [`History`], the same way the session derives it from its
 //! log.
 
+mod budget;
 mod commands;
 mod compact;
 mod dispatch;
@@ -18,6 +19,7 @@ mod title;
 mod turn;
 mod turn_context;
 
+pub use budget::Budget;
 pub use commands::{
     BUILTIN as BUILTIN_COMMANDS, SlashCommand, list as list_commands, parse as parse_command,
 };

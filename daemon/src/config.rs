@@ -47,6 +47,12 @@ const KEYS: &[Key] = &[
         doc: "permission mode of new sessions",
     },
     Key {
+        name: "budget_usd",
+        env: &["TETHER_BUDGET_USD"],
+        default: "0",
+        doc: "the most a new session may spend, in USD; at it the session pauses (0: no cap)",
+    },
+    Key {
         name: "max_output_tokens",
         env: &["TETHER_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_MAX_OUTPUT_TOKENS"],
         default: "0",

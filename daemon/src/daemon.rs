@@ -211,6 +211,7 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
             .string("fast_model")
             .unwrap_or_else(|| "haiku".into()),
         permission_mode: config.permission_mode(),
+        budget_usd: config.number("budget_usd").filter(|b| *b > 0.0),
         log_user_prompts: config.flag("telemetry.log_user_prompts"),
         config_hooks: config.tables.get("hooks").and_then(|t| {
             let source = config

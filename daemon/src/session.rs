@@ -62,6 +62,16 @@ pub enum SessionError {
     /// A new session asked for an id another session has.
     #[error("session id {0} is already in use")]
     AlreadyExists(SessionId),
+    /// The session reached its budget: prompts wait until it is raised.
+    #[error(
+        "this session reached its budget of ${budget:.2} (${spent:.4} spent); raise it with /budget AMOUNT, `tether budget ID AMOUNT` or session/configure budgetUsd"
+    )]
+    BudgetReached {
+        /// The cap.
+        budget: f64,
+        /// What was spent.
+        spent: f64,
+    },
 }
 
 /// The current time as RFC 3339 UTC with milliseconds.
@@ -116,6 +126,8 @@ pub struct TurnEnv {
     pub delta_retention: Option<std::time::Duration>,
     /// The permission mode of new sessions.
     pub permission_mode: PermissionMode,
+    /// The budget of new sessions (USD), if they have one (`budget_usd`).
+    pub budget_usd: Option<f64>,
     /// Whether turn spans carry the prompt text (`OTEL_LOG_USER_PROMPTS`).
     pub log_user_prompts: bool,
     /// Thinking, effort, context editing and betas from the configuration.
@@ -178,4 +190,6 @@ pub struct Configure {
     pub permission_mode: Option<PermissionMode>,
     /// New policy for requests while no controller is attached.
     pub on_no_controller: Option<tether_proto::NoControllerPolicy>,
+    /// New budget in USD (`0`: no cap).
+    pub budget_usd: Option<f64>,
 }

@@ -239,7 +239,7 @@ pub struct ClusterStatus {
 }
 
 /// A session's stored metadata (its settings; the history lives in its log).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionRecord {
     /// Its id.
@@ -258,6 +258,9 @@ pub struct SessionRecord {
     /// What permission requests do while no controller is attached.
     #[serde(default)]
     pub on_no_controller: tether_proto::NoControllerPolicy,
+    /// The most it may spend (USD); `None`: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
     /// What it was doing when last written.
     pub status: SessionStatus,
     /// RFC 3339 creation time.

@@ -27,6 +27,8 @@ pub enum ErrorCode {
     /// In cluster mode: another node runs the session and keeps its lease; the message names
     /// the node.
     SessionElsewhere = -32009,
+    /// The session reached its budget: a prompt is refused until the budget is raised.
+    BudgetReached = -32010,
 }
 
 impl ErrorCode {
@@ -47,6 +49,7 @@ impl ErrorCode {
             Self::Storage,
             Self::TooManyConnections,
             Self::SessionElsewhere,
+            Self::BudgetReached,
         ]
         .into_iter()
         .find(|c| c.code() == code)

@@ -128,6 +128,9 @@ pub enum EventKind {
         /// New policy for permission requests while no controller is attached.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         on_no_controller: Option<crate::types::NoControllerPolicy>,
+        /// New budget in USD (`0`: no cap); a session paused at its budget goes on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget_usd: Option<f64>,
         /// Who changed them.
         #[serde(default)]
         by: Option<ClientRef>,
@@ -424,6 +427,17 @@ pub enum EventKind {
         /// The sub-agent's own event.
         event: Box<EventKind>,
     },
+    /// The session reached its budget: the next model request would take its spend past it.
+    /// The turn ends (`budget_reached`) and the session sends the model nothing more until
+    /// the budget is raised; prompts already queued wait.
+    BudgetReached {
+        /// The cap.
+        budget_usd: f64,
+        /// What the session has spent.
+        spent_usd: f64,
+        /// What the next request's input alone would have cost (at the input price).
+        next_request_usd: f64,
+    },
     /// A hook began to run: a command of the settings, or a callback of the Agent SDK program
     /// that started the turn.
     HookStarted {
@@ -497,6 +511,7 @@ impl EventKind {
             Self::SessionStatus { .. } => "session_status",
             Self::Notice { .. } => "notice",
             Self::SubagentEvent { .. } => "subagent_event",
+            Self::BudgetReached { .. } => "budget_reached",
             Self::HookStarted { .. } => "hook_started",
             Self::HookResponse { .. } => "hook_response",
             Self::TurnStarted { .. } => "turn_started",

@@ -71,7 +71,8 @@ pub trait TetherRpc {
         #[argument(rename = "sessionId")] session_id: SessionId,
     ) -> RpcResult<SessionSnapshot>;
 
-    /// Changes a session's title, model or permission mode.
+    /// Changes a session's title, model, permission mode, no-controller policy or budget
+    /// (`budgetUsd`, in USD; `0` removes the cap).
     #[method(name = "session/configure", param_kind = map, with_extensions)]
     async fn session_configure(
         &self,
@@ -80,6 +81,7 @@ pub trait TetherRpc {
         model: Option<String>,
         #[argument(rename = "permissionMode")] permission_mode: Option<PermissionMode>,
         #[argument(rename = "onNoController")] on_no_controller: Option<NoControllerPolicy>,
+        #[argument(rename = "budgetUsd")] budget_usd: Option<f64>,
     ) -> RpcResult<SessionSummary>;
 
     /// Deletes a session and its log.

@@ -616,6 +616,12 @@ pub struct SessionSnapshot {
     /// What the session cost so far; `None` when a model's price is unknown.
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// The most the session may spend (USD), if it has a cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
+    /// It reached its budget and sends the model nothing until the budget is raised.
+    #[serde(default)]
+    pub budget_reached: bool,
     /// The running turn, if any.
     #[serde(default)]
     pub running_turn: Option<crate::ids::TurnId>,

@@ -40,6 +40,8 @@ pub enum StopReason {
     Command,
     /// `/compact` finished.
     Compacted,
+    /// The session reached its budget (`budget_reached`).
+    BudgetReached,
     /// A reason this build does not know, as it was sent.
     #[serde(untagged)]
     Other(String),
@@ -62,6 +64,7 @@ impl StopReason {
             Self::MaxTurns => "max_turns",
             Self::Command => "command",
             Self::Compacted => "compacted",
+            Self::BudgetReached => "budget_reached",
             Self::Other(s) => s,
         }
     }

@@ -443,7 +443,7 @@ impl Repl {
         match self
             .conn
             .client
-            .session_configure(self.session.id.clone(), None, None, Some(mode), None)
+            .session_configure(self.session.id.clone(), None, None, Some(mode), None, None)
             .await
         {
             Ok(_) => {

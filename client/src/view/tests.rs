@@ -650,6 +650,7 @@ fn an_event_that_prints_nothing_does_not_split_the_streaming_paragraph() {
                 effort: None,
                 permission_mode: None,
                 on_no_controller: None,
+                budget_usd: None,
                 by: None,
             },
         ),

@@ -1,4 +1,4 @@
-//! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, `/sandbox`, custom commands from
+//! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, `/budget`, `/sandbox`, custom commands from
 //! `.claude/commands/*.md`) and `#` memory notes.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +17,8 @@ pub enum SlashCommand {
     Effort(Option<String>),
     /// `/cost`: the session's usage and cost.
     Cost,
+    /// `/budget [amount]`: show or set the session's budget in USD (`0` or `off`: no cap).
+    Budget(Option<String>),
     /// `/sandbox`: whether Bash runs in the OS sandbox, and how.
     Sandbox,
     /// A custom command: its prompt (arguments substituted) and settings.
@@ -35,7 +37,9 @@ pub enum SlashCommand {
 }
 
 /// The built-in commands, for error messages and completion.
-pub const BUILTIN: &[&str] = &["clear", "compact", "model", "effort", "cost", "sandbox"];
+pub const BUILTIN: &[&str] = &[
+    "clear", "compact", "model", "effort", "cost", "budget", "sandbox",
+];
 
 /// Reads the command in `input`, if its first text item is one. Custom commands are looked up
 /// in `<cwd>/.claude/commands/` and then `<home>/.claude/commands/` (`a:b` → `a/b.md`).
@@ -64,6 +68,7 @@ pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<Sla
         "model" => SlashCommand::Model(arg),
         "effort" => SlashCommand::Effort(arg),
         "cost" => SlashCommand::Cost,
+        "budget" => SlashCommand::Budget(arg),
         "sandbox" => SlashCommand::Sandbox,
         _ => match custom(cwd, home, name, args) {
             Some(c) => c,
@@ -119,6 +124,10 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
             "[level]: show or set the effort (low … max, default)",
         ),
         ("cost", "tokens and cost of this session"),
+        (
+            "budget",
+            "[amount]: show or set the most this session may spend, in USD (0: no cap)",
+        ),
         (
             "sandbox",
             "whether Bash runs in the OS sandbox, and what it may touch",
@@ -298,6 +307,11 @@ mod tests {
                     "builtin"
                 ),
                 ("cost", "tokens and cost of this session", "builtin"),
+                (
+                    "budget",
+                    "[amount]: show or set the most this session may spend, in USD (0: no cap)",
+                    "builtin"
+                ),
                 (
                     "sandbox",
                     "whether Bash runs in the OS sandbox, and what it may touch",

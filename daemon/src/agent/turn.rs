@@ -204,10 +204,33 @@ impl Turn {
 
     fn count(&self, tally: &mut Tally, model_id: &str, usage: &Usage) {
         tally.usage.add(&TokenUsage::from(usage));
-        tally.cost = match (tally.cost, self.ctx.net.catalog.cost_usd(model_id, usage)) {
+        let cost = self.ctx.net.catalog.cost_usd(model_id, usage);
+        if let Some(budget) = &self.ctx.budget {
+            budget.spend(cost);
+        }
+        tally.cost = match (tally.cost, cost) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
+    }
+
+    /// With a budget: whether `request` may be sent. Its input (about 4 bytes of the request a
+    /// token) is priced at the highest rate an input token can cost, a cache write at the
+    /// prefix's lifetime, so the estimate is not below what the request's input will cost.
+    fn over_budget(&self, request: &MessagesRequest) -> Option<super::budget::Reached> {
+        let budget = self.ctx.budget.as_ref()?;
+        let bytes = serde_json::to_vec(request).map_or(0, |b| b.len() as u64);
+        let tokens = bytes.div_ceil(4);
+        let input = Usage {
+            cache_creation_input_tokens: tokens,
+            cache_write_1h_tokens: match self.ctx.policy.prefix_ttl {
+                crate::llm::CacheTtl::OneHour => tokens,
+                crate::llm::CacheTtl::FiveMinutes => 0,
+            },
+            ..Usage::default()
+        };
+        let next = self.ctx.net.catalog.cost_usd(&request.model, &input);
+        budget.check(next).err()
     }
 
     /// Only compacts the history (`/compact`).
@@ -368,6 +391,15 @@ impl Turn {
             request.tools = tools.clone();
             self.ctx.net.catalog.shape(&mut request, &self.ctx.policy);
             let request = request.with_cache_breakpoints(self.ctx.policy.prefix_ttl);
+            if let Some(reached) = self.over_budget(&request) {
+                sink.commit(EventKind::BudgetReached {
+                    budget_usd: reached.budget_usd,
+                    spent_usd: reached.spent_usd,
+                    next_request_usd: reached.next_request_usd,
+                })
+                .await?;
+                return Ok(tally.outcome(StopReason::BudgetReached, None));
+            }
 
             let mut completed: HashSet<usize> = HashSet::new();
             // Text blocks still being written, so a cancel can keep what was said.

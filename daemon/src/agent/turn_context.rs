@@ -1,8 +1,9 @@
 //! What a turn runs with, built once when the turn starts and shared — behind one `Arc` — by the
 //! loop, the dispatcher, the tools' network access and sub-agents.
 //!
-//! Invariant: nothing in it changes during the turn; what does change (the history, the tally,
-//! the model after a fallback) lives in the loop.
+//! Invariant: nothing in it changes during the turn but the budget's meter, which the turn and
+//! its sub-agents share (`budget.rs`); what else changes (the history, the tally, the model
+//! after a fallback) lives in the loop.
 
 use crate::hooks::Hooks;
 use crate::llm::{RequestPolicy, SystemBlock};
@@ -49,6 +50,8 @@ pub struct TurnContext {
     pub prompt_tool: Option<String>,
     /// The StructuredOutput tool of a run that wants a structured answer (`jsonSchema`).
     pub structured: Option<Arc<crate::tools::structured::StructuredOutput>>,
+    /// The session's spending cap, if it has one.
+    pub budget: Option<Arc<super::Budget>>,
 }
 
 impl TurnContext {
@@ -138,6 +141,8 @@ impl TurnContext {
             agent: self.agent.clone(),
             prompt_tool: self.prompt_tool.clone(),
             structured: None,
+            // Its requests count toward the session's cap.
+            budget: self.budget.clone(),
         }
     }
 

@@ -61,6 +61,7 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
         SessionError::Busy => ErrorCode::SessionBusy,
         SessionError::NotController => ErrorCode::NotController,
         SessionError::RequestNotFound(_) => ErrorCode::RequestNotFound,
+        SessionError::BudgetReached { .. } => ErrorCode::BudgetReached,
         SessionError::AlreadyExists(_) => {
             return ErrorObjectOwned::owned::<()>(INVALID_PARAMS_CODE, e.to_string(), None);
         }
@@ -334,13 +335,20 @@ impl TetherRpcServer for RpcApi {
         model: Option<String>,
         permission_mode: Option<PermissionMode>,
         on_no_controller: Option<NoControllerPolicy>,
+        budget_usd: Option<f64>,
     ) -> RpcResult<SessionSummary> {
         self.check_running()?;
+        if budget_usd.is_some_and(|b| !b.is_finite() || b < 0.0) {
+            return Err(invalid_params(
+                "budgetUsd must be a number of dollars, 0 or more (0 removes the cap)",
+            ));
+        }
         let change = Configure {
             title: non_empty("title", title)?,
             model: self.checked_model(model)?,
             permission_mode,
             on_no_controller,
+            budget_usd,
         };
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
         handle

@@ -1,5 +1,5 @@
 //! The slash commands the daemon answers itself, without the model: `/clear`, `/model`,
-//! `/effort`, `/cost`, `/sandbox` (`sandboxing.rs`), `# note`, and an unknown `/name`. Each ends its turn with `command` (or
+//! `/effort`, `/cost`, `/budget`, `/sandbox` (`sandboxing.rs`), `# note`, and an unknown `/name`. Each ends its turn with `command` (or
 //! `error`, with the reason in an `error` event); none reaches the model.
 //!
 //! `/compact` and custom commands are model turns (`turns.rs`); the parsing is `agent::commands`.
@@ -35,6 +35,12 @@ impl SessionActor {
                 self.say(&turn_id, text);
                 self.finish_command(turn_id, None)
             }
+            SlashCommand::Budget(None) => {
+                let text = self.budget_text();
+                self.say(&turn_id, text);
+                self.finish_command(turn_id, None)
+            }
+            SlashCommand::Budget(Some(amount)) => self.set_budget(turn_id, by, &amount),
             SlashCommand::Sandbox => self.sandbox_command(turn_id),
             SlashCommand::Note(note) => self.remember(turn_id, &note),
             SlashCommand::Unknown(name) => {
@@ -88,6 +94,7 @@ impl SessionActor {
                 effort: None,
                 permission_mode: None,
                 on_no_controller: None,
+                budget_usd: None,
                 by: Some(by),
             },
             Some(turn_id.clone()),
@@ -144,10 +151,61 @@ impl SessionActor {
                 effort: Some(if reset { String::new() } else { level }),
                 permission_mode: None,
                 on_no_controller: None,
+                budget_usd: None,
                 by: Some(by),
             },
             Some(turn_id.clone()),
         );
+        self.finish_command(turn_id, None)
+    }
+
+    fn budget_text(&self) -> String {
+        let spent = self
+            .ledger
+            .cost_usd
+            .map_or_else(|| "an unknown amount".into(), |c| format!("${c:.4}"));
+        match self.journal.record.budget_usd {
+            Some(b) if self.ledger.budget_reached => format!(
+                "budget ${b:.2}, {spent} spent: reached; prompts wait until it is raised (/budget AMOUNT)"
+            ),
+            Some(b) => format!("budget ${b:.2}, {spent} spent"),
+            None => format!("no budget ({spent} spent); set one with /budget AMOUNT"),
+        }
+    }
+
+    /// `/budget AMOUNT`: sets the cap (`0` or `off`: none); a session paused at its budget
+    /// goes on.
+    fn set_budget(&mut self, turn_id: TurnId, by: ClientRef, amount: &str) {
+        let amount = amount.trim().trim_start_matches('$');
+        let budget = match amount {
+            "off" | "none" => Some(0.0),
+            _ => amount
+                .parse::<f64>()
+                .ok()
+                .filter(|b| b.is_finite() && *b >= 0.0),
+        };
+        let Some(budget) = budget else {
+            let message = format!(
+                "{amount:?} is not an amount of dollars (e.g. /budget 5, /budget 0 for no cap)"
+            );
+            return self.refuse(turn_id, "invalid_budget", message);
+        };
+        self.journal.record.budget_usd = (budget > 0.0).then_some(budget);
+        self.journal.touch();
+        self.emit_in(
+            EventKind::SessionConfigured {
+                title: None,
+                model: None,
+                effort: None,
+                permission_mode: None,
+                on_no_controller: None,
+                budget_usd: Some(budget),
+                by: Some(by),
+            },
+            Some(turn_id.clone()),
+        );
+        let text = self.budget_text();
+        self.say(&turn_id, text);
         self.finish_command(turn_id, None)
     }
 

@@ -34,10 +34,15 @@ impl SessionActor {
         let on_no_controller = change
             .on_no_controller
             .filter(|p| *p != record.on_no_controller);
+        // Set again even when unchanged: that is how a session paused at its budget goes on.
+        let budget_usd = change
+            .budget_usd
+            .filter(|b| *b != record.budget_usd.unwrap_or(0.0) || self.ledger.budget_reached);
         if title.is_none()
             && model.is_none()
             && permission_mode.is_none()
             && on_no_controller.is_none()
+            && budget_usd.is_none()
         {
             let _ = reply.send(Ok(self.summary()));
             return;
@@ -55,6 +60,9 @@ impl SessionActor {
         if let Some(p) = on_no_controller {
             record.on_no_controller = p;
         }
+        if let Some(b) = budget_usd {
+            record.budget_usd = (b > 0.0).then_some(b);
+        }
         self.journal.touch();
         if on_no_controller.is_some() {
             self.arm_no_controller();
@@ -65,12 +73,17 @@ impl SessionActor {
             effort: None,
             permission_mode,
             on_no_controller,
+            budget_usd,
             by,
         };
         match self.try_emit(kind, None) {
             Ok(()) => {
                 let summary = self.summary();
                 self.journal.reply_after_commit(reply, move || summary);
+                // Prompts that waited at the budget go on.
+                if budget_usd.is_some() {
+                    self.start_next();
+                }
             }
             Err(e) => drop(reply.send(Err(e))),
         }
@@ -101,6 +114,7 @@ impl SessionActor {
             effort: None,
             permission_mode: None,
             on_no_controller: None,
+            budget_usd: None,
             by: None,
         });
     }
@@ -190,6 +204,8 @@ impl SessionActor {
             pending_permissions: self.ledger.open_requests(),
             usage: self.ledger.usage,
             cost_usd: self.ledger.cost_usd,
+            budget_usd: self.journal.record.budget_usd,
+            budget_reached: self.ledger.budget_reached,
             running_turn: self.turns.running_id().cloned(),
         }
     }

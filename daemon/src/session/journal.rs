@@ -393,6 +393,7 @@ mod tests {
             effort: None,
             permission_mode: Default::default(),
             on_no_controller: Default::default(),
+            budget_usd: None,
             status: SessionStatus::Idle,
             created_at: String::new(),
             updated_at: String::new(),

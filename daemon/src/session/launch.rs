@@ -290,6 +290,9 @@ impl SessionActor {
                 agent: None,
                 prompt_tool: options.permission_prompt_tool.clone(),
                 structured: None,
+                budget: record
+                    .budget_usd
+                    .map(|cap| Arc::new(crate::agent::Budget::new(cap, self.ledger.cost_usd))),
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),
             mcp: Mcp {

@@ -27,6 +27,9 @@ pub struct Ledger {
     /// Cost of every finished turn; `None` once any turn's cost was unknown.
     pub cost_usd: Option<f64>,
     turns_ended: u64,
+    /// The session reached its budget, and it has not been changed since.
+    #[serde(default)]
+    pub budget_reached: bool,
     client_turns: HashMap<String, TurnId>,
     open: BTreeMap<String, OpenRequest>,
     resolved: HashMap<String, (PermissionDecision, Option<ClientRef>)>,
@@ -37,6 +40,11 @@ impl Ledger {
     /// Applies one event of the session's log.
     pub fn apply(&mut self, event: &EventKind, turn_id: Option<&TurnId>) {
         match event {
+            EventKind::BudgetReached { .. } => self.budget_reached = true,
+            EventKind::SessionConfigured {
+                budget_usd: Some(_),
+                ..
+            } => self.budget_reached = false,
             EventKind::TurnStarted {
                 client_turn_id: Some(c),
                 ..

@@ -148,6 +148,7 @@ impl Sessions {
                 .or(defaults.permission_mode)
                 .unwrap_or(self.env.permission_mode),
             on_no_controller: Default::default(),
+            budget_usd: self.env.budget_usd,
             status: SessionStatus::Idle,
             created_at: now.clone(),
             updated_at: now,
@@ -604,6 +605,7 @@ mod tests {
             idle_unload: None,
             delta_retention: None,
             permission_mode: Default::default(),
+            budget_usd: None,
             log_user_prompts: false,
             policy: Default::default(),
             cache_ttl: None,

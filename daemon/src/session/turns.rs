@@ -215,6 +215,17 @@ fn text_of(input: &[InputItem]) -> String {
         .join("\n")
 }
 
+/// Whether a turn's input is a command (`/name …` or a `# note`) rather than a prompt.
+fn looks_like_command(input: &[tether_proto::InputItem]) -> bool {
+    input
+        .iter()
+        .find_map(|i| match i {
+            tether_proto::InputItem::Text { text } => Some(text.trim_start()),
+            _ => None,
+        })
+        .is_some_and(|t| (t.starts_with('/') && !t.starts_with("//")) || t.starts_with('#'))
+}
+
 impl SessionActor {
     /// `turn/start`: starts the turn, or queues it behind the running one.
     pub(super) fn request_turn(
@@ -236,6 +247,13 @@ impl SessionActor {
             return Err(SessionError::NotController);
         }
         self.journal.writable()?;
+        // At its budget the session takes commands (`/budget` among them), not prompts.
+        if self.ledger.budget_reached && !looks_like_command(&request.input) {
+            return Err(SessionError::BudgetReached {
+                budget: self.journal.record.budget_usd.unwrap_or(0.0),
+                spent: self.ledger.cost_usd.unwrap_or(0.0),
+            });
+        }
         if request.by.client_id.0 != 0 {
             self.wakeups = 0;
         }
@@ -259,11 +277,21 @@ impl SessionActor {
         })
     }
 
-    /// Starts the next queued turns while none runs.
-    fn start_next(&mut self) {
-        while self.turns.running.is_none()
-            && let Some(next) = self.turns.queue.pop_front()
-        {
+    /// Starts the next queued turns while none runs; at the budget, only the commands among
+    /// them (the prompts wait for the budget to be raised).
+    pub(super) fn start_next(&mut self) {
+        while self.turns.running.is_none() {
+            let next = if self.ledger.budget_reached {
+                let command = self
+                    .turns
+                    .queue
+                    .iter()
+                    .position(|q| looks_like_command(&q.request.input));
+                command.and_then(|i| self.turns.queue.remove(i))
+            } else {
+                self.turns.queue.pop_front()
+            };
+            let Some(next) = next else { return };
             self.start_turn(next);
         }
     }

@@ -3,6 +3,7 @@
 mod access;
 mod acp;
 mod asking;
+mod budget;
 mod cache;
 mod chaos;
 mod cluster;

@@ -179,6 +179,7 @@ impl Setup {
                 agent: None,
                 prompt_tool: None,
                 structured: None,
+                budget: None,
             }),
             cancel: CancellationToken::new(),
             subagents: None,

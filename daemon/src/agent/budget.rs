@@ -1,0 +1,85 @@
+//! A session's spending cap as one turn sees it: the cap, what the session had spent when the
+//! turn started, and what the turn, its sub-agents and its compactions spend, counted as each
+//! model request ends. Before each request the turn asks whether the spend so far plus what
+//! that request's input alone would cost stays under the cap; a reply's output cannot be known
+//! in advance, so the cap is passed by at most one reply.
+//!
+//! Invariant: the meter only grows, and every request of the turn (its sub-agents' included)
+//! is counted on the one meter the turn's context shares.
+
+use std::sync::Mutex;
+
+/// The cap and the meter of one turn.
+#[derive(Debug)]
+pub struct Budget {
+    cap: f64,
+    spent: Mutex<f64>,
+}
+
+/// The next request would take the spend past the cap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reached {
+    /// The cap.
+    pub budget_usd: f64,
+    /// What was spent.
+    pub spent_usd: f64,
+    /// What the next request's input would have cost.
+    pub next_request_usd: f64,
+}
+
+impl Budget {
+    /// A cap of `cap` dollars for a session that had spent `spent` (unknown: counted as
+    /// nothing, the known part of the spend being lost with it).
+    pub fn new(cap: f64, spent: Option<f64>) -> Self {
+        Self {
+            cap,
+            spent: Mutex::new(spent.unwrap_or(0.0)),
+        }
+    }
+
+    fn spent(&self) -> f64 {
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts what a request cost (nothing when its price is unknown).
+    pub fn spend(&self, cost: Option<f64>) {
+        if let Some(cost) = cost {
+            *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += cost;
+        }
+    }
+
+    /// Whether a request whose input costs `next` may be sent (an unknown price cannot be
+    /// held to the cap, and is let through).
+    pub fn check(&self, next: Option<f64>) -> Result<(), Reached> {
+        let spent = self.spent();
+        let next = next.unwrap_or(0.0);
+        if spent + next > self.cap {
+            return Err(Reached {
+                budget_usd: self.cap,
+                spent_usd: spent,
+                next_request_usd: next,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_let_through_only_while_it_fits_under_the_cap() {
+        let budget = Budget::new(0.05, Some(0.01));
+        assert_eq!(budget.check(Some(0.04)), Ok(()));
+        budget.spend(Some(0.03));
+        let reached = budget.check(Some(0.02)).expect_err("0.04 + 0.02 > 0.05");
+        assert_eq!(reached.budget_usd, 0.05);
+        assert!((reached.spent_usd - 0.04).abs() < 1e-12);
+        assert_eq!(reached.next_request_usd, 0.02);
+        // A price that is not known is let through, and counts as nothing.
+        assert_eq!(budget.check(None), Ok(()));
+        budget.spend(None);
+        assert!((budget.spent() - 0.04).abs() < 1e-12);
+    }
+}
