@@ -126,6 +126,42 @@ pub async fn remove(socket: &Path, out: Output, ids: &[String]) -> anyhow::Resul
     })
 }
 
+/// `tether approve TOKEN [DECISION]`: answers the token's request.
+pub async fn approve(
+    socket: &Path,
+    out: Output,
+    token: &str,
+    decision: &str,
+    message: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let decision = match decision {
+        "allow" | "yes" | "allow_once" => tether_proto::PermissionDecision::AllowOnce,
+        "session" | "allow_session" => tether_proto::PermissionDecision::AllowSession,
+        "always" | "allow_always" => tether_proto::PermissionDecision::AllowAlways,
+        "deny" | "no" => tether_proto::PermissionDecision::Deny,
+        other => anyhow::bail!("{other:?} is not an answer: allow, session, always or deny"),
+    };
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    let answered = conn
+        .client
+        .permission_approve(token.to_owned(), Some(decision), message)
+        .await;
+    match answered {
+        Ok(r) if out.json => {
+            print_json(&serde_json::to_value(&r)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(r) => {
+            println!("{}: {}", r.status.as_str(), r.decision.as_str());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("tether: refused: {}", connection::call_error(&e));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
 /// `tether budget ID [AMOUNT]`: shows the session's budget and spend, or sets the budget.
 pub async fn budget(
     socket: &Path,

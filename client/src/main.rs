@@ -235,6 +235,18 @@ enum Cmd {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Answer a permission request with the approval token a PermissionRequest or Notification
+    /// hook was given (from any shell that reaches the daemon).
+    Approve {
+        /// The token (`approval_token` in the hook's input).
+        token: String,
+        /// allow (once), session, always or deny.
+        #[arg(default_value = "allow")]
+        decision: String,
+        /// For a deny: what the model should do instead.
+        #[arg(long)]
+        message: Option<String>,
+    },
     /// Show or set the most a session may spend, in USD (0: no cap). A session paused at its
     /// budget goes on once it is raised.
     Budget {
@@ -602,6 +614,11 @@ fn main() -> ExitCode {
                 permission_mode,
             }) => commands::new(&socket, out, title, model, permission_mode).await,
             Some(Cmd::Rm { ids }) => commands::remove(&socket, out, &ids).await,
+            Some(Cmd::Approve {
+                token,
+                decision,
+                message,
+            }) => commands::approve(&socket, out, &token, &decision, message).await,
             Some(Cmd::Budget { id, amount }) => {
                 commands::budget(&socket, out, &id, amount.as_deref()).await
             }

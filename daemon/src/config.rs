@@ -203,6 +203,12 @@ const KEYS: &[Key] = &[
         doc: "longest whole request",
     },
     Key {
+        name: "approvals.token_ttl",
+        env: &["TETHER_APPROVAL_TOKEN_TTL"],
+        default: "\"24h\"",
+        doc: "how long an approval token (given to PermissionRequest and Notification hooks) can answer its request",
+    },
+    Key {
         name: "telemetry.enabled",
         env: &["TETHER_TELEMETRY"],
         default: "true",
@@ -291,6 +297,7 @@ const DURATIONS: &[&str] = &[
     "api.stream_idle_timeout",
     "api.request_timeout",
     "cluster.lease_ttl",
+    "approvals.token_ttl",
 ];
 
 /// Tables that hold lists rather than keys of [`KEYS`]; read by the permission and hook code

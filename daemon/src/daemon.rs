@@ -41,6 +41,9 @@ pub enum DaemonError {
     /// Another IO failure.
     #[error("{0}")]
     Io(String),
+    /// The approval key could not be read or made.
+    #[error(transparent)]
+    ApprovalKey(#[from] crate::approvals::KeyError),
 }
 
 /// Runs the daemon until it is told to stop.
@@ -212,6 +215,12 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
             .unwrap_or_else(|| "haiku".into()),
         permission_mode: config.permission_mode(),
         budget_usd: config.number("budget_usd").filter(|b| *b > 0.0),
+        approvals: Arc::new(crate::approvals::Approvals::open(
+            data_dir,
+            config
+                .duration("approvals.token_ttl")
+                .unwrap_or(crate::approvals::DEFAULT_TTL),
+        )?),
         log_user_prompts: config.flag("telemetry.log_user_prompts"),
         config_hooks: config.tables.get("hooks").and_then(|t| {
             let source = config

@@ -2,6 +2,7 @@
 //! its parts; `main.rs` is the thin binary over [`run`].
 
 pub mod agent;
+pub mod approvals;
 pub mod child_env;
 pub mod config;
 pub mod context;

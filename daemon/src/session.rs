@@ -128,6 +128,8 @@ pub struct TurnEnv {
     pub permission_mode: PermissionMode,
     /// The budget of new sessions (USD), if they have one (`budget_usd`).
     pub budget_usd: Option<f64>,
+    /// Mints the approval tokens hooks get.
+    pub approvals: Arc<crate::approvals::Approvals>,
     /// Whether turn spans carry the prompt text (`OTEL_LOG_USER_PROMPTS`).
     pub log_user_prompts: bool,
     /// Thinking, effort, context editing and betas from the configuration.

@@ -150,6 +150,19 @@ pub trait TetherRpc {
         #[argument(rename = "afterHooks")] after_hooks: Option<bool>,
     ) -> RpcResult<PermissionResponse>;
 
+    /// Answers a permission request with an approval token (from a PermissionRequest or
+    /// Notification hook's input): `decision` (default `allow_once`) must be one the token
+    /// allows. The answer is attributed to kind `link`; the first answer wins as always, and a
+    /// token whose request is answered already, or that is forged, expired or does not allow
+    /// the decision, is refused with the reason.
+    #[method(name = "permission/approve", param_kind = map, with_extensions)]
+    async fn permission_approve(
+        &self,
+        token: String,
+        decision: Option<PermissionDecision>,
+        message: Option<String>,
+    ) -> RpcResult<PermissionResponse>;
+
     /// Answers a `hook_callback` event: the callback's output (a hook's JSON output), or why
     /// it failed. `true` when the hook was still waiting for it. Observers may not answer.
     #[method(name = "hook/respond", param_kind = map, with_extensions)]

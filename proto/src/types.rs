@@ -18,6 +18,8 @@ pub enum ClientKind {
     Script,
     /// A protocol bridge such as ACP.
     Bridge,
+    /// An answer given with an approval token (`permission/approve`), whoever carried it.
+    Link,
 }
 
 /// How a subscriber takes part in a session.
@@ -741,6 +743,18 @@ impl PermissionDecision {
             Self::Deny => "deny",
             Self::Cancelled => "cancelled",
         }
+    }
+
+    /// The decision a wire name names (never `cancelled`, which no client gives).
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            Self::AllowOnce,
+            Self::AllowSession,
+            Self::AllowAlways,
+            Self::Deny,
+        ]
+        .into_iter()
+        .find(|d| d.as_str() == name)
     }
 }
 

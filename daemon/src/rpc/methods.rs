@@ -69,6 +69,14 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
     code.with_message(e.to_string())
 }
 
+/// `tui`, `script` …: how a client kind is named on the wire.
+fn render_kind(client: &ClientRef) -> String {
+    serde_json::to_value(client.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 fn connection_id(ext: &Extensions) -> ConnectionId {
     ConnectionId(
         ext.get::<jsonrpsee::ConnectionId>()
@@ -578,6 +586,54 @@ impl TetherRpcServer for RpcApi {
             .respond_permission(request_id, answer, by, after_hooks.unwrap_or(false))
             .await
             .map_err(rpc_error)
+    }
+
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "permission/approve"))]
+    async fn permission_approve(
+        &self,
+        ext: &Extensions,
+        token: String,
+        decision: Option<PermissionDecision>,
+        message: Option<String>,
+    ) -> RpcResult<PermissionResponse> {
+        self.check_running()?;
+        let decision = decision.unwrap_or(PermissionDecision::AllowOnce);
+        let grant = self
+            .sessions
+            .env()
+            .approvals
+            .check(&token)
+            .and_then(|grant| grant.allows(decision).map(|()| grant))
+            .map_err(|refused| invalid_params(refused.to_string()))?;
+        let handle = self.sessions.get(&grant.session).await.map_err(rpc_error)?;
+        // Whoever carried the token, the answer is the link's: that is what the audit shows.
+        let carrier = self.client(ext);
+        let by = ClientRef {
+            kind: tether_proto::ClientKind::Link,
+            name: Some(format!("approval link (via {})", render_kind(&carrier))),
+            ..carrier
+        };
+        let answer = crate::session::Answer {
+            decision,
+            message,
+            updated_input: None,
+        };
+        let response = handle
+            .respond_permission(grant.request_id, answer, by, false)
+            .await
+            .map_err(rpc_error)?;
+        if response.status == tether_proto::ResponseStatus::AlreadyResolved {
+            let who = response
+                .resolved_by
+                .as_ref()
+                .and_then(|b| b.name.clone())
+                .unwrap_or_else(|| "the daemon".into());
+            return Err(ErrorCode::RequestNotFound.with_message(format!(
+                "this token's request was answered already ({} by {who}); a token answers once",
+                response.decision.as_str()
+            )));
+        }
+        Ok(response)
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "hook/respond"))]

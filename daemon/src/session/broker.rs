@@ -127,6 +127,18 @@ impl Drop for HooksRan {
     }
 }
 
+/// A request just opened, as its hooks are told of it.
+#[derive(Clone, Copy)]
+struct Opened<'a> {
+    turn: &'a TurnId,
+    request_id: &'a str,
+    tool: &'a str,
+    input: &'a serde_json::Value,
+    cwd: &'a std::path::Path,
+    /// The approval token that answers it (`approval_token` in the hooks' input).
+    token: &'a str,
+}
+
 /// An answer held until its request's PermissionRequest hooks have run, and who gave it.
 pub struct HeldAnswer {
     answer: super::Answer,
@@ -489,14 +501,24 @@ impl SessionActor {
                 };
                 let preview = crate::tools::preview(&ask.tool, &ask.input, &cwd);
                 let tool = ask.tool.clone();
+                let options =
+                    special.map_or_else(|| OPTIONS.map(String::from).to_vec(), Special::options);
+                // For the hooks only (never logged): whoever holds it may answer.
+                let token = self.env.approvals.mint(
+                    &self.journal.record.id,
+                    &request_id,
+                    options
+                        .iter()
+                        .filter_map(|o| PermissionDecision::parse(o))
+                        .collect(),
+                );
                 let event = EventKind::PermissionRequested {
                     request_id: request_id.clone(),
                     tool_call_id: ask.tool_call_id,
                     tool: ask.tool,
                     input: ask.input.clone(),
                     preview,
-                    options: special
-                        .map_or_else(|| OPTIONS.map(String::from).to_vec(), Special::options),
+                    options,
                     rule: suggested.join(", "),
                     rules: suggested.clone(),
                 };
@@ -508,8 +530,16 @@ impl SessionActor {
                 let mut waiting = Waiting::new(turn_id, suggested.clone(), reply);
                 waiting.special = special;
                 self.hold(request_id.clone(), waiting);
-                self.permission_hooks(&turn, &request_id, &tool, &ask.input, &suggested, &cwd);
-                self.notify(&turn, &tool, &cwd);
+                let opened = Opened {
+                    turn: &turn,
+                    request_id: &request_id,
+                    tool: &tool,
+                    input: &ask.input,
+                    cwd: &cwd,
+                    token: &token,
+                };
+                self.permission_hooks(&opened, &suggested);
+                self.notify(&opened);
             }
         }
     }
@@ -549,15 +579,15 @@ impl SessionActor {
 
     /// Runs the PermissionRequest hooks, in the background, for a request that now waits: an
     /// answer they give resolves it as a controller's would (whichever comes first wins).
-    fn permission_hooks(
-        &mut self,
-        turn: &TurnId,
-        request_id: &str,
-        tool: &str,
-        input: &serde_json::Value,
-        suggested: &[String],
-        cwd: &std::path::Path,
-    ) {
+    fn permission_hooks(&mut self, opened: &Opened<'_>, suggested: &[String]) {
+        let Opened {
+            turn,
+            request_id,
+            tool,
+            input,
+            cwd,
+            token,
+        } = *opened;
         let hooks = self.hooks(Some(turn));
         if !hooks.has(HookEvent::PermissionRequest) {
             return;
@@ -582,6 +612,8 @@ impl SessionActor {
             "tool_name": tool,
             "tool_input": input,
             "permission_suggestions": suggestions,
+            "request_id": request_id,
+            "approval_token": token,
         });
         let (me, request_id, tool, cwd) = (
             self.me.clone(),
@@ -684,17 +716,19 @@ impl SessionActor {
     }
 
     /// Runs the Notification hooks, in the background, for a request that now waits.
-    fn notify(&mut self, turn: &TurnId, tool: &str, cwd: &std::path::Path) {
-        let hooks = self.hooks(Some(turn));
+    fn notify(&mut self, opened: &Opened<'_>) {
+        let hooks = self.hooks(Some(opened.turn));
         if !hooks.has(HookEvent::Notification) {
             return;
         }
-        let cwd = cwd.to_owned();
+        let cwd = opened.cwd.to_owned();
         let input = serde_json::json!({
             "session_id": self.journal.record.id.0,
             "cwd": cwd,
             "permission_mode": self.journal.record.permission_mode.as_str(),
-            "message": format!("tether needs your permission to use {tool}"),
+            "message": format!("tether needs your permission to use {}", opened.tool),
+            "request_id": opened.request_id,
+            "approval_token": opened.token,
         });
         self.tasks.spawn(async move {
             let outcome = hooks.run(HookEvent::Notification, None, input, &cwd).await;

@@ -606,6 +606,9 @@ mod tests {
             delta_retention: None,
             permission_mode: Default::default(),
             budget_usd: None,
+            approvals: Arc::new(
+                crate::approvals::Approvals::open(dir, crate::approvals::DEFAULT_TTL).expect("key"),
+            ),
             log_user_prompts: false,
             policy: Default::default(),
             cache_ttl: None,

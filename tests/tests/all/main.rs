@@ -2,6 +2,7 @@
 
 mod access;
 mod acp;
+mod approvals;
 mod asking;
 mod budget;
 mod cache;
