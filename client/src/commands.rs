@@ -169,7 +169,7 @@ pub async fn budget(
     id: &str,
     amount: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
-    let conn = connection::connect(socket, true, ClientKind::Tui).await?;
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
     let found = resolve(&conn, id).await?;
     let session = found.session_id;
     if let Some(amount) = amount {

@@ -97,14 +97,23 @@ impl Approvals {
             path: path.display().to_string(),
             source,
         };
+        // Made once; a key that cannot be read is an error, never silently replaced (that
+        // would void every token given out).
         let key = match std::fs::read(&path) {
             Ok(bytes) if bytes.len() == 64 => bytes,
-            Ok(_) | Err(_) => {
+            Ok(bytes) => {
+                return Err(fail(std::io::Error::other(format!(
+                    "it holds {} bytes, not 64; remove it to make a new key (outstanding tokens stop working)",
+                    bytes.len()
+                ))));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut fresh = [0u8; 64];
                 getrandom::fill(&mut fresh).map_err(|e| fail(std::io::Error::other(e)))?;
                 tether_proto::private::write(&path, &fresh).map_err(fail)?;
                 fresh.to_vec()
             }
+            Err(e) => return Err(fail(e)),
         };
         let mut fixed = [0u8; 64];
         fixed.copy_from_slice(&key);

@@ -209,6 +209,18 @@ const KEYS: &[Key] = &[
         doc: "how long an approval token (given to PermissionRequest and Notification hooks) can answer its request",
     },
     Key {
+        name: "approvals.listen",
+        env: &["TETHER_APPROVALS_LISTEN"],
+        default: "\"\"",
+        doc: "address of the approval page, e.g. \"127.0.0.1:7433\" (empty: no page)",
+    },
+    Key {
+        name: "approvals.url",
+        env: &["TETHER_APPROVALS_URL"],
+        default: "\"\"",
+        doc: "the page's address as a phone reaches it (a tunnel, a tailnet); links start with it (empty: http://<approvals.listen>)",
+    },
+    Key {
         name: "telemetry.enabled",
         env: &["TETHER_TELEMETRY"],
         default: "true",

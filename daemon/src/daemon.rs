@@ -85,11 +85,26 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     // The store creates its files with the process umask; they are nobody else's to read.
     tighten_data_dir(&data_dir);
     let epoch = store.next_epoch()?;
-    let sessions = Arc::new(Sessions::new(
-        store.clone(),
-        epoch,
-        Arc::new(turn_env(&options.config, &data_dir)?),
-    ));
+    // The approval page, when asked for: bound before the sessions, whose hooks get its links.
+    let page = match options
+        .config
+        .string("approvals.listen")
+        .filter(|a| !a.is_empty())
+    {
+        Some(addr) => Some(tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+            DaemonError::Io(format!(
+                "cannot serve the approval page on approvals.listen = {addr:?}: {e}"
+            ))
+        })?),
+        None => None,
+    };
+    let mut env = turn_env(&options.config, &data_dir)?;
+    env.approval_links = match (&page, options.config.string("approvals.url")) {
+        (_, Some(url)) if !url.is_empty() => Some(url.trim_end_matches('/').to_owned()),
+        (Some(page), _) => page.local_addr().ok().map(|a| format!("http://{a}")),
+        _ => None,
+    };
+    let sessions = Arc::new(Sessions::new(store.clone(), epoch, Arc::new(env)));
     let recovered = sessions.recover_interrupted().await;
     if recovered > 0 {
         tracing::info!(
@@ -99,6 +114,15 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone()));
+    if let Some(page) = page {
+        let url = sessions.env().approval_links.clone().unwrap_or_default();
+        tracing::info!(url, "serving the approval page");
+        tokio::spawn(crate::approve::page::serve(
+            page,
+            sessions.clone(),
+            shutdown.clone(),
+        ));
+    }
     // cleanupPeriodDays: now, then once a day (the setting is read each time).
     let cleaner = {
         let sessions = sessions.clone();
@@ -215,6 +239,7 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
             .unwrap_or_else(|| "haiku".into()),
         permission_mode: config.permission_mode(),
         budget_usd: config.number("budget_usd").filter(|b| *b > 0.0),
+        approval_links: None,
         approvals: Arc::new(crate::approvals::Approvals::open(
             data_dir,
             config

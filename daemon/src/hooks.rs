@@ -447,11 +447,12 @@ impl Hooks {
                 continue;
             }
             for action in &entry.actions {
-                // A callback runs only where its program can be asked.
+                // A callback runs only where its program can be asked, and never gets the
+                // approval token: its input reaches every client of the session.
                 let asked = match action {
                     Action::Command(_) => None,
                     Action::Callback { id, .. } => match &self.asker {
-                        Some(asker) => Some(asker.ask(id, &input)),
+                        Some(asker) => Some(asker.ask(id, &without_secrets(&input))),
                         None => continue,
                     },
                 };
@@ -497,6 +498,20 @@ impl Hooks {
         }
         outcome
     }
+}
+
+/// What only command hooks get: the approval token and its link answer the request.
+const SECRET_KEYS: [&str; 2] = ["approval_token", "approval_url"];
+
+/// `input` without [`SECRET_KEYS`].
+fn without_secrets(input: &Value) -> Value {
+    let mut input = input.clone();
+    if let Some(map) = input.as_object_mut() {
+        for key in SECRET_KEYS {
+            map.remove(key);
+        }
+    }
+    input
 }
 
 /// Whether a hook's `matcher` accepts `target`: a tool by any of its names (`Agent` is

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod approvals;
+pub mod approve;
 pub mod child_env;
 pub mod config;
 pub mod context;

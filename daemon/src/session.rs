@@ -130,6 +130,9 @@ pub struct TurnEnv {
     pub budget_usd: Option<f64>,
     /// Mints the approval tokens hooks get.
     pub approvals: Arc<crate::approvals::Approvals>,
+    /// Where the approval page answers (`<base>/a/<token>`), when it is served
+    /// (`approvals.listen`) or reached through another address (`approvals.url`).
+    pub approval_links: Option<String>,
     /// Whether turn spans carry the prompt text (`OTEL_LOG_USER_PROMPTS`).
     pub log_user_prompts: bool,
     /// Thinking, effort, context editing and betas from the configuration.

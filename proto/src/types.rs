@@ -19,7 +19,11 @@ pub enum ClientKind {
     /// A protocol bridge such as ACP.
     Bridge,
     /// An answer given with an approval token (`permission/approve`), whoever carried it.
+    /// Only the daemon gives it; `initialize` refuses it.
     Link,
+    /// A kind this build does not know.
+    #[serde(other)]
+    Other,
 }
 
 /// How a subscriber takes part in a session.

@@ -110,6 +110,14 @@ pub fn sdk_node_dir() -> PathBuf {
     dir
 }
 
+/// Where `tests/run` installs playwright-core (its `node_modules`), which drives Debian's
+/// Chromium.
+pub fn browser_dir() -> PathBuf {
+    let dir = test_cache().join("browser");
+    cached(dir.join("node_modules/playwright-core/package.json"));
+    dir
+}
+
 /// The ACP v1 JSON Schema the ACP TypeScript SDK ships.
 pub fn acp_schema() -> PathBuf {
     cached(test_cache().join("acp/node_modules/@agentclientprotocol/sdk/schema/v1/schema.json"))

@@ -12,7 +12,8 @@ use std::sync::Mutex;
 /// The cap and the meter of one turn.
 #[derive(Debug)]
 pub struct Budget {
-    cap: f64,
+    /// The cap in dollars (infinite once removed mid-turn).
+    cap: Mutex<f64>,
     spent: Mutex<f64>,
 }
 
@@ -32,9 +33,14 @@ impl Budget {
     /// nothing, the known part of the spend being lost with it).
     pub fn new(cap: f64, spent: Option<f64>) -> Self {
         Self {
-            cap,
+            cap: Mutex::new(cap),
             spent: Mutex::new(spent.unwrap_or(0.0)),
         }
+    }
+
+    /// A new cap for the rest of the turn (`None`: no cap), as the session was configured.
+    pub fn set_cap(&self, cap: Option<f64>) {
+        *self.cap.lock().unwrap_or_else(|p| p.into_inner()) = cap.unwrap_or(f64::INFINITY);
     }
 
     fn spent(&self) -> f64 {
@@ -53,9 +59,10 @@ impl Budget {
     pub fn check(&self, next: Option<f64>) -> Result<(), Reached> {
         let spent = self.spent();
         let next = next.unwrap_or(0.0);
-        if spent + next > self.cap {
+        let cap = *self.cap.lock().unwrap_or_else(|p| p.into_inner());
+        if spent + next > cap {
             return Err(Reached {
-                budget_usd: self.cap,
+                budget_usd: cap,
                 spent_usd: spent,
                 next_request_usd: next,
             });
@@ -81,5 +88,10 @@ mod tests {
         assert_eq!(budget.check(None), Ok(()));
         budget.spend(None);
         assert!((budget.spent() - 0.04).abs() < 1e-12);
+        // Raised or removed during the turn, the cap holds from the next check.
+        budget.set_cap(Some(0.07));
+        assert_eq!(budget.check(Some(0.02)), Ok(()));
+        budget.set_cap(None);
+        assert_eq!(budget.check(Some(100.0)), Ok(()));
     }
 }

@@ -183,6 +183,14 @@ impl TetherRpcServer for RpcApi {
                 "protocolVersion {protocol_version} is not supported; this tetherd speaks {PROTOCOL_VERSION}"
             )));
         }
+        if client_info
+            .as_ref()
+            .is_some_and(|c| matches!(c.kind, ClientKind::Link | ClientKind::Other))
+        {
+            return Err(invalid_params(
+                "clientInfo.kind must be tui, editor, script or bridge (link is the daemon's, for answers given with approval tokens)",
+            ));
+        }
         let id = connection_id(ext);
         self.connections
             .initialize(id, client_info, capabilities.unwrap_or_default());
@@ -598,42 +606,18 @@ impl TetherRpcServer for RpcApi {
     ) -> RpcResult<PermissionResponse> {
         self.check_running()?;
         let decision = decision.unwrap_or(PermissionDecision::AllowOnce);
-        let grant = self
-            .sessions
-            .env()
-            .approvals
-            .check(&token)
-            .and_then(|grant| grant.allows(decision).map(|()| grant))
-            .map_err(|refused| invalid_params(refused.to_string()))?;
-        let handle = self.sessions.get(&grant.session).await.map_err(rpc_error)?;
         // Whoever carried the token, the answer is the link's: that is what the audit shows.
         let carrier = self.client(ext);
-        let by = ClientRef {
-            kind: tether_proto::ClientKind::Link,
-            name: Some(format!("approval link (via {})", render_kind(&carrier))),
-            ..carrier
-        };
-        let answer = crate::session::Answer {
-            decision,
-            message,
-            updated_input: None,
-        };
-        let response = handle
-            .respond_permission(grant.request_id, answer, by, false)
+        let through = render_kind(&carrier);
+        crate::approve::answer(&self.sessions, &token, decision, message, carrier, &through)
             .await
-            .map_err(rpc_error)?;
-        if response.status == tether_proto::ResponseStatus::AlreadyResolved {
-            let who = response
-                .resolved_by
-                .as_ref()
-                .and_then(|b| b.name.clone())
-                .unwrap_or_else(|| "the daemon".into());
-            return Err(ErrorCode::RequestNotFound.with_message(format!(
-                "this token's request was answered already ({} by {who}); a token answers once",
-                response.decision.as_str()
-            )));
-        }
-        Ok(response)
+            .map_err(|refusal| match refusal {
+                crate::approve::Refusal::Token(why) => invalid_params(why.to_string()),
+                crate::approve::Refusal::Session(e) => rpc_error(e),
+                answered @ crate::approve::Refusal::Answered { .. } => {
+                    ErrorCode::RequestNotFound.with_message(answered.to_string())
+                }
+            })
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "hook/respond"))]

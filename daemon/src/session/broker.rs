@@ -614,6 +614,7 @@ impl SessionActor {
             "permission_suggestions": suggestions,
             "request_id": request_id,
             "approval_token": token,
+            "approval_url": self.approval_url(token),
         });
         let (me, request_id, tool, cwd) = (
             self.me.clone(),
@@ -715,6 +716,14 @@ impl SessionActor {
         }
     }
 
+    /// The approval page's link for `token`, when the page is served.
+    fn approval_url(&self, token: &str) -> Option<String> {
+        self.env
+            .approval_links
+            .as_ref()
+            .map(|base| format!("{base}/a/{token}"))
+    }
+
     /// Runs the Notification hooks, in the background, for a request that now waits.
     fn notify(&mut self, opened: &Opened<'_>) {
         let hooks = self.hooks(Some(opened.turn));
@@ -729,6 +738,7 @@ impl SessionActor {
             "message": format!("tether needs your permission to use {}", opened.tool),
             "request_id": opened.request_id,
             "approval_token": opened.token,
+            "approval_url": self.approval_url(opened.token),
         });
         self.tasks.spawn(async move {
             let outcome = hooks.run(HookEvent::Notification, None, input, &cwd).await;

@@ -191,6 +191,7 @@ impl SessionActor {
             return self.refuse(turn_id, "invalid_budget", message);
         };
         self.journal.record.budget_usd = (budget > 0.0).then_some(budget);
+        self.turns.set_budget(self.journal.record.budget_usd);
         self.journal.touch();
         self.emit_in(
             EventKind::SessionConfigured {

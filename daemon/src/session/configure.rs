@@ -62,6 +62,7 @@ impl SessionActor {
         }
         if let Some(b) = budget_usd {
             record.budget_usd = (b > 0.0).then_some(b);
+            self.turns.set_budget(record.budget_usd);
         }
         self.journal.touch();
         if on_no_controller.is_some() {

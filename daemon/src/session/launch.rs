@@ -241,6 +241,11 @@ impl SessionActor {
         }
         // What the search tools' walks skip, and the sandbox this turn's Bash calls run in.
         self.guard_workspace();
+        let budget = self.journal.record.budget_usd.map(|cap| {
+            let meter = Arc::new(crate::agent::Budget::new(cap, self.ledger.cost_usd));
+            self.turns.metered(&turn_id, meter.clone());
+            meter
+        });
         let record = &self.journal.record;
         let cwd = std::path::PathBuf::from(&record.cwd);
         let span = tracing::info_span!(
@@ -290,9 +295,7 @@ impl SessionActor {
                 agent: None,
                 prompt_tool: options.permission_prompt_tool.clone(),
                 structured: None,
-                budget: record
-                    .budget_usd
-                    .map(|cap| Arc::new(crate::agent::Budget::new(cap, self.ledger.cost_usd))),
+                budget,
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),
             mcp: Mcp {

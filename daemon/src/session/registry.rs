@@ -609,6 +609,7 @@ mod tests {
             approvals: Arc::new(
                 crate::approvals::Approvals::open(dir, crate::approvals::DEFAULT_TTL).expect("key"),
             ),
+            approval_links: None,
             log_user_prompts: false,
             policy: Default::default(),
             cache_ttl: None,

@@ -57,6 +57,8 @@ pub(super) struct Running {
     pub settings: Option<serde_json::Value>,
     /// The hook callbacks of the Agent SDK program that started it.
     pub hook_callbacks: Option<serde_json::Value>,
+    /// Its budget meter, once launched with a cap: a change of budget reaches it.
+    pub budget: Option<Arc<crate::agent::Budget>>,
     /// Its idempotency key (its `turn_started` may not be logged yet).
     client_turn_id: Option<String>,
 }
@@ -81,6 +83,7 @@ impl Running {
                 .collect(),
             settings: options.settings.clone(),
             hook_callbacks: options.hook_callbacks.clone(),
+            budget: None,
             client_turn_id,
         }
     }
@@ -129,6 +132,20 @@ impl Turns {
     /// The running turn, when it is `turn_id`.
     pub fn running(&self, turn_id: &TurnId) -> Option<&Running> {
         self.running.as_ref().filter(|r| &r.turn_id == turn_id)
+    }
+
+    /// Gives the running turn `turn_id` its budget meter.
+    pub fn metered(&mut self, turn_id: &TurnId, budget: Arc<crate::agent::Budget>) {
+        if let Some(running) = self.running.as_mut().filter(|r| &r.turn_id == turn_id) {
+            running.budget = Some(budget);
+        }
+    }
+
+    /// The new budget reaches the running turn's meter (`None`: no cap).
+    pub fn set_budget(&self, budget: Option<f64>) {
+        if let Some(meter) = self.running.as_ref().and_then(|r| r.budget.as_ref()) {
+            meter.set_cap(budget);
+        }
     }
 
     /// Whether `turn_id` is the running turn.
@@ -215,15 +232,24 @@ fn text_of(input: &[InputItem]) -> String {
         .join("\n")
 }
 
-/// Whether a turn's input is a command (`/name …` or a `# note`) rather than a prompt.
+/// Whether a turn's input is a command the daemon answers without the model (`/budget`,
+/// `/cost` …, a `# note`): what a session paused at its budget still runs. `/compact` and
+/// custom commands are model turns, and wait.
 fn looks_like_command(input: &[tether_proto::InputItem]) -> bool {
-    input
-        .iter()
-        .find_map(|i| match i {
-            tether_proto::InputItem::Text { text } => Some(text.trim_start()),
-            _ => None,
-        })
-        .is_some_and(|t| (t.starts_with('/') && !t.starts_with("//")) || t.starts_with('#'))
+    let Some(text) = input.iter().find_map(|i| match i {
+        tether_proto::InputItem::Text { text } => Some(text.trim()),
+        _ => None,
+    }) else {
+        return false;
+    };
+    if let Some(note) = text.strip_prefix('#') {
+        return !note.starts_with('#') && !note.trim().is_empty();
+    }
+    let name = text
+        .strip_prefix('/')
+        .and_then(|body| body.split_whitespace().next())
+        .unwrap_or_default();
+    name != "compact" && crate::agent::BUILTIN_COMMANDS.contains(&name)
 }
 
 impl SessionActor {
@@ -526,10 +552,12 @@ impl SessionActor {
         };
         self.emit_in(event, Some(turn_id));
         self.prune_due = true;
-        if self.turns.is_idle() {
+        self.start_next();
+        // Prompts held at the budget do not keep the session busy.
+        if self.turns.running_id().is_none() && (self.turns.is_idle() || self.ledger.budget_reached)
+        {
             self.set_status(SessionStatus::Idle);
         }
-        self.start_next();
     }
 
     /// Ends a turn the daemon refused before any model call: an `error` event, then the end.
