@@ -199,6 +199,9 @@ impl Subagents {
             (None, StopReason::Cancelled) => {
                 ToolOutput::error("the sub-agent was interrupted before it finished")
             }
+            (None, StopReason::BudgetReached) => ToolOutput::error(
+                "the sub-agent stopped before it finished: the session reached its budget",
+            ),
             (None, _) if answer.trim().is_empty() => {
                 ToolOutput::error("the sub-agent finished without an answer")
             }

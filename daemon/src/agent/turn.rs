@@ -233,6 +233,22 @@ impl Turn {
         budget.check(next).err()
     }
 
+    /// With a budget: whether compacting `history` (a request carrying all of it) may be sent.
+    fn compaction_over_budget(
+        &self,
+        model_id: &str,
+        history: &History,
+    ) -> Option<super::budget::Reached> {
+        self.ctx.budget.as_ref()?;
+        let mut request = MessagesRequest::new(
+            model_id.to_owned(),
+            self.ctx.limits.max_tokens,
+            history.messages(),
+        );
+        request.system = self.ctx.system.clone();
+        self.over_budget(&request)
+    }
+
     /// Only compacts the history (`/compact`).
     pub async fn compact_only(
         &self,
@@ -246,6 +262,24 @@ impl Turn {
             api: Duration::ZERO,
         };
         let model_id = self.ctx.net.catalog.resolve(&self.ctx.model);
+        if let Some(reached) = self.compaction_over_budget(&model_id, &history) {
+            let event = EventKind::BudgetReached {
+                budget_usd: reached.budget_usd,
+                spent_usd: reached.spent_usd,
+                next_request_usd: reached.next_request_usd,
+            };
+            return match sink.commit(event).await {
+                Ok(()) => tally.outcome(StopReason::BudgetReached, None),
+                Err(e) => tally.outcome(
+                    StopReason::Error,
+                    Some(TurnError {
+                        code: "storage".into(),
+                        message: e.to_string(),
+                        retryable: true,
+                    }),
+                ),
+            };
+        }
         let tools = self.ctx.tools.definitions();
         let done = self
             .compact(
@@ -373,9 +407,12 @@ impl Turn {
                 .catalog
                 .info(&model_id)
                 .map(|m| m.context_window);
+            // A compaction the budget has no room for is left out: the request's own check
+            // below then pauses the session.
             if let (Some(pct), Some(w)) = (self.ctx.limits.auto_compact_percent, window)
                 && history.last_context_tokens as f64 >= pct / 100.0 * w as f64
                 && history.compaction_failures < MAX_FAILURES
+                && self.compaction_over_budget(&model_id, history).is_none()
                 && let Some(c) = self
                     .compact(&model_id, &tools, history, &sink, "auto", None)
                     .await?

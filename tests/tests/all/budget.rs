@@ -82,8 +82,15 @@ fn a_looping_session_stops_at_its_budget_stays_paused_and_goes_on_when_raised() 
     assert_eq!(refused["error"]["code"], -32010, "{refused}");
     let why = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(why.contains("budget") && why.contains("/budget"), "{why}");
+    // `/compact` is a model request too, and waits like a prompt.
+    let refused = c.request(
+        "turn/start",
+        json!({"sessionId": session, "input": [{"type": "text", "text": "/compact"}]}),
+    )?;
+    assert_eq!(refused["error"]["code"], -32010, "{refused}");
     let snapshot = c.call("session/get", json!({"sessionId": session}))?;
     assert_eq!(snapshot["budgetReached"], true, "{snapshot}");
+    assert_eq!(snapshot["status"], "idle", "{snapshot}");
 
     // A restart keeps it paused.
     daemon.kill9()?;
