@@ -317,8 +317,17 @@ fn detail(kind: &EventKind) -> String {
             budget_usd,
             spent_usd,
             next_request_usd,
+            daily: false,
         } => format!(
             "budget reached: ${spent_usd:.4} spent of ${budget_usd:.2}, and the next request would cost about ${next_request_usd:.4}; paused until the budget is raised"
+        ),
+        EventKind::BudgetReached {
+            budget_usd,
+            spent_usd,
+            daily: true,
+            ..
+        } => format!(
+            "the daemon's daily budget is spent: ${spent_usd:.4} of ${budget_usd:.2} today; no more model requests until midnight UTC (or raise daily_budget_usd)"
         ),
         EventKind::SubagentEvent { agent, event, .. } => {
             format!("sub-agent {agent}: {}", detail(event))

@@ -763,12 +763,19 @@ impl View {
             EventKind::BudgetReached {
                 budget_usd,
                 spent_usd,
+                daily,
                 ..
             } => out.push_str(&format!(
                 "{}\n",
-                s.warn(&format!(
-                    "$ budget reached: ${spent_usd:.4} of ${budget_usd:.2} spent; paused until it is raised (/budget AMOUNT)"
-                ))
+                s.warn(&if *daily {
+                    format!(
+                        "$ the daemon's daily budget is spent (${spent_usd:.4} of ${budget_usd:.2} today); no model requests until midnight UTC"
+                    )
+                } else {
+                    format!(
+                        "$ budget reached: ${spent_usd:.4} of ${budget_usd:.2} spent; paused until it is raised (/budget AMOUNT)"
+                    )
+                })
             )),
             EventKind::CompactionStarted { .. } => {
                 out.push_str(&format!("{}\n", s.dim("⟳ compacting the conversation…")))

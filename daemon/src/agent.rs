@@ -19,7 +19,7 @@ mod title;
 mod turn;
 mod turn_context;
 
-pub use budget::Budget;
+pub use budget::{Budget, Daily};
 pub use commands::{
     BUILTIN as BUILTIN_COMMANDS, SlashCommand, list as list_commands, parse as parse_command,
 };

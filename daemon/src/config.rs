@@ -53,6 +53,12 @@ const KEYS: &[Key] = &[
         doc: "the most a new session may spend, in USD; at it the session pauses (0: no cap)",
     },
     Key {
+        name: "daily_budget_usd",
+        env: &["TETHER_DAILY_BUDGET_USD"],
+        default: "0",
+        doc: "the most all sessions together may spend in a UTC day, in USD (0: no cap)",
+    },
+    Key {
         name: "max_output_tokens",
         env: &["TETHER_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_MAX_OUTPUT_TOKENS"],
         default: "0",
@@ -530,6 +536,16 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
             if key.name == "auto_compact_percent" && (1.0..=100.0).contains(f) =>
         {
             Ok(())
+        }
+        // Dollars take cents.
+        (toml::Value::Integer(_), toml::Value::Float(f))
+            if matches!(key.name, "budget_usd" | "daily_budget_usd") =>
+        {
+            if f.is_finite() && *f >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{f} is not an amount of dollars (0 or more)"))
+            }
         }
         (toml::Value::Boolean(_), toml::Value::Boolean(_)) => Ok(()),
         (toml::Value::Boolean(_), toml::Value::String(s)) if matches!(s.as_str(), "1" | "0") => {

@@ -239,6 +239,15 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
             .unwrap_or_else(|| "haiku".into()),
         permission_mode: config.permission_mode(),
         budget_usd: config.number("budget_usd").filter(|b| *b > 0.0),
+        daily: config
+            .number("daily_budget_usd")
+            .filter(|b| *b > 0.0)
+            .map(|cap| {
+                Arc::new(crate::agent::Daily::open(
+                    cap,
+                    data_dir.join("daily-spend.json"),
+                ))
+            }),
         approval_links: None,
         approvals: Arc::new(crate::approvals::Approvals::open(
             data_dir,

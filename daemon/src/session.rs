@@ -128,6 +128,8 @@ pub struct TurnEnv {
     pub permission_mode: PermissionMode,
     /// The budget of new sessions (USD), if they have one (`budget_usd`).
     pub budget_usd: Option<f64>,
+    /// What all sessions spent today, against the daily cap (`daily_budget_usd`), if any.
+    pub daily: Option<Arc<crate::agent::Daily>>,
     /// Mints the approval tokens hooks get.
     pub approvals: Arc<crate::approvals::Approvals>,
     /// Where the approval page answers (`<base>/a/<token>`), when it is served

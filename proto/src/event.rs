@@ -437,6 +437,10 @@ pub enum EventKind {
         spent_usd: f64,
         /// What the next request's input alone would have cost (at the input price).
         next_request_usd: f64,
+        /// The cap is the daemon's daily one (`daily_budget_usd`), for all sessions together:
+        /// the session is not paused, and each prompt stops here until the day is over.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        daily: bool,
     },
     /// A hook began to run: a command of the settings, or a callback of the Agent SDK program
     /// that started the turn.

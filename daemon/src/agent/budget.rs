@@ -4,28 +4,102 @@
 //! that request's input alone would cost stays under the cap; a reply's output cannot be known
 //! in advance, so the cap is passed by at most one reply.
 //!
+//! The daemon may also have a daily cap (`daily_budget_usd`): [`Daily`] counts what every
+//! session spends in a UTC day, kept in the data directory so a restart does not forget it, and
+//! each turn's budget asks it too.
+//!
 //! Invariant: the meter only grows, and every request of the turn (its sub-agents' included)
-//! is counted on the one meter the turn's context shares.
+//! is counted on the one meter the turn's context shares, and on the day's.
 
-use std::sync::Mutex;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 /// The cap and the meter of one turn.
 #[derive(Debug)]
 pub struct Budget {
-    /// The cap in dollars (infinite once removed mid-turn).
+    /// The session's cap in dollars (infinite when it has none, or once removed mid-turn).
     cap: Mutex<f64>,
     spent: Mutex<f64>,
+    /// The daemon's daily cap, if it has one.
+    daily: Option<Arc<Daily>>,
 }
 
-/// The next request would take the spend past the cap.
+/// What all sessions spent today (UTC), against the daemon's daily cap.
+#[derive(Debug)]
+pub struct Daily {
+    cap: f64,
+    /// The day (`2026-12-07`) and what was spent in it.
+    today: Mutex<(String, f64)>,
+    /// Where the day's spend is kept (`daily-spend.json` in the data directory).
+    file: PathBuf,
+}
+
+/// The UTC date of now.
+fn today() -> String {
+    humantime::format_rfc3339(std::time::SystemTime::now()).to_string()[..10].to_owned()
+}
+
+impl Daily {
+    /// A daily cap of `cap` dollars, the day's spend read from `file` (written as it grows).
+    pub fn open(cap: f64, file: PathBuf) -> Self {
+        let kept: Option<(String, f64)> = std::fs::read(&file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let day = today();
+        let spent = kept.filter(|(d, _)| *d == day).map_or(0.0, |(_, s)| s);
+        Self {
+            cap,
+            today: Mutex::new((day, spent)),
+            file,
+        }
+    }
+
+    /// What was spent today.
+    pub fn spent(&self) -> f64 {
+        let mut today = self.today.lock().unwrap_or_else(|p| p.into_inner());
+        let day = self::today();
+        if today.0 != day {
+            *today = (day, 0.0);
+        }
+        today.1
+    }
+
+    /// The cap.
+    pub fn cap(&self) -> f64 {
+        self.cap
+    }
+
+    fn spend(&self, cost: f64) {
+        let kept = {
+            let mut today = self.today.lock().unwrap_or_else(|p| p.into_inner());
+            let day = self::today();
+            if today.0 != day {
+                *today = (day, 0.0);
+            }
+            today.1 += cost;
+            today.clone()
+        };
+        let bytes = serde_json::to_vec(&kept).unwrap_or_default();
+        if let Err(e) = tether_proto::private::write(&self.file, &bytes) {
+            tracing::warn!(
+                "cannot keep the day's spend in {}: {e}",
+                self.file.display()
+            );
+        }
+    }
+}
+
+/// The next request would take the spend past a cap.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Reached {
     /// The cap.
     pub budget_usd: f64,
-    /// What was spent.
+    /// What was spent (by the session, or today by all of them).
     pub spent_usd: f64,
     /// What the next request's input would have cost.
     pub next_request_usd: f64,
+    /// It is the daemon's daily cap, not the session's.
+    pub daily: bool,
 }
 
 impl Budget {
@@ -35,7 +109,20 @@ impl Budget {
         Self {
             cap: Mutex::new(cap),
             spent: Mutex::new(spent.unwrap_or(0.0)),
+            daily: None,
         }
+    }
+
+    /// A turn's budget for a session with the cap `cap` (if any) in a daemon with the daily
+    /// cap `daily` (if any); `None` when there is neither.
+    pub fn of(cap: Option<f64>, spent: Option<f64>, daily: Option<Arc<Daily>>) -> Option<Self> {
+        if cap.is_none() && daily.is_none() {
+            return None;
+        }
+        Some(Self {
+            daily,
+            ..Self::new(cap.unwrap_or(f64::INFINITY), spent)
+        })
     }
 
     /// A new cap for the rest of the turn (`None`: no cap), as the session was configured.
@@ -51,6 +138,9 @@ impl Budget {
     pub fn spend(&self, cost: Option<f64>) {
         if let Some(cost) = cost {
             *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += cost;
+            if let Some(daily) = &self.daily {
+                daily.spend(cost);
+            }
         }
     }
 
@@ -65,7 +155,19 @@ impl Budget {
                 budget_usd: cap,
                 spent_usd: spent,
                 next_request_usd: next,
+                daily: false,
             });
+        }
+        if let Some(daily) = &self.daily {
+            let today = daily.spent();
+            if today + next > daily.cap {
+                return Err(Reached {
+                    budget_usd: daily.cap,
+                    spent_usd: today,
+                    next_request_usd: next,
+                    daily: true,
+                });
+            }
         }
         Ok(())
     }
@@ -84,6 +186,7 @@ mod tests {
         assert_eq!(reached.budget_usd, 0.05);
         assert!((reached.spent_usd - 0.04).abs() < 1e-12);
         assert_eq!(reached.next_request_usd, 0.02);
+        assert!(!reached.daily);
         // A price that is not known is let through, and counts as nothing.
         assert_eq!(budget.check(None), Ok(()));
         budget.spend(None);
@@ -93,5 +196,23 @@ mod tests {
         assert_eq!(budget.check(Some(0.02)), Ok(()));
         budget.set_cap(None);
         assert_eq!(budget.check(Some(100.0)), Ok(()));
+    }
+
+    #[test]
+    fn the_day_counts_every_session_and_outlives_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("daily-spend.json");
+        let daily = Arc::new(Daily::open(0.10, file.clone()));
+        let a = Budget::of(None, None, Some(daily.clone())).expect("a daily cap");
+        let b = Budget::of(Some(1.0), None, Some(daily.clone())).expect("both caps");
+        a.spend(Some(0.04));
+        b.spend(Some(0.04));
+        let reached = a.check(Some(0.03)).expect_err("0.08 + 0.03 > 0.10");
+        assert!(reached.daily && reached.budget_usd == 0.10, "{reached:?}");
+        assert_eq!(b.check(Some(0.01)), Ok(()));
+        // A restarted daemon reads the day's spend back.
+        let again = Daily::open(0.10, file);
+        assert!((again.spent() - 0.08).abs() < 1e-12);
+        assert!(Budget::of(None, None, None).is_none());
     }
 }

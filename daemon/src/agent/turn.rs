@@ -267,6 +267,7 @@ impl Turn {
                 budget_usd: reached.budget_usd,
                 spent_usd: reached.spent_usd,
                 next_request_usd: reached.next_request_usd,
+                daily: reached.daily,
             };
             return match sink.commit(event).await {
                 Ok(()) => tally.outcome(StopReason::BudgetReached, None),
@@ -433,6 +434,7 @@ impl Turn {
                     budget_usd: reached.budget_usd,
                     spent_usd: reached.spent_usd,
                     next_request_usd: reached.next_request_usd,
+                    daily: reached.daily,
                 })
                 .await?;
                 return Ok(tally.outcome(StopReason::BudgetReached, None));

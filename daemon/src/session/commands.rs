@@ -164,12 +164,20 @@ impl SessionActor {
             .ledger
             .cost_usd
             .map_or_else(|| "an unknown amount".into(), |c| format!("${c:.4}"));
-        match self.journal.record.budget_usd {
+        let session = match self.journal.record.budget_usd {
             Some(b) if self.ledger.budget_reached => format!(
                 "budget ${b:.2}, {spent} spent: reached; prompts wait until it is raised (/budget AMOUNT)"
             ),
             Some(b) => format!("budget ${b:.2}, {spent} spent"),
             None => format!("no budget ({spent} spent); set one with /budget AMOUNT"),
+        };
+        match &self.env.daily {
+            Some(daily) => format!(
+                "{session}; today all sessions spent ${:.4} of the daemon's daily ${:.2}",
+                daily.spent(),
+                daily.cap()
+            ),
+            None => session,
         }
     }
 

@@ -241,8 +241,13 @@ impl SessionActor {
         }
         // What the search tools' walks skip, and the sandbox this turn's Bash calls run in.
         self.guard_workspace();
-        let budget = self.journal.record.budget_usd.map(|cap| {
-            let meter = Arc::new(crate::agent::Budget::new(cap, self.ledger.cost_usd));
+        let budget = crate::agent::Budget::of(
+            self.journal.record.budget_usd,
+            self.ledger.cost_usd,
+            self.env.daily.clone(),
+        )
+        .map(|meter| {
+            let meter = Arc::new(meter);
             self.turns.metered(&turn_id, meter.clone());
             meter
         });

@@ -40,7 +40,8 @@ impl Ledger {
     /// Applies one event of the session's log.
     pub fn apply(&mut self, event: &EventKind, turn_id: Option<&TurnId>) {
         match event {
-            EventKind::BudgetReached { .. } => self.budget_reached = true,
+            // The daemon's daily cap stops each prompt, and pauses no session.
+            EventKind::BudgetReached { daily, .. } => self.budget_reached |= !daily,
             EventKind::SessionConfigured {
                 budget_usd: Some(_),
                 ..

@@ -606,6 +606,7 @@ mod tests {
             delta_retention: None,
             permission_mode: Default::default(),
             budget_usd: None,
+            daily: None,
             approvals: Arc::new(
                 crate::approvals::Approvals::open(dir, crate::approvals::DEFAULT_TTL).expect("key"),
             ),

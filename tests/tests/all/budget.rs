@@ -133,3 +133,59 @@ fn a_looping_session_stops_at_its_budget_stays_paused_and_goes_on_when_raised() 
     fake.no_rejections();
     Ok(())
 }
+
+/// The daemon's daily cap counts every session's spend, stops a looping one without pausing it,
+/// and is remembered across a restart.
+#[test]
+fn the_daily_cap_stops_every_session_and_outlives_a_restart() -> anyhow::Result<()> {
+    let mut script = Script::of(Vec::<Step>::new());
+    script.rules.push(rule(
+        None,
+        Step::text("Once more.").tool_use("Bash", json!({"command": "true"})),
+    ));
+    let fake = Fake::start(script)?;
+    let mut env = fake.env();
+    env.push(("TETHER_DAILY_BUDGET_USD".into(), "0.04".into()));
+    let mut daemon = Daemon::start_with(env)?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "bypassPermissions")?;
+    c.watch(&session)?;
+    c.start_turn(&session, "loop")?;
+    let events = c.events_until("turn_ended")?;
+    let end = events.last().context("end")?;
+    assert_eq!(end["data"]["stopReason"], "budget_reached", "{end}");
+    let reached = events
+        .iter()
+        .find(|e| e["type"] == "budget_reached")
+        .context("budget_reached")?;
+    assert_eq!(reached["data"]["daily"], true, "{reached}");
+    assert_eq!(reached["data"]["budgetUsd"], 0.04, "{reached}");
+    let spent = reached["data"]["spentUsd"].as_f64().context("spent")?;
+    assert!(spent > 0.0, "{reached}");
+    // The daily cap pauses no session: it has no budget of its own to raise.
+    let snapshot = c.call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(snapshot["budgetReached"], false, "{snapshot}");
+
+    // Another session, after a restart, is told what the day has spent.
+    daemon.kill9()?;
+    daemon.spawn()?;
+    let mut c = daemon.ndjson()?;
+    let other = c.new_session_with_mode(&daemon.workdir(), "bypassPermissions")?;
+    c.watch(&other)?;
+    c.start_turn(&other, "/budget")?;
+    let told = c.events_until("turn_ended")?;
+    let text = told
+        .iter()
+        .find(|e| e["type"] == "notice")
+        .and_then(|e| e["data"]["message"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        text.contains(&format!(
+            "today all sessions spent ${spent:.4} of the daemon's daily $0.04"
+        )),
+        "{text}"
+    );
+    fake.no_rejections();
+    Ok(())
+}
