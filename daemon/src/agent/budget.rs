@@ -8,6 +8,9 @@
 //! session spends in a UTC day, kept in the data directory so a restart does not forget it, and
 //! each turn's budget asks it too.
 //!
+//! Requests in flight at once (parallel sub-agents, sessions under one daily cap) each reserve
+//! their input's estimate until they are counted, so they cannot all pass the same check.
+//!
 //! Invariant: the meter only grows, and every request of the turn (its sub-agents' included)
 //! is counted on the one meter the turn's context shares, and on the day's.
 
@@ -19,7 +22,8 @@ use std::sync::{Arc, Mutex};
 pub struct Budget {
     /// The session's cap in dollars (infinite when it has none, or once removed mid-turn).
     cap: Mutex<f64>,
-    spent: Mutex<f64>,
+    /// What was spent, and what the requests in flight reserved.
+    spent: Mutex<(f64, f64)>,
     /// The daemon's daily cap, if it has one.
     daily: Option<Arc<Daily>>,
 }
@@ -30,6 +34,8 @@ pub struct Daily {
     cap: f64,
     /// The day (`2026-12-07`) and what was spent in it.
     today: Mutex<(String, f64)>,
+    /// What the requests in flight reserved.
+    reserved: Mutex<f64>,
     /// Where the day's spend is kept (`daily-spend.json` in the data directory).
     file: PathBuf,
 }
@@ -50,6 +56,7 @@ impl Daily {
         Self {
             cap,
             today: Mutex::new((day, spent)),
+            reserved: Mutex::new(0.0),
             file,
         }
     }
@@ -108,7 +115,7 @@ impl Budget {
     pub fn new(cap: f64, spent: Option<f64>) -> Self {
         Self {
             cap: Mutex::new(cap),
-            spent: Mutex::new(spent.unwrap_or(0.0)),
+            spent: Mutex::new((spent.unwrap_or(0.0), 0.0)),
             daily: None,
         }
     }
@@ -130,14 +137,15 @@ impl Budget {
         *self.cap.lock().unwrap_or_else(|p| p.into_inner()) = cap.unwrap_or(f64::INFINITY);
     }
 
+    #[cfg(test)]
     fn spent(&self) -> f64 {
-        *self.spent.lock().unwrap_or_else(|p| p.into_inner())
+        self.spent.lock().unwrap_or_else(|p| p.into_inner()).0
     }
 
     /// Counts what a request cost (nothing when its price is unknown).
     pub fn spend(&self, cost: Option<f64>) {
         if let Some(cost) = cost {
-            *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += cost;
+            self.spent.lock().unwrap_or_else(|p| p.into_inner()).0 += cost;
             if let Some(daily) = &self.daily {
                 daily.spend(cost);
             }
@@ -145,12 +153,14 @@ impl Budget {
     }
 
     /// Whether a request whose input costs `next` may be sent (an unknown price cannot be
-    /// held to the cap, and is let through).
-    pub fn check(&self, next: Option<f64>) -> Result<(), Reached> {
-        let spent = self.spent();
+    /// held to the cap, and is let through); if so, its estimate is reserved until the
+    /// returned reservation is dropped (once the request is counted, or failed).
+    pub fn reserve(self: &Arc<Self>, next: Option<f64>) -> Result<Reservation, Reached> {
         let next = next.unwrap_or(0.0);
         let cap = *self.cap.lock().unwrap_or_else(|p| p.into_inner());
-        if spent + next > cap {
+        let mut meter = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        let (spent, reserved) = *meter;
+        if spent + reserved + next > cap {
             return Err(Reached {
                 budget_usd: cap,
                 spent_usd: spent,
@@ -159,8 +169,9 @@ impl Budget {
             });
         }
         if let Some(daily) = &self.daily {
+            let mut held = daily.reserved.lock().unwrap_or_else(|p| p.into_inner());
             let today = daily.spent();
-            if today + next > daily.cap {
+            if today + *held + next > daily.cap {
                 return Err(Reached {
                     budget_usd: daily.cap,
                     spent_usd: today,
@@ -168,8 +179,38 @@ impl Budget {
                     daily: true,
                 });
             }
+            *held += next;
         }
-        Ok(())
+        meter.1 += next;
+        Ok(Reservation {
+            budget: self.clone(),
+            amount: next,
+        })
+    }
+
+    /// [`reserve`](Self::reserve), released at once: whether such a request fits now.
+    pub fn check(self: &Arc<Self>, next: Option<f64>) -> Result<(), Reached> {
+        self.reserve(next).map(drop)
+    }
+}
+
+/// A request's estimate, held against the caps while it is in flight.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<Budget>,
+    amount: f64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget
+            .spent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1 -= self.amount;
+        if let Some(daily) = &self.budget.daily {
+            *daily.reserved.lock().unwrap_or_else(|p| p.into_inner()) -= self.amount;
+        }
     }
 }
 
@@ -179,7 +220,7 @@ mod tests {
 
     #[test]
     fn a_request_is_let_through_only_while_it_fits_under_the_cap() {
-        let budget = Budget::new(0.05, Some(0.01));
+        let budget = Arc::new(Budget::new(0.05, Some(0.01)));
         assert_eq!(budget.check(Some(0.04)), Ok(()));
         budget.spend(Some(0.03));
         let reached = budget.check(Some(0.02)).expect_err("0.04 + 0.02 > 0.05");
@@ -203,8 +244,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("daily-spend.json");
         let daily = Arc::new(Daily::open(0.10, file.clone()));
-        let a = Budget::of(None, None, Some(daily.clone())).expect("a daily cap");
-        let b = Budget::of(Some(1.0), None, Some(daily.clone())).expect("both caps");
+        let a = Arc::new(Budget::of(None, None, Some(daily.clone())).expect("a daily cap"));
+        let b = Arc::new(Budget::of(Some(1.0), None, Some(daily.clone())).expect("both caps"));
         a.spend(Some(0.04));
         b.spend(Some(0.04));
         let reached = a.check(Some(0.03)).expect_err("0.08 + 0.03 > 0.10");
@@ -214,5 +255,16 @@ mod tests {
         let again = Daily::open(0.10, file);
         assert!((again.spent() - 0.08).abs() < 1e-12);
         assert!(Budget::of(None, None, None).is_none());
+    }
+
+    #[test]
+    fn requests_in_flight_hold_their_estimate_until_they_are_counted() {
+        let budget = Arc::new(Budget::new(0.10, None));
+        let first = budget.reserve(Some(0.06)).expect("fits");
+        // A second request at the same time cannot also count on the same room.
+        assert!(budget.reserve(Some(0.06)).is_err());
+        budget.spend(Some(0.01));
+        drop(first);
+        assert!(budget.reserve(Some(0.06)).is_ok());
     }
 }

@@ -286,7 +286,13 @@ impl Dispatch<'_> {
             let sink = self.sink.clone();
             let emit_sink = self.sink.clone();
             let id = call.id.clone();
+            let meter = self.ctx.budget.clone();
             let ctx = ToolContext {
+                meter: Arc::new(move |cost| {
+                    if let Some(budget) = &meter {
+                        budget.spend(cost);
+                    }
+                }),
                 call_id: call.id.clone(),
                 emit: Arc::new(move |event| emit_sink.send(event)),
                 subagents: self.subagents.clone(),

@@ -214,11 +214,17 @@ impl Turn {
         };
     }
 
-    /// With a budget: whether `request` may be sent. Its input (about 4 bytes of the request a
-    /// token) is priced at the highest rate an input token can cost, a cache write at the
+    /// With a budget: whether `request` may be sent, and if so its estimate held against the
+    /// caps until the returned reservation is dropped. Its input (about 4 bytes of the request
+    /// a token) is priced at the highest rate an input token can cost, a cache write at the
     /// prefix's lifetime, so the estimate is not below what the request's input will cost.
-    fn over_budget(&self, request: &MessagesRequest) -> Option<super::budget::Reached> {
-        let budget = self.ctx.budget.as_ref()?;
+    fn reserve(
+        &self,
+        request: &MessagesRequest,
+    ) -> Result<Option<super::budget::Reservation>, super::budget::Reached> {
+        let Some(budget) = self.ctx.budget.as_ref() else {
+            return Ok(None);
+        };
         let bytes = serde_json::to_vec(request).map_or(0, |b| b.len() as u64);
         let tokens = bytes.div_ceil(4);
         let input = Usage {
@@ -230,7 +236,7 @@ impl Turn {
             ..Usage::default()
         };
         let next = self.ctx.net.catalog.cost_usd(&request.model, &input);
-        budget.check(next).err()
+        budget.reserve(next).map(Some)
     }
 
     /// With a budget: whether compacting `history` (a request carrying all of it) may be sent.
@@ -246,7 +252,7 @@ impl Turn {
             history.messages(),
         );
         request.system = self.ctx.system.clone();
-        self.over_budget(&request)
+        self.reserve(&request).err()
     }
 
     /// Only compacts the history (`/compact`).
@@ -429,16 +435,20 @@ impl Turn {
             request.tools = tools.clone();
             self.ctx.net.catalog.shape(&mut request, &self.ctx.policy);
             let request = request.with_cache_breakpoints(self.ctx.policy.prefix_ttl);
-            if let Some(reached) = self.over_budget(&request) {
-                sink.commit(EventKind::BudgetReached {
-                    budget_usd: reached.budget_usd,
-                    spent_usd: reached.spent_usd,
-                    next_request_usd: reached.next_request_usd,
-                    daily: reached.daily,
-                })
-                .await?;
-                return Ok(tally.outcome(StopReason::BudgetReached, None));
-            }
+            // Held until the reply is counted (or the attempt fails).
+            let reserved = match self.reserve(&request) {
+                Ok(reserved) => reserved,
+                Err(reached) => {
+                    sink.commit(EventKind::BudgetReached {
+                        budget_usd: reached.budget_usd,
+                        spent_usd: reached.spent_usd,
+                        next_request_usd: reached.next_request_usd,
+                        daily: reached.daily,
+                    })
+                    .await?;
+                    return Ok(tally.outcome(StopReason::BudgetReached, None));
+                }
+            };
 
             let mut completed: HashSet<usize> = HashSet::new();
             // Text blocks still being written, so a cancel can keep what was said.
@@ -625,6 +635,7 @@ impl Turn {
             }
             let usage = TokenUsage::from(&message.usage);
             self.count(tally, &model_id, &message.usage);
+            drop(reserved);
             let stop_reason =
                 StopReason::parse(message.stop_reason.as_deref().unwrap_or("end_turn"));
             let done = EventKind::AssistantMessageCompleted {

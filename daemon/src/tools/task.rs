@@ -86,7 +86,8 @@ impl Tool for Task {
             let prompt = input["prompt"].as_str().unwrap_or_default();
             let model = input["model"].as_str().filter(|m| !m.trim().is_empty());
             let (out, usage, cost) = runner.run(agent, model, description, prompt, ctx).await;
-            ctx.spend(usage, cost);
+            // Its requests are on the budget already, counted as they were made.
+            ctx.tally(usage, cost);
             out
         })
     }

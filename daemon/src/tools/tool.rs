@@ -78,6 +78,8 @@ pub struct ToolContext {
     pub spent: Arc<std::sync::Mutex<Spent>>,
     /// The call's id (empty outside a turn).
     pub call_id: String,
+    /// Counts what a model request the tool made itself cost on the turn's budget.
+    pub meter: Arc<dyn Fn(Option<f64>) + Send + Sync>,
 }
 
 /// What tools that talk to the network use.
@@ -116,11 +118,19 @@ impl ToolContext {
             subagents: None,
             spent: Default::default(),
             call_id: String::new(),
+            meter: Arc::new(|_| {}),
         }
     }
 
-    /// Adds model usage a tool incurred to the turn.
+    /// Adds a model request the tool made itself (WebFetch's, WebSearch's) to the turn: its
+    /// usage to the turn's, its cost to the turn's and to the budget's.
     pub fn spend(&self, usage: tether_proto::TokenUsage, cost: Option<f64>) {
+        (self.meter)(cost);
+        self.tally(usage, cost);
+    }
+
+    /// Adds usage the budget has counted already (a sub-agent's requests) to the turn's.
+    pub fn tally(&self, usage: tether_proto::TokenUsage, cost: Option<f64>) {
         let mut s = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         s.usage.add(&usage);
         s.cost_usd = match (s.any, s.cost_usd, cost) {
@@ -384,5 +394,29 @@ impl Tools {
                 problems.join("; ")
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tools_own_requests_reach_the_budget_and_a_sub_agents_only_the_tally() {
+        let metered = Arc::new(std::sync::Mutex::new(0.0));
+        let seen = metered.clone();
+        let ctx = ToolContext {
+            meter: Arc::new(move |cost| *seen.lock().expect("lock") += cost.unwrap_or(0.0)),
+            ..ToolContext::detached(Arc::new(Workspace::new(
+                PathBuf::from("/tmp"),
+                Vec::new(),
+                PathBuf::from("/tmp/.scratch"),
+            )))
+        };
+        ctx.spend(tether_proto::TokenUsage::default(), Some(0.02));
+        ctx.tally(tether_proto::TokenUsage::default(), Some(0.5));
+        assert_eq!(*metered.lock().expect("lock"), 0.02);
+        let spent = ctx.spent.lock().expect("lock");
+        assert!(spent.any && (spent.cost_usd.unwrap_or(0.0) - 0.52).abs() < 1e-12);
     }
 }
