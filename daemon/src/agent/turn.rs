@@ -16,6 +16,15 @@ use std::time::Duration;
 use tether_proto::{EventKind, StopReason, TokenUsage, TurnError};
 use tokio_util::sync::CancellationToken;
 
+/// A turn that could not record its events ends with this error.
+fn storage_failed(e: &SinkError) -> TurnError {
+    TurnError {
+        code: "storage".into(),
+        message: e.to_string(),
+        retryable: true,
+    }
+}
+
 /// The user message that asks the model to go on after `max_tokens`.
 pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off because it reached the maximum output length. \
 Continue exactly where you stopped, without repeating what you already wrote. If you were in the middle of a tool call, \
@@ -101,14 +110,7 @@ impl Turn {
         };
         let outcome = match self.run_loop(&mut history, sink.clone(), &mut tally).await {
             Ok(outcome) => outcome,
-            Err(e) => tally.outcome(
-                StopReason::Error,
-                Some(TurnError {
-                    code: "storage".into(),
-                    message: e.to_string(),
-                    retryable: true,
-                }),
-            ),
+            Err(e) => tally.outcome(StopReason::Error, Some(storage_failed(&e))),
         };
         // StopFailure: the turn ended on an error (its output cannot change that).
         if let Some(error) = &outcome.error
@@ -277,14 +279,7 @@ impl Turn {
             };
             return match sink.commit(event).await {
                 Ok(()) => tally.outcome(StopReason::BudgetReached, None),
-                Err(e) => tally.outcome(
-                    StopReason::Error,
-                    Some(TurnError {
-                        code: "storage".into(),
-                        message: e.to_string(),
-                        retryable: true,
-                    }),
-                ),
+                Err(e) => tally.outcome(StopReason::Error, Some(storage_failed(&e))),
             };
         }
         let tools = self.ctx.tools.definitions();
@@ -312,14 +307,7 @@ impl Turn {
                     retryable: true,
                 }),
             ),
-            Err(e) => tally.outcome(
-                StopReason::Error,
-                Some(TurnError {
-                    code: "storage".into(),
-                    message: e.to_string(),
-                    retryable: true,
-                }),
-            ),
+            Err(e) => tally.outcome(StopReason::Error, Some(storage_failed(&e))),
         }
     }
 
@@ -347,14 +335,7 @@ impl Turn {
         }
         .await;
         result.unwrap_or_else(|e: SinkError| {
-            tally.outcome(
-                StopReason::Error,
-                Some(TurnError {
-                    code: "storage".into(),
-                    message: e.to_string(),
-                    retryable: true,
-                }),
-            )
+            tally.outcome(StopReason::Error, Some(storage_failed(&e)))
         })
     }
 

@@ -4,9 +4,44 @@
 
 use anyhow::Context;
 use serde_json::{Value, json};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
+
+/// Makes `daemon`'s project run a command hook on `event` (for `matcher`'s tools, if given)
+/// that keeps its input; returns the file it writes. The project is trusted.
+fn keep_hook_input(daemon: &Daemon, event: &str, matcher: Option<&str>) -> anyhow::Result<PathBuf> {
+    let told = daemon.workdir().join(".told.json");
+    let settings = daemon.workdir().join(".claude");
+    std::fs::create_dir_all(&settings)?;
+    let mut entry = json!({"hooks": [
+        {"type": "command", "command": format!("cat > {}", told.display())}
+    ]});
+    if let Some(m) = matcher {
+        entry["matcher"] = json!(m);
+    }
+    std::fs::write(
+        settings.join("settings.json"),
+        json!({"hooks": {event: [entry]}}).to_string(),
+    )?;
+    daemon.trust(&daemon.workdir())?;
+    Ok(told)
+}
+
+/// The input the hook kept, once it has run.
+fn hook_input(told: &std::path::Path) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(told)
+            && let Ok(v) = serde_json::from_str::<Value>(&text)
+        {
+            return Ok(v);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the hook never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
 
 #[test]
 fn a_hooks_approval_token_answers_once_even_after_a_kill_9() -> anyhow::Result<()> {
@@ -18,17 +53,7 @@ fn a_hooks_approval_token_answers_once_even_after_a_kill_9() -> anyhow::Result<(
         Step::text("Written."),
     ]))?;
     let mut daemon = Daemon::start_with(fake.env())?;
-    let told = daemon.workdir().join(".told.json");
-    let settings = daemon.workdir().join(".claude");
-    std::fs::create_dir_all(&settings)?;
-    std::fs::write(
-        settings.join("settings.json"),
-        json!({"hooks": {"Notification": [{"hooks": [
-            {"type": "command", "command": format!("cat > {}", told.display())}
-        ]}]}})
-        .to_string(),
-    )?;
-    daemon.trust(&daemon.workdir())?;
+    let told = keep_hook_input(&daemon, "Notification", None)?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
     c.watch(&session)?;
@@ -37,16 +62,7 @@ fn a_hooks_approval_token_answers_once_even_after_a_kill_9() -> anyhow::Result<(
     let request = asked.last().context("request")?["data"]["requestId"].clone();
 
     // The hook got the token with its request.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let input: Value = loop {
-        if let Ok(text) = std::fs::read_to_string(&told)
-            && let Ok(v) = serde_json::from_str::<Value>(&text)
-        {
-            break v;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "the Notification hook never ran");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let input = hook_input(&told)?;
     assert_eq!(input["request_id"], request, "{input}");
     let token = input["approval_token"]
         .as_str()
@@ -132,17 +148,7 @@ fn the_approval_page_answers_from_a_phones_browser() -> anyhow::Result<()> {
     let mut env = fake.env();
     env.push(("TETHER_APPROVALS_LISTEN".into(), "127.0.0.1:0".into()));
     let daemon = Daemon::start_with(env)?;
-    let told = daemon.workdir().join(".told.json");
-    let settings = daemon.workdir().join(".claude");
-    std::fs::create_dir_all(&settings)?;
-    std::fs::write(
-        settings.join("settings.json"),
-        json!({"hooks": {"PermissionRequest": [{"matcher": "Bash", "hooks": [
-            {"type": "command", "command": format!("cat > {}", told.display())}
-        ]}]}})
-        .to_string(),
-    )?;
-    daemon.trust(&daemon.workdir())?;
+    let told = keep_hook_input(&daemon, "PermissionRequest", Some("Bash"))?;
     let mut c = daemon.ndjson()?;
     let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
     c.call(
@@ -152,19 +158,7 @@ fn the_approval_page_answers_from_a_phones_browser() -> anyhow::Result<()> {
     c.watch(&session)?;
     c.start_turn(&session, "run it")?;
     c.events_until("permission_requested")?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let input: Value = loop {
-        if let Ok(text) = std::fs::read_to_string(&told)
-            && let Ok(v) = serde_json::from_str::<Value>(&text)
-        {
-            break v;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the PermissionRequest hook never ran"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let input = hook_input(&told)?;
     let url = input["approval_url"].as_str().context("approval_url")?;
     let token = input["approval_token"].as_str().context("approval_token")?;
     assert!(
