@@ -484,6 +484,27 @@ fn a_one_shot_query_and_a_resumed_one_share_the_session_with(sdk: Sdk) -> anyhow
     Ok(())
 }
 
+/// `tether` as an SDK starts it: stream-json both ways, `flags` between, in the daemon's work
+/// directory; its stdin, and its stdout read as [`Lines`] (stderr stays with the child).
+fn stream_json(
+    daemon: &Daemon,
+    flags: &[&str],
+) -> anyhow::Result<(std::process::Child, std::process::ChildStdin, Lines)> {
+    let mut child = daemon
+        .tether()
+        .args(["--output-format", "stream-json"])
+        .args(flags)
+        .args(["--input-format", "stream-json"])
+        .current_dir(daemon.workdir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stdin = child.stdin.take().context("stdin")?;
+    let lines = Lines::of(child.stdout.take().context("stdout")?);
+    Ok((child, stdin, lines))
+}
+
 /// Lines `tether` writes, read on a thread so a test can wait for one with a deadline.
 struct Lines(std::sync::mpsc::Receiver<String>);
 
@@ -534,26 +555,16 @@ fn bad_lines_are_answered_and_another_client_may_answer_first() -> anyhow::Resul
         Step::text("Written."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let mut child = daemon
-        .tether()
-        .args([
-            "--output-format",
-            "stream-json",
+    let (child, mut stdin, lines) = stream_json(
+        &daemon,
+        &[
             "--verbose",
             "--system-prompt=",
             "--permission-prompt-tool=stdio",
             "--setting-sources=user,project,local",
             "--max-thinking-tokens=4000",
-            "--input-format",
-            "stream-json",
-        ])
-        .current_dir(daemon.workdir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut stdin = child.stdin.take().context("stdin")?;
-    let lines = Lines::of(child.stdout.take().context("stdout")?);
+        ],
+    )?;
     let send = |stdin: &mut std::process::ChildStdin, v: Value| writeln!(stdin, "{v}");
 
     send(
@@ -653,21 +664,8 @@ fn resuming_at_a_message_goes_on_from_there() -> anyhow::Result<()> {
         Step::text("The third answer."),
     ]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let run = |extra: &[&str]| {
-        let mut cmd = daemon.tether();
-        cmd.args(["--output-format", "stream-json", "--verbose"])
-            .args(extra)
-            .args(["--input-format", "stream-json"])
-            .current_dir(daemon.workdir())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd.spawn()
-    };
     let user = |text: &str| json!({"type": "user", "message": {"role": "user", "content": text}});
-    let mut first = run(&[])?;
-    let mut stdin = first.stdin.take().context("stdin")?;
-    let lines = Lines::of(first.stdout.take().context("stdout")?);
+    let (mut first, mut stdin, lines) = stream_json(&daemon, &["--verbose"])?;
     writeln!(stdin, "{}", user("first question"))?;
     let answer = lines.until(|l| l["type"] == "assistant")?;
     let at = answer["uuid"].as_str().context("uuid")?.to_owned();
@@ -678,12 +676,14 @@ fn resuming_at_a_message_goes_on_from_there() -> anyhow::Result<()> {
     drop(stdin);
     assert!(first.wait()?.success());
 
-    let mut again = run(&[
-        &format!("--resume={session}"),
-        &format!("--resume-session-at={at}"),
-    ])?;
-    let mut stdin = again.stdin.take().context("stdin")?;
-    let lines = Lines::of(again.stdout.take().context("stdout")?);
+    let (mut again, mut stdin, lines) = stream_json(
+        &daemon,
+        &[
+            "--verbose",
+            &format!("--resume={session}"),
+            &format!("--resume-session-at={at}"),
+        ],
+    )?;
     writeln!(stdin, "{}", user("third question"))?;
     let result = lines.until(|l| l["type"] == "result")?;
     assert_eq!(result["result"], "The third answer.", "{result}");
@@ -730,21 +730,7 @@ fn a_document_in_a_message_reaches_the_model() -> anyhow::Result<()> {
     use std::io::Write;
     let fake = Fake::start(Script::of([Step::text("It says hello.")]))?;
     let daemon = Daemon::start_with(fake.env())?;
-    let mut child = daemon
-        .tether()
-        .args([
-            "--output-format",
-            "stream-json",
-            "--input-format",
-            "stream-json",
-        ])
-        .current_dir(daemon.workdir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut stdin = child.stdin.take().context("stdin")?;
-    let lines = Lines::of(child.stdout.take().context("stdout")?);
+    let (mut child, mut stdin, lines) = stream_json(&daemon, &[])?;
     let message = json!({"type": "user", "message": {"role": "user", "content": [
         {"type": "text", "text": "what does it say?"},
         {"type": "document", "title": "greeting",
