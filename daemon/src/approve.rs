@@ -6,7 +6,7 @@
 
 pub mod page;
 
-use crate::approvals::{Approvals, Grant, Refused};
+use crate::approvals::Refused;
 use crate::session::{SessionError, Sessions};
 use tether_proto::{ClientKind, ClientRef, PermissionDecision, PermissionResponse};
 
@@ -38,11 +38,6 @@ fn as_link(carrier: ClientRef, through: &str) -> ClientRef {
     }
 }
 
-/// What `token` allows, checked.
-pub fn grant(approvals: &Approvals, token: &str) -> Result<Grant, Refusal> {
-    Ok(approvals.check(token)?)
-}
-
 /// Answers the request of `token` with `decision`, on behalf of whoever carried it
 /// (`carrier`, reaching the daemon `through` a connection or the page).
 pub async fn answer(
@@ -53,7 +48,7 @@ pub async fn answer(
     carrier: ClientRef,
     through: &str,
 ) -> Result<PermissionResponse, Refusal> {
-    let grant = grant(&sessions.env().approvals, token)?;
+    let grant = sessions.env().approvals.check(token)?;
     grant.allows(decision)?;
     let handle = sessions.get(&grant.session).await?;
     let answer = crate::session::Answer {

@@ -440,6 +440,11 @@ impl Hooks {
         let mut outcome = Outcome::default();
         input["hook_event_name"] = json!(event.as_str());
         let stdin = input.to_string();
+        // A callback never gets the approval token: its input reaches every client.
+        let for_callbacks = match &self.asker {
+            Some(_) => without_secrets(&input),
+            None => Value::Null,
+        };
         for entry in self.entries.iter().filter(|e| e.event == event) {
             if let (Some(m), Some(t)) = (&entry.matcher, target)
                 && !matcher_hits(m, t)
@@ -447,49 +452,26 @@ impl Hooks {
                 continue;
             }
             for action in &entry.actions {
-                // A callback runs only where its program can be asked, and never gets the
-                // approval token: its input reaches every client of the session.
-                let asked = match action {
-                    Action::Command(_) => None,
-                    Action::Callback { id, .. } => match &self.asker {
-                        Some(asker) => Some(asker.ask(id, &without_secrets(&input))),
-                        None => continue,
-                    },
+                // A callback runs only where its program can be asked.
+                let run = match (action, self.asker.as_deref()) {
+                    (Action::Command(cmd), _) => Run::Command(cmd),
+                    (Action::Callback { id, timeout }, Some(asker)) => {
+                        Run::Callback(asker, id, *timeout)
+                    }
+                    (Action::Callback { .. }, None) => continue,
                 };
                 let told = self
                     .watcher
                     .as_deref()
                     .map(|w| Told::start(w, event, target));
-                let ran = match (action, asked) {
-                    (Action::Command(cmd), _) => {
+                let ran = match run {
+                    Run::Command(cmd) => {
                         run_one(cmd, &stdin, cwd, &self.env, event, &mut outcome).await
                     }
-                    (Action::Callback { id, timeout }, Some(asked)) => {
-                        match tokio::time::timeout(*timeout, asked).await {
-                            Ok(Ok(output)) => {
-                                read_output(&output, event, &mut outcome);
-                                Ran {
-                                    stdout: output.to_string(),
-                                    success: Some(true),
-                                    ..Ran::default()
-                                }
-                            }
-                            Ok(Err(why)) => {
-                                let why = format!("{event} hook callback {id} failed: {why}");
-                                outcome.notices.push(why.clone());
-                                Ran::failed(why)
-                            }
-                            Err(_) => {
-                                let why = format!(
-                                    "{event} hook callback {id} did not answer within {} s",
-                                    timeout.as_secs_f64()
-                                );
-                                outcome.notices.push(why.clone());
-                                Ran::failed(why)
-                            }
-                        }
+                    Run::Callback(asker, id, timeout) => {
+                        let asked = asker.ask(id, &for_callbacks);
+                        callback(asked, id, timeout, event, &mut outcome).await
                     }
-                    (Action::Callback { .. }, None) => Ran::default(),
                 };
                 if let Some(told) = told {
                     told.end(ran);
@@ -498,6 +480,39 @@ impl Hooks {
         }
         outcome
     }
+}
+
+/// One hook of an entry, ready to run.
+enum Run<'a> {
+    Command(&'a Command),
+    Callback(&'a dyn Asker, &'a str, Duration),
+}
+
+/// Waits for a callback's answer (`asked`) and reads it as a command's JSON output.
+async fn callback(
+    asked: impl std::future::Future<Output = Result<Value, String>>,
+    id: &str,
+    timeout: Duration,
+    event: HookEvent,
+    outcome: &mut Outcome,
+) -> Ran {
+    let why = match tokio::time::timeout(timeout, asked).await {
+        Ok(Ok(output)) => {
+            read_output(&output, event, outcome);
+            return Ran {
+                stdout: output.to_string(),
+                success: Some(true),
+                ..Ran::default()
+            };
+        }
+        Ok(Err(why)) => format!("{event} hook callback {id} failed: {why}"),
+        Err(_) => format!(
+            "{event} hook callback {id} did not answer within {} s",
+            timeout.as_secs_f64()
+        ),
+    };
+    outcome.notices.push(why.clone());
+    Ran::failed(why)
 }
 
 /// What only command hooks get: the approval token and its link answer the request.

@@ -61,14 +61,19 @@ impl Daily {
         }
     }
 
-    /// What was spent today.
-    pub fn spent(&self) -> f64 {
+    /// The day's entry, started over when the date has changed.
+    fn current(&self) -> std::sync::MutexGuard<'_, (String, f64)> {
         let mut today = self.today.lock().unwrap_or_else(|p| p.into_inner());
         let day = self::today();
         if today.0 != day {
             *today = (day, 0.0);
         }
-        today.1
+        today
+    }
+
+    /// What was spent today.
+    pub fn spent(&self) -> f64 {
+        self.current().1
     }
 
     /// The cap.
@@ -77,16 +82,10 @@ impl Daily {
     }
 
     fn spend(&self, cost: f64) {
-        let kept = {
-            let mut today = self.today.lock().unwrap_or_else(|p| p.into_inner());
-            let day = self::today();
-            if today.0 != day {
-                *today = (day, 0.0);
-            }
-            today.1 += cost;
-            today.clone()
-        };
-        let bytes = serde_json::to_vec(&kept).unwrap_or_default();
+        let mut today = self.current();
+        today.1 += cost;
+        // Written while held, so the file never goes back to an older total.
+        let bytes = serde_json::to_vec(&*today).unwrap_or_default();
         if let Err(e) = tether_proto::private::write(&self.file, &bytes) {
             tracing::warn!(
                 "cannot keep the day's spend in {}: {e}",
@@ -189,8 +188,20 @@ impl Budget {
     }
 
     /// [`reserve`](Self::reserve), released at once: whether such a request fits now.
-    pub fn check(self: &Arc<Self>, next: Option<f64>) -> Result<(), Reached> {
+    #[cfg(test)]
+    fn check(self: &Arc<Self>, next: Option<f64>) -> Result<(), Reached> {
         self.reserve(next).map(drop)
+    }
+}
+
+impl From<Reached> for tether_proto::EventKind {
+    fn from(r: Reached) -> Self {
+        Self::BudgetReached {
+            budget_usd: r.budget_usd,
+            spent_usd: r.spent_usd,
+            next_request_usd: r.next_request_usd,
+            daily: r.daily,
+        }
     }
 }
 

@@ -16,6 +16,20 @@ use std::time::Duration;
 use tether_proto::{EventKind, StopReason, TokenUsage, TurnError};
 use tokio_util::sync::CancellationToken;
 
+/// Counts the bytes written to it, and keeps none.
+struct Counted(u64);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A turn that could not record its events ends with this error.
 fn storage_failed(e: &SinkError) -> TurnError {
     TurnError {
@@ -227,7 +241,10 @@ impl Turn {
         let Some(budget) = self.ctx.budget.as_ref() else {
             return Ok(None);
         };
-        let bytes = serde_json::to_vec(request).map_or(0, |b| b.len() as u64);
+        // Counted as written, never held: a request can be megabytes.
+        let mut bytes = Counted(0);
+        let _ = serde_json::to_writer(&mut bytes, request);
+        let bytes = bytes.0;
         let tokens = bytes.div_ceil(4);
         let input = Usage {
             cache_creation_input_tokens: tokens,
@@ -271,13 +288,7 @@ impl Turn {
         };
         let model_id = self.ctx.net.catalog.resolve(&self.ctx.model);
         if let Some(reached) = self.compaction_over_budget(&model_id, &history) {
-            let event = EventKind::BudgetReached {
-                budget_usd: reached.budget_usd,
-                spent_usd: reached.spent_usd,
-                next_request_usd: reached.next_request_usd,
-                daily: reached.daily,
-            };
-            return match sink.commit(event).await {
+            return match sink.commit(reached.into()).await {
                 Ok(()) => tally.outcome(StopReason::BudgetReached, None),
                 Err(e) => tally.outcome(StopReason::Error, Some(storage_failed(&e))),
             };
@@ -420,13 +431,7 @@ impl Turn {
             let reserved = match self.reserve(&request) {
                 Ok(reserved) => reserved,
                 Err(reached) => {
-                    sink.commit(EventKind::BudgetReached {
-                        budget_usd: reached.budget_usd,
-                        spent_usd: reached.spent_usd,
-                        next_request_usd: reached.next_request_usd,
-                        daily: reached.daily,
-                    })
-                    .await?;
+                    sink.commit(reached.into()).await?;
                     return Ok(tally.outcome(StopReason::BudgetReached, None));
                 }
             };

@@ -113,9 +113,9 @@ fn label(decision: PermissionDecision) -> &'static str {
 
 /// `GET /a/{token}`: the request and its answers.
 async fn show(State(sessions): State<Arc<Sessions>>, Path(token): Path<String>) -> Response {
-    let grant = match super::grant(&sessions.env().approvals, &token) {
+    let grant = match sessions.env().approvals.check(&token) {
         Ok(grant) => grant,
-        Err(refusal) => return refused(&refusal),
+        Err(why) => return refused(&Refusal::Token(why)),
     };
     let snapshot = match sessions.get(&grant.session).await {
         Ok(handle) => match handle.snapshot().await {

@@ -130,7 +130,6 @@ impl Drop for HooksRan {
 /// A request just opened, as its hooks are told of it.
 #[derive(Clone, Copy)]
 struct Opened<'a> {
-    turn: &'a TurnId,
     request_id: &'a str,
     tool: &'a str,
     input: &'a serde_json::Value,
@@ -503,15 +502,10 @@ impl SessionActor {
                 let tool = ask.tool.clone();
                 let options =
                     special.map_or_else(|| OPTIONS.map(String::from).to_vec(), Special::options);
-                // For the hooks only (never logged): whoever holds it may answer.
-                let token = self.env.approvals.mint(
-                    &self.journal.record.id,
-                    &request_id,
-                    options
-                        .iter()
-                        .filter_map(|o| PermissionDecision::parse(o))
-                        .collect(),
-                );
+                let allowed: Vec<PermissionDecision> = options
+                    .iter()
+                    .filter_map(|o| PermissionDecision::parse(o))
+                    .collect();
                 let event = EventKind::PermissionRequested {
                     request_id: request_id.clone(),
                     tool_call_id: ask.tool_call_id,
@@ -530,16 +524,25 @@ impl SessionActor {
                 let mut waiting = Waiting::new(turn_id, suggested.clone(), reply);
                 waiting.special = special;
                 self.hold(request_id.clone(), waiting);
+                // The settings are read once for both events' hooks.
+                let hooks = self.hooks(Some(&turn));
+                if !hooks.has(HookEvent::PermissionRequest) && !hooks.has(HookEvent::Notification) {
+                    return;
+                }
+                // For the hooks only (never logged): whoever holds it may answer.
+                let token = self
+                    .env
+                    .approvals
+                    .mint(&self.journal.record.id, &request_id, allowed);
                 let opened = Opened {
-                    turn: &turn,
                     request_id: &request_id,
                     tool: &tool,
                     input: &ask.input,
                     cwd: &cwd,
                     token: &token,
                 };
-                self.permission_hooks(&opened, &suggested);
-                self.notify(&opened);
+                self.permission_hooks(&hooks, &opened, &suggested);
+                self.notify(hooks, &opened);
             }
         }
     }
@@ -579,19 +582,24 @@ impl SessionActor {
 
     /// Runs the PermissionRequest hooks, in the background, for a request that now waits: an
     /// answer they give resolves it as a controller's would (whichever comes first wins).
-    fn permission_hooks(&mut self, opened: &Opened<'_>, suggested: &[String]) {
+    fn permission_hooks(
+        &mut self,
+        hooks: &crate::hooks::Hooks,
+        opened: &Opened<'_>,
+        suggested: &[String],
+    ) {
         let Opened {
-            turn,
             request_id,
             tool,
             input,
             cwd,
             token,
+            ..
         } = *opened;
-        let hooks = self.hooks(Some(turn));
         if !hooks.has(HookEvent::PermissionRequest) {
             return;
         }
+        let hooks = hooks.clone();
         // Claude Code's shape for the rules an answer could add.
         let suggestions: Vec<serde_json::Value> = suggested
             .iter()
@@ -725,8 +733,7 @@ impl SessionActor {
     }
 
     /// Runs the Notification hooks, in the background, for a request that now waits.
-    fn notify(&mut self, opened: &Opened<'_>) {
-        let hooks = self.hooks(Some(opened.turn));
+    fn notify(&mut self, hooks: crate::hooks::Hooks, opened: &Opened<'_>) {
         if !hooks.has(HookEvent::Notification) {
             return;
         }

@@ -398,7 +398,7 @@ impl SessionActor {
             self.turns.running = None;
             return self.start_next();
         }
-        let Some(prepared) = prepared else {
+        let Some(mut prepared) = prepared else {
             let outcome = match failure {
                 Some(why) => {
                     tracing::error!("a turn's preparation panicked: {why}");
@@ -412,7 +412,7 @@ impl SessionActor {
             };
             return self.end_turn(turn_id, outcome);
         };
-        for event in prepared.hook_events.clone() {
+        for event in std::mem::take(&mut prepared.hook_events) {
             self.emit_in(event, Some(turn_id.clone()));
         }
         for notice in &prepared.notices {
