@@ -1,8 +1,9 @@
 //! The interactive client: a line editor (reedline: history per project, multi-line input,
 //! `/` and `@` completion) over one session's event stream, rendered by [`View`]. While a turn
-//! runs, Ctrl+C cancels it and permission requests become a prompt; between turns, events from
-//! other clients print above the input line. Ctrl+D (or Ctrl+C twice at an empty prompt)
-//! detaches: the session stays in the daemon.
+//! runs — whichever client started it — every terminal shows it live, Esc or Ctrl+C cancels it
+//! (controllers), permission requests become a prompt in every controller, and what is typed
+//! waits for the next prompt; between turns, events from other clients print above the input
+//! line. Ctrl+D (or Ctrl+C twice at an empty prompt) detaches: the session stays in the daemon.
 
 mod commands;
 mod editor;
@@ -22,7 +23,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use tether_proto::{
     ClientKind, Event, EventKind, InputItem, PermissionDecision, Role, Seq, SessionId, Since,
     TetherRpcClient,
@@ -58,6 +59,10 @@ pub enum Input {
     ToggleThinking,
     /// Ctrl+O: the last folded tool output in full.
     Expand,
+    /// A line finished while a turn ran, sent now that the prompt is back.
+    Ahead(String),
+    /// The editor let go of the terminal (a turn started); what was typed waits.
+    Released,
     /// Ctrl+C at the prompt.
     Interrupt,
     /// Esc while a turn runs: interrupt it.
@@ -95,8 +100,18 @@ struct Repl {
     /// Prints above the editor's prompt while it reads.
     printer: std::sync::mpsc::SyncSender<String>,
     editing: bool,
-    /// The turn this client is waiting for.
+    /// Set to make the editor let go of the terminal.
+    release: Arc<AtomicU8>,
+    /// The editor was asked to let go and has not yet: what prints waits in `deferred`.
+    releasing: bool,
+    /// The turn this client started and is waiting for (it may be queued).
     waiting_turn: Option<String>,
+    /// The session's running turn, whoever started it.
+    running: Option<String>,
+    /// This client asked for the running turn to stop.
+    cancelling: bool,
+    /// The client is detaching: nothing more is drawn live.
+    leaving: bool,
     /// Permission requests seen and not yet answered, oldest first.
     pending: Vec<Pending>,
     asking: Option<Asking>,
@@ -207,7 +222,9 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     let typed = Arc::new(std::sync::Mutex::new(String::new()));
     let commands = DaemonCommands::default();
     let models = ModelNames::default();
+    let release = Arc::new(AtomicU8::new(0));
     let to_editor = editor::spawn(editor::Setup {
+        release: release.clone(),
         printer,
         status: status.clone(),
         history: editor::history_file(&data_dir, &cwd),
@@ -239,7 +256,12 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         to_editor,
         printer: to_printer,
         editing: false,
+        release,
+        releasing: false,
         waiting_turn: None,
+        running: None,
+        cancelling: false,
+        leaving: false,
         pending: Vec::new(),
         asking: None,
         interrupts: 0,
@@ -302,18 +324,23 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                         }
                         (None, Some(request)) => {
                             repl.offer(&request, &answers_tx);
-                            if repl.asking.is_none() && repl.waiting_turn.is_none() {
-                                repl.edit();
-                            }
+                            repl.edit();
                         }
-                        (None, None) if repl.waiting_turn.is_none() => repl.edit(),
-                        (None, None) => {}
+                        // At the prompt, or following the turn that runs.
+                        (None, None) => repl.edit(),
                     }
                 }
             }
             input = input_rx.recv() => {
                 repl.editing = false;
                 repl.view.rows = false;
+                // Whatever the editor handed over, it no longer holds the terminal.
+                repl.release.store(0, Ordering::SeqCst);
+                if repl.releasing {
+                    repl.releasing = false;
+                    let deferred = std::mem::take(&mut *repl.deferred.borrow_mut());
+                    repl.print(&deferred);
+                }
                 match input.unwrap_or(Input::Detach) {
                     Input::Line(line) => {
                         repl.interrupts = 0;
@@ -321,6 +348,21 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                             return Ok(ExitCode::SUCCESS);
                         }
                     }
+                    Input::Ahead(line) => {
+                        repl.interrupts = 0;
+                        repl.say(&format!("{} {line}", repl.style.bold("›")));
+                        if repl.line(line).await? {
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                    }
+                    // A turn started: show it, and the request it may already have opened.
+                    Input::Released => match repl.pending.first().cloned() {
+                        Some(request) => {
+                            repl.offer(&request, &answers_tx);
+                            repl.edit();
+                        }
+                        None => repl.edit(),
+                    },
                     // The editor repaints its prompt where it was after a key it hands over,
                     // so what these print goes above the prompt once it is back.
                     Input::NextMode => {
@@ -347,13 +389,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                         repl.say(&repl.style.dim("(Ctrl+C again or Ctrl+D to detach)"));
                         repl.edit();
                     }
-                    Input::Cancel => {
-                        if repl.waiting_turn.is_some() {
-                            let _ = repl.conn.client.turn_cancel(repl.session.id.clone()).await;
-                            repl.say(&repl.style.warn("cancelling…"));
-                            repl.watch_keys();
-                        }
-                    }
+                    Input::Cancel => repl.cancel().await,
                     Input::Failed(why) => {
                         repl.say(&repl.style.error(&format!("the terminal cannot be read ({why}); detaching")));
                         return Ok(ExitCode::FAILURE);
@@ -367,20 +403,23 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
             }
             _ = ctrl_c.recv() => {
                 // Only reaches us while a turn runs (the editor takes Ctrl+C itself).
-                if repl.waiting_turn.is_some() {
-                    let _ = repl.conn.client.turn_cancel(repl.session.id.clone()).await;
-                    repl.say(&repl.style.warn("cancelling…"));
+                if repl.busy() && !repl.editing && repl.asking.is_none() {
+                    repl.cancel().await;
                 }
             }
             Some((request_id, answer)) = answers_rx.recv() => {
                 repl.asking = None;
+                repl.pending.retain(|p| p.request_id != request_id);
                 // What arrived while the prompt was up (who answered, for one).
                 let deferred = std::mem::take(&mut *repl.deferred.borrow_mut());
                 repl.print(&deferred);
                 match answer {
                     Some(a) => repl.respond(&request_id, a).await,
-                    None if repl.waiting_turn.is_none() => repl.edit(),
-                    None => repl.watch_keys(),
+                    None => repl.edit(),
+                }
+                // A request that arrived while this one was on screen is asked now.
+                if let Some(next) = repl.pending.first().cloned() {
+                    repl.offer(&next, &answers_tx);
                 }
             }
         }
@@ -418,7 +457,7 @@ impl Repl {
         if text.is_empty() {
             return;
         }
-        if self.asking.is_some() {
+        if self.asking.is_some() || self.releasing {
             self.deferred.borrow_mut().push_str(text);
             return;
         }
@@ -438,11 +477,15 @@ impl Repl {
     /// Redraws the live area under the transcript (running tools, the line being written)
     /// while this client shows a turn; never while the editor or a prompt owns the terminal.
     fn draw_live(&self) {
-        let mut lines = if self.view.live && !self.editing && self.asking.is_none() {
+        let mut lines = if self.view.live && !self.editing && self.asking.is_none() && !self.leaving
+        {
             self.view.live(std::time::SystemTime::now())
         } else {
             Vec::new()
         };
+        if self.cancelling && !lines.is_empty() {
+            lines.push(self.style.warn("cancelling…"));
+        }
         // What is typed meanwhile shows, dimmed, under it: it waits for the next prompt.
         let typed = self.typed.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if !lines.is_empty() && !typed.is_empty() {
@@ -483,8 +526,19 @@ impl Repl {
         }
     }
 
-    /// Hands the terminal to the line editor.
+    /// Whether a turn runs that this terminal follows (or its own waits in the queue).
+    fn busy(&self) -> bool {
+        self.running.is_some() || self.waiting_turn.is_some()
+    }
+
+    /// Hands the terminal to the line editor, or, while a turn runs, follows it: the live area
+    /// and the key watcher.
     fn edit(&mut self) {
+        if self.busy() {
+            self.watch_keys();
+            self.draw_live();
+            return;
+        }
         if !self.editing && self.asking.is_none() {
             self.hide_live();
             self.editing = true;
@@ -570,16 +624,25 @@ impl Repl {
             }
             self.session.last_seq = seq;
         }
-        if matches!(event.kind, EventKind::TurnStarted { .. }) {
+        if let (EventKind::TurnStarted { .. }, Some(turn)) = (&event.kind, &event.turn_id) {
             self.saw_turn = true;
+            self.running = Some(turn.0.clone());
+            self.cancelling = false;
+            if self.editing && !self.releasing {
+                // The terminal follows the turn: the editor lets go (what was printed before
+                // this reaches the screen first), and what prints meanwhile waits for it.
+                self.release.store(editor::RELEASE, Ordering::SeqCst);
+                self.releasing = true;
+                self.view.rows = false;
+            }
         }
         let text = self.view.feed(event);
+        // (A controller's prompt shows the request itself, now or once the one on screen or the
+        // editor has gone.)
         let will_ask = matches!(event.kind, EventKind::PermissionRequested { .. })
             && self.role == Role::Controller
-            && !self.editing
-            && self.asking.is_none();
+            && (!self.editing || self.releasing || self.asking.is_some());
         if !will_ask {
-            // (A prompt shows the request itself.)
             self.print(&text);
         }
         match &event.kind {
@@ -642,12 +705,19 @@ impl Repl {
                     a.cancel.store(true, Ordering::SeqCst);
                 }
             }
-            EventKind::TurnEnded { .. }
-                if event.turn_id.as_ref().map(|t| t.0.as_str()) == self.waiting_turn.as_deref() =>
-            {
-                self.waiting_turn = None;
-                self.refresh_status().await;
-                self.edit();
+            EventKind::TurnEnded { .. } => {
+                let turn = event.turn_id.as_ref().map(|t| t.0.as_str());
+                if turn == self.running.as_deref() {
+                    self.running = None;
+                    self.cancelling = false;
+                }
+                if turn == self.waiting_turn.as_deref() {
+                    self.waiting_turn = None;
+                }
+                if !self.busy() && !self.view.replaying {
+                    self.refresh_status().await;
+                    self.edit();
+                }
             }
             // Once per replay, not once per replayed join (each refresh asks the daemon, and
             // runs the settings' statusLine command).
@@ -678,7 +748,8 @@ impl Repl {
             // The prompt shows the diff; its result will not show it again.
             self.view.previewed(&request.tool_call_id);
             self.ask(request.clone(), answers);
-        } else if self.editing {
+        } else if self.editing && !self.releasing {
+            // (Once the editor has let go, the prompt asks.)
             let how = match request.tool.as_str() {
                 "AskUserQuestion" => format!(
                     "  the model asks:\n{}  answer with /answer <choice or text>[; next answer…] or /deny",
@@ -716,6 +787,30 @@ impl Repl {
         });
     }
 
+    /// Esc, Ctrl+C or `/cancel` while a turn runs: a controller stops it, whoever started it.
+    async fn cancel(&mut self) {
+        if !self.busy() {
+            self.say(&self.style.dim("nothing to cancel: no turn is running"));
+        } else if self.role == Role::Observer {
+            self.say(&self.style.warn(
+                "observers cannot cancel: attached as an observer, this terminal only watches",
+            ));
+        } else {
+            match self.conn.client.turn_cancel(self.session.id.clone()).await {
+                Ok(_) => {
+                    self.cancelling = true;
+                    self.draw_live();
+                }
+                Err(e) => self.say(
+                    &self
+                        .style
+                        .error(&format!("could not cancel: {}", connection::call_error(&e))),
+                ),
+            }
+        }
+        self.edit();
+    }
+
     async fn respond(&mut self, request_id: &str, answer: Answer) {
         match self
             .conn
@@ -745,17 +840,16 @@ impl Repl {
                     .error(&format!("could not answer: {}", connection::call_error(&e))),
             ),
         }
-        if self.waiting_turn.is_none() {
-            self.edit();
-        } else {
-            self.watch_keys();
-        }
+        self.edit();
     }
 
     /// What leaving says. A session this client created in which nothing was ever asked, and
     /// which no other client has open, is not kept: `tether sessions` and `-c` never meet an
     /// empty one.
     async fn leave(&mut self) -> String {
+        // The live area goes, and is not drawn again: the terminal is left clean.
+        self.hide_live();
+        self.leaving = true;
         let kept = format!(
             "detached; the session stays in tetherd (tether attach {})",
             self.session.id
@@ -789,7 +883,7 @@ impl Repl {
     /// While our turn runs and nothing else reads the terminal: Esc interrupts, Ctrl+D
     /// detaches, typing is kept for the next prompt.
     fn watch_keys(&self) {
-        if self.waiting_turn.is_some() && !self.editing && self.asking.is_none() {
+        if self.busy() && !self.editing && self.asking.is_none() && !self.leaving {
             let _ = self.to_editor.send(editor::Command::Watch);
         }
     }
@@ -856,6 +950,8 @@ impl Repl {
         self.view.live = live;
         self.pending.clear();
         self.waiting_turn = None;
+        self.running = None;
+        self.cancelling = false;
         self.say(&self.style.dim(&format!("session {}", self.session.id)));
         self.refresh_status().await;
         self.refresh_commands().await;

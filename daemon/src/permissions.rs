@@ -381,12 +381,16 @@ pub fn decide(mode: PermissionMode, rules: &RuleSet, call: &Call<'_>) -> Decisio
         "Bash" if !understood => rules.allow.iter().any(|r| {
             r.covers("Bash") && matches!(&r.spec, rules::Specifier::Exact(e) if e == command.trim())
         }),
+        // A rule for exactly this command (what is offered for a loop) allows it whole.
         "Bash" => {
-            !parts.is_empty()
+            rules.allow.iter().any(|r| {
+                r.covers("Bash")
+                    && matches!(&r.spec, rules::Specifier::Exact(e) if e == command.trim())
+            }) || (!parts.is_empty()
                 && parts
                     .iter()
                     .zip(&reads)
-                    .all(|(p, reads)| *reads || part_allowed(&rules.allow, p, call.cwd, &roots))
+                    .all(|(p, reads)| *reads || part_allowed(&rules.allow, p, call.cwd, &roots)))
         }
         _ => allowing(&rules.allow, call),
     };
@@ -431,6 +435,24 @@ fn bash_rule(part: &str) -> String {
     format!("Bash({prefix}:*)")
 }
 
+/// Words that open or close a compound command (a loop, a condition, a group): a part that
+/// starts with one is shell syntax, not a command a rule could name.
+const SHELL_KEYWORDS: [&str; 17] = [
+    "for", "while", "until", "select", "if", "then", "elif", "else", "fi", "do", "done", "case",
+    "esac", "function", "{", "}", "!",
+];
+
+/// Whether what `command` runs is decided only as it runs: a loop or condition (its parts are
+/// syntax around commands that may run many times or not at all), or a program named by a
+/// variable or a substitution.
+pub fn decided_as_it_runs(command: &str, parts: &[String]) -> bool {
+    parts.iter().any(|part| {
+        part.split_whitespace()
+            .next()
+            .is_some_and(|first| SHELL_KEYWORDS.contains(&first) || first.ends_with("()"))
+    }) || shell::program_is_expansion(command)
+}
+
 /// The rules an `allow_session` / `allow_always` answer adds for this call: for a compound
 /// Bash command, one for each part that neither a rule allows nor only reads, so the same
 /// command runs without asking next time.
@@ -441,7 +463,12 @@ pub fn suggest_rules(call: &Call<'_>, rules: &RuleSet) -> Vec<String> {
     let roots = roots_of(rules, call);
     let cmd = call.input["command"].as_str().unwrap_or("");
     let scan = shell::scan(cmd);
-    if !scan.understood {
+    if !scan.understood || decided_as_it_runs(cmd, &scan.parts) {
+        // Its parts are not the commands it will run: only exactly this command can be
+        // allowed, and not even that when a `*` would make the rule a pattern.
+        if cmd.contains('*') {
+            return Vec::new();
+        }
         return vec![format!("Bash({})", cmd.trim())];
     }
     let fenced = read_denials(rules).next().is_some();

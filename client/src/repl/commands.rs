@@ -25,6 +25,10 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
         "/attach",
         "/attach <id> [--observe]: join another session (as observer: watch only)",
     ),
+    (
+        "/cancel",
+        "stop the running turn, whoever started it (also Esc or Ctrl+C while it runs)",
+    ),
     ("/mode", "/mode [mode]: show or set the permission mode"),
     ("/status", "model, mode, context, cost, who is attached"),
     (
@@ -99,6 +103,10 @@ impl Repl {
                 let bye = self.leave().await;
                 self.say(&s.dim(&bye));
                 return Ok(true);
+            }
+            "/cancel" => {
+                self.cancel().await;
+                return Ok(false);
             }
             "/help" => {
                 self.refresh_commands().await;

@@ -1,8 +1,8 @@
 //! The line editor on its own thread (reedline blocks): history per project, multi-line input
 //! (Alt+Enter, or a line ending in `\`), Tab completion of `/commands` and `@paths`, Shift+Tab
-//! for the next permission mode, Ctrl+T to show thinking, Ctrl+O to expand folded output, Esc to clear, folded pastes and
-//! Ctrl+V (see `paste.rs`). It
-//! reads one line each time it is asked.
+//! for the next permission mode, Ctrl+T to show thinking, Ctrl+O to expand folded output, Esc to
+//! clear, folded pastes and Ctrl+V (see `paste.rs`). It reads one line each time it is asked, and
+//! lets go of the terminal when a turn starts (what was typed waits for the next prompt).
 
 use super::paste::{Keys, Pasted};
 use super::prompt::{Status, TetherPrompt};
@@ -13,6 +13,7 @@ use reedline::{
     default_emacs_keybindings,
 };
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -26,6 +27,11 @@ pub enum Command {
     /// Stop reading keys (a permission prompt takes the terminal); answers once stopped.
     Pause(std::sync::mpsc::Sender<()>),
 }
+
+/// [`Setup::release`]: asked for.
+pub const RELEASE: u8 = 1;
+/// [`Setup::release`]: seen by the editor, which lets go in its next pass.
+const ARMED: u8 = 2;
 
 /// How often the key watcher looks for a command while it waits for keys.
 const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(30);
@@ -52,6 +58,10 @@ pub struct Setup {
     pub commands: DaemonCommands,
     /// The daemon's models, for `/model` completion.
     pub models: ModelNames,
+    /// Set to [`RELEASE`] to make the editor let go of the terminal (a turn started): the line
+    /// being typed is kept for the next prompt and the prompt is erased. Back to 0 once the
+    /// editor has handed anything over.
+    pub release: Arc<AtomicU8>,
 }
 
 /// `<data dir>/history/<hash of the project directory>`: one history per project.
@@ -211,6 +221,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
     }
     let history = FileBackedHistory::with_file(5000, setup.history.clone())
         .map_err(|e| anyhow::anyhow!("cannot open the history {}: {e}", setup.history.display()))?;
+    let history = super::paste::Expanded::new(history, setup.pasted.clone());
     let mut keys = default_emacs_keybindings();
     keys.add_binding(
         KeyModifiers::NONE,
@@ -249,6 +260,8 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         ]),
     );
     let pasted = setup.pasted.clone();
+    let breaking = Arc::new(AtomicBool::new(false));
+    let release = setup.release;
     let menu = ColumnarMenu::default().with_name("completion");
     let mut editor = Reedline::create()
         .with_history(Box::new(history))
@@ -266,7 +279,23 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         .with_validator(Box::new(Continuation))
         .with_ansi_colors(setup.color)
         .use_bracketed_paste(true)
-        .with_external_printer(setup.printer);
+        .with_external_printer(setup.printer)
+        .with_transient_prompt(Box::new(super::prompt::Sent))
+        .with_poll_interval(std::time::Duration::from_millis(50))
+        .with_break_signal(breaking.clone())
+        .with_idle_callback(Box::new(move || {
+            // Lines sent to the printer before the release was asked for are printed in the
+            // pass that sees it: the editor lets go in the pass after.
+            if release
+                .compare_exchange(ARMED, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                breaking.store(true, Ordering::SeqCst);
+            } else {
+                let _ =
+                    release.compare_exchange(RELEASE, ARMED, Ordering::SeqCst, Ordering::SeqCst);
+            }
+        }));
     let prompt = TetherPrompt {
         status: setup.status,
     };
@@ -321,7 +350,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                 }
                 // A line finished during the turn is sent as if typed now.
                 if let Some(line) = ahead.lines.pop_front() {
-                    if input.send(Input::Line(line)).is_err() {
+                    if input.send(Input::Ahead(line)).is_err() {
                         break;
                     }
                     continue;
@@ -344,6 +373,13 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                     }
                     Ok(Signal::CtrlC) => Input::Interrupt,
                     Ok(Signal::CtrlD) => Input::Detach,
+                    Ok(Signal::ExternalBreak(line)) => {
+                        erase_prompt(&editor, &line);
+                        editor.run_edit_commands(&[reedline::EditCommand::Clear]);
+                        ahead.partial = line;
+                        *typed.lock().unwrap_or_else(|p| p.into_inner()) = ahead.shown();
+                        Input::Released
+                    }
                     // No other host command or break is set up: back to the prompt.
                     Ok(_) => Input::Line(String::new()),
                     Err(e) => Input::Failed(e.to_string()),
@@ -354,6 +390,26 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
             }
         })?;
     Ok(tx)
+}
+
+/// Erases the prompt the editor left on the screen when it let go mid-line (status row and
+/// input, from the cursor's row up), leaving the cursor where the prompt began.
+fn erase_prompt(editor: &Reedline, line: &str) {
+    use std::io::Write;
+    let cols = crossterm::terminal::size()
+        .map(|(c, _)| usize::from(c))
+        .unwrap_or(80);
+    let at = editor.current_insertion_point().min(line.len());
+    let before = line.get(..at).unwrap_or(line);
+    let up = super::prompt::rows_above_cursor(1, before, cols);
+    let mut out = std::io::stdout().lock();
+    let erase = if up == 0 {
+        "\r\x1b[J".to_owned()
+    } else {
+        format!("\x1b[{up}A\r\x1b[J")
+    };
+    let _ = out.write_all(erase.as_bytes());
+    let _ = out.flush();
 }
 
 /// What was typed while a turn ran.
@@ -379,8 +435,8 @@ impl Ahead {
     }
 }
 
-/// Waits briefly for one key while a turn runs: Esc → interrupt the turn, Ctrl+D → detach
-/// (both returned); text, Enter, Backspace and pastes (folded as the editor folds them) are
+/// Waits briefly for one key while a turn runs: Esc (or `/cancel` and Enter) → interrupt the
+/// turn, Ctrl+D → detach (both returned); text, Enter, Backspace and pastes (folded as the editor folds them) are
 /// kept for the next prompt.
 fn watch_key(pasted: &Arc<Mutex<Pasted>>, ahead: &mut Ahead) -> Option<Input> {
     use crossterm::event::{Event, KeyEventKind, KeyModifiers as Mods};
@@ -398,6 +454,10 @@ fn watch_key(pasted: &Arc<Mutex<Pasted>>, ahead: &mut Ahead) -> Option<Input> {
             {
                 ahead.partial.push(c);
                 None
+            }
+            crossterm::event::KeyCode::Enter if ahead.partial.trim() == "/cancel" => {
+                ahead.partial.clear();
+                Some(Input::Cancel)
             }
             crossterm::event::KeyCode::Enter if !ahead.partial.trim().is_empty() => {
                 let line = std::mem::take(&mut ahead.partial);

@@ -3,7 +3,8 @@
 //! `wl-paste` or `xclip` and leaves an `[image #k]` placeholder that becomes an image item.
 //!
 //! [`Keys`] wraps reedline's Emacs mode so pastes are seen before they reach the buffer;
-//! [`Pasted`] holds what the placeholders stand for until the line is sent.
+//! [`Pasted`] holds what the placeholders stand for until the line is sent; [`Expanded`] keeps
+//! the history with the pasted text in full.
 
 use base64::Engine;
 use reedline::{
@@ -62,11 +63,8 @@ impl Pasted {
         format!("[image #{}]", self.images.len())
     }
 
-    /// The turn input for a sent `line`: placeholders of pasted text replaced by the text, and
-    /// an image item for each image placeholder still in the line. Forgets what was pasted.
-    pub fn expand(&mut self, line: &str) -> Vec<InputItem> {
-        let texts = std::mem::take(&mut self.texts);
-        let images = std::mem::take(&mut self.images);
+    /// `line` with the placeholders of pasted text replaced by the text.
+    fn unfold(&self, line: &str) -> String {
         let mut text = String::with_capacity(line.len());
         let mut rest = line;
         while let Some(at) = rest.find("[pasted ") {
@@ -76,7 +74,7 @@ impl Pasted {
                 let inner = &tail[1..end];
                 let (_, k) = inner.rsplit_once(" #")?;
                 let k: usize = k.parse().ok()?;
-                Some((end, texts.get(k.checked_sub(1)?)?))
+                Some((end, self.texts.get(k.checked_sub(1)?)?))
             });
             match pasted {
                 Some((end, body)) => {
@@ -90,6 +88,15 @@ impl Pasted {
             }
         }
         text.push_str(rest);
+        text
+    }
+
+    /// The turn input for a sent `line`: placeholders of pasted text replaced by the text, and
+    /// an image item for each image placeholder still in the line. Forgets what was pasted.
+    pub fn expand(&mut self, line: &str) -> Vec<InputItem> {
+        let text = self.unfold(line);
+        self.texts.clear();
+        let images = std::mem::take(&mut self.images);
         let mut items = vec![InputItem::Text { text: text.clone() }];
         for (i, image) in images.into_iter().enumerate() {
             if text.contains(&format!("[image #{}]", i + 1)) {
@@ -101,6 +108,59 @@ impl Pasted {
             }
         }
         items
+    }
+}
+
+/// The prompt history with pasted text kept in full: a line recalled later (this run or the
+/// next) sends what was pasted, not its placeholder.
+pub struct Expanded {
+    inner: reedline::FileBackedHistory,
+    pasted: Arc<Mutex<Pasted>>,
+}
+
+impl Expanded {
+    /// Wraps `inner`; placeholders are looked up in `pasted` as lines are saved.
+    pub fn new(inner: reedline::FileBackedHistory, pasted: Arc<Mutex<Pasted>>) -> Self {
+        Self { inner, pasted }
+    }
+}
+
+impl reedline::History for Expanded {
+    fn save(&mut self, mut h: reedline::HistoryItem) -> reedline::Result<reedline::HistoryItem> {
+        h.command_line = self
+            .pasted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unfold(&h.command_line);
+        self.inner.save(h)
+    }
+    fn load(&self, id: reedline::HistoryItemId) -> reedline::Result<reedline::HistoryItem> {
+        self.inner.load(id)
+    }
+    fn count(&self, query: reedline::SearchQuery) -> reedline::Result<i64> {
+        self.inner.count(query)
+    }
+    fn search(&self, query: reedline::SearchQuery) -> reedline::Result<Vec<reedline::HistoryItem>> {
+        self.inner.search(query)
+    }
+    fn update(
+        &mut self,
+        id: reedline::HistoryItemId,
+        updater: &dyn Fn(reedline::HistoryItem) -> reedline::HistoryItem,
+    ) -> reedline::Result<()> {
+        self.inner.update(id, updater)
+    }
+    fn clear(&mut self) -> reedline::Result<()> {
+        self.inner.clear()
+    }
+    fn delete(&mut self, h: reedline::HistoryItemId) -> reedline::Result<()> {
+        self.inner.delete(h)
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn session(&self) -> Option<reedline::HistorySessionId> {
+        self.inner.session()
     }
 }
 

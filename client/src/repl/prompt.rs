@@ -1,4 +1,4 @@
-//! What the editor shows: the prompt with its status line (model, mode, context, cost, who else
+//! What the editor shows: the prompt under its status row (model, mode, context, cost, who else
 //! is attached), and the permission prompt (single keys or arrows; it disappears when another
 //! client answers first).
 
@@ -56,28 +56,94 @@ impl Status {
     }
 }
 
-/// The input prompt.
+/// The input prompt: the status on a row of its own above the input (never beside it, where a
+/// long line would run under it), then `› `.
 pub struct TetherPrompt {
     /// Shared with the event loop.
     pub status: Arc<Mutex<Status>>,
 }
 
+/// The terminal's width now.
+fn columns() -> usize {
+    crossterm::terminal::size()
+        .map(|(cols, _)| usize::from(cols))
+        .unwrap_or(80)
+}
+
 impl Prompt for TetherPrompt {
     fn render_prompt_left(&self) -> Cow<'_, str> {
-        Cow::Borrowed("")
+        let line = self.status.lock().unwrap_or_else(|p| p.into_inner()).line();
+        // One row whatever the width: the editor and the erasure after a break count on it.
+        let line = crate::view::fit_visible(&line, columns().saturating_sub(1).max(10));
+        Cow::Owned(format!("{line}\n"))
     }
     fn render_prompt_right(&self) -> Cow<'_, str> {
-        Cow::Owned(self.status.lock().unwrap_or_else(|p| p.into_inner()).line())
+        Cow::Borrowed("")
     }
     fn render_prompt_indicator(&self, _mode: PromptEditMode) -> Cow<'_, str> {
-        Cow::Borrowed("› ")
+        Cow::Borrowed(INDICATOR)
     }
     fn render_prompt_multiline_indicator(&self) -> Cow<'_, str> {
-        Cow::Borrowed("  ")
+        Cow::Borrowed(CONTINUATION)
     }
     fn render_prompt_history_search_indicator(&self, search: PromptHistorySearch) -> Cow<'_, str> {
         Cow::Owned(format!("(search: {}) ", search.term))
     }
+    fn get_prompt_color(&self) -> reedline::Color {
+        reedline::Color::DarkGray
+    }
+    fn get_indicator_color(&self) -> reedline::Color {
+        reedline::Color::Default
+    }
+}
+
+/// What starts the input line.
+pub const INDICATOR: &str = "› ";
+/// What starts each further line of a multi-line input.
+pub const CONTINUATION: &str = "  ";
+
+/// The prompt a sent line keeps in the transcript: `› ` and the text, no status.
+pub struct Sent;
+
+impl Prompt for Sent {
+    fn render_prompt_left(&self) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn render_prompt_right(&self) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn render_prompt_indicator(&self, _mode: PromptEditMode) -> Cow<'_, str> {
+        Cow::Borrowed(INDICATOR)
+    }
+    fn render_prompt_multiline_indicator(&self) -> Cow<'_, str> {
+        Cow::Borrowed(CONTINUATION)
+    }
+    fn render_prompt_history_search_indicator(&self, _search: PromptHistorySearch) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn get_indicator_color(&self) -> reedline::Color {
+        reedline::Color::Default
+    }
+}
+
+/// How many rows above the cursor a prompt of `status_rows` status rows and an input whose
+/// text before the cursor is `before` takes at `cols` columns: what to erase when the editor
+/// lets go of the terminal without finishing its line.
+pub fn rows_above_cursor(status_rows: usize, before: &str, cols: usize) -> usize {
+    let cols = cols.max(1);
+    let lines: Vec<&str> = before.split('\n').collect();
+    let mut rows = status_rows;
+    for (i, line) in lines.iter().enumerate() {
+        let prefix = if i == 0 { INDICATOR } else { CONTINUATION };
+        let width = unicode_width::UnicodeWidthStr::width(prefix)
+            + unicode_width::UnicodeWidthStr::width(*line);
+        if i + 1 == lines.len() {
+            rows += width / cols;
+        } else {
+            rows += width.div_ceil(cols).max(1);
+        }
+    }
+    rows
 }
 
 /// Lines of a request's preview shown above the choices.
@@ -90,7 +156,11 @@ const CHOICES: [(&str, char); 4] = [
     ("No, and tell the model what to do instead", 'n'),
 ];
 
-fn draw(out: &mut impl Write, selected: usize, rule: &str, style: Style) -> std::io::Result<()> {
+/// Draws the choices; returns how many rows they took (a line wider than the terminal takes
+/// more than one, and the erasure must take them all).
+fn draw(out: &mut impl Write, selected: usize, rule: &str, style: Style) -> u16 {
+    let cols = columns().max(1);
+    let mut rows = 0;
     for (i, (label, key)) in CHOICES.iter().enumerate() {
         let label = if i == 1 {
             format!("{label} {rule}")
@@ -102,14 +172,18 @@ fn draw(out: &mut impl Write, selected: usize, rule: &str, style: Style) -> std:
             if i == selected { "❯" } else { " " },
             i + 1
         );
+        rows += unicode_width::UnicodeWidthStr::width(line.as_str())
+            .div_ceil(cols)
+            .max(1);
         let line = if i == selected {
             style.bold(&line)
         } else {
             line
         };
-        write!(out, "{line}\r\n")?;
+        let _ = write!(out, "{line}\r\n");
     }
-    out.flush()
+    let _ = out.flush();
+    u16::try_from(rows).unwrap_or(u16::MAX)
 }
 
 /// Asks about one request; `None` when `cancel` fires first (answered elsewhere) or the
@@ -141,8 +215,7 @@ pub fn permission(
         return None;
     }
     let mut selected = 0;
-    let _ = draw(&mut out, selected, rule, style);
-    let rows = CHOICES.len() as u16;
+    let mut rows = draw(&mut out, selected, rule, style);
     let choice = loop {
         let Some(code) = next_key(cancel) else {
             break None;
@@ -168,7 +241,7 @@ pub fn permission(
                     crossterm::cursor::MoveUp(rows),
                     crossterm::terminal::Clear(crossterm::terminal::ClearType::FromCursorDown)
                 );
-                let _ = draw(&mut out, selected, rule, style);
+                rows = draw(&mut out, selected, rule, style);
                 None
             }
             _ => None,

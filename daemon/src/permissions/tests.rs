@@ -222,6 +222,51 @@ fn malformed_rules_are_reported_with_their_file() {
 }
 
 #[test]
+fn a_loop_or_a_variable_program_is_offered_only_as_exactly_itself() {
+    use PermissionMode::Default;
+    let roots = [PathBuf::from(ROOT)];
+    let offered = |command: &str| {
+        let input = bash(command);
+        suggest_rules(
+            &Call {
+                tool: "Bash",
+                input: &input,
+                read_only: false,
+                cwd: Path::new(ROOT),
+                roots: &roots,
+            },
+            &RuleSet::default(),
+        )
+    };
+    let looped = "for i in 1 2 3; do echo step-$i; sleep 1; done";
+    assert_eq!(offered(looped), vec![format!("Bash({looped})")]);
+    assert_eq!(
+        offered("if make; then make install; fi"),
+        vec!["Bash(if make; then make install; fi)"]
+    );
+    assert_eq!(offered("$TOOL build"), vec!["Bash($TOOL build)"]);
+    // A `*` would turn the exact rule into a pattern: nothing is offered.
+    assert!(offered("for f in *.rs; do wc -l $f; done").is_empty());
+    // The exact rule allows that command whole, and nothing else.
+    let saved = rules(&[&format!("Bash({looped})")], &[], &[]);
+    assert_eq!(verdict(Default, &saved, "Bash", bash(looped)), 'A');
+    assert_eq!(
+        verdict(
+            Default,
+            &saved,
+            "Bash",
+            bash("for i in 1 2; do rm -rf x; done")
+        ),
+        'K'
+    );
+    // A plain compound command keeps one prefix rule per command.
+    assert_eq!(
+        offered("npm run build && make"),
+        vec!["Bash(npm run:*)", "Bash(make:*)"]
+    );
+}
+
+#[test]
 fn suggestions_and_always_rules_merge_into_local_settings() {
     let roots = [PathBuf::from(ROOT)];
     let input = json!({"command": "npm run build && echo ok"});

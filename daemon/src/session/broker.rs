@@ -500,8 +500,21 @@ impl SessionActor {
                 };
                 let preview = crate::tools::preview(&ask.tool, &ask.input, &cwd);
                 let tool = ask.tool.clone();
-                let options =
-                    special.map_or_else(|| OPTIONS.map(String::from).to_vec(), Special::options);
+                // With no rule to save (a command decided only as it runs), "don't ask again"
+                // is not offered.
+                let options = special.map_or_else(
+                    || {
+                        OPTIONS
+                            .iter()
+                            .filter(|o| {
+                                !suggested.is_empty()
+                                    || !matches!(**o, "allow_session" | "allow_always")
+                            })
+                            .map(|o| (*o).to_owned())
+                            .collect()
+                    },
+                    Special::options,
+                );
                 let allowed: Vec<PermissionDecision> = options
                     .iter()
                     .filter_map(|o| PermissionDecision::parse(o))

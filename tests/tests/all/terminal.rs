@@ -2,263 +2,15 @@
 //! with a permission prompt answered by key, two terminals on one session, Ctrl+C, detach and
 //! `tether -c`, folded pastes and a clipboard image.
 
+use crate::pty::{
+    echo_script, only_session, settled, slow_reply, status_row, tether, tether_in, tether_with,
+    turn_messages, turn_request, two_terminals,
+};
 use anyhow::Context;
-use expectrl::{Expect, Session};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tether_tests::fake_anthropic::{Script, Step};
-use tether_tests::{Daemon, Fake, bin};
-
-/// What the test does to the terminal.
-enum ToPty {
-    /// Typed bytes.
-    Keys(Vec<u8>),
-    /// A new size: columns, rows.
-    Resize(u16, u16),
-}
-
-/// A program in a pseudo-terminal. A thread reads everything it prints (answering the cursor
-/// position and device attribute queries the line editor makes, as a real terminal would)
-/// while the test waits for text and types.
-struct Pty {
-    shown: Arc<Mutex<(String, bool)>>,
-    /// The screen as a VT100 of the pty's size shows what was printed.
-    vt: Arc<Mutex<vt100::Parser>>,
-    typed: std::sync::mpsc::Sender<ToPty>,
-    /// How far `want` has read.
-    at: usize,
-    pid: i32,
-}
-
-impl Drop for Pty {
-    /// The client goes with the test: left running, it would start a daemon of its own once
-    /// the test's daemon is gone.
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &self.pid.to_string()])
-            .status();
-    }
-}
-
-impl Pty {
-    fn spawn(cmd: std::process::Command) -> anyhow::Result<Self> {
-        let mut session = Session::spawn(cmd)?;
-        session.get_process_mut().set_window_size(100, 30)?;
-        let pid = session.get_process().pid().as_raw();
-        let shown = Arc::new(Mutex::new((String::new(), false)));
-        let vt = Arc::new(Mutex::new(vt100::Parser::new(30, 100, 0)));
-        let (typed, keys) = std::sync::mpsc::channel::<ToPty>();
-        let out = shown.clone();
-        let screen = vt.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            let mut tail = String::new();
-            loop {
-                loop {
-                    match keys.try_recv() {
-                        Ok(ToPty::Keys(bytes)) => {
-                            let _ = session.send(bytes);
-                        }
-                        Ok(ToPty::Resize(cols, rows)) => {
-                            let _ = session.get_process_mut().set_window_size(cols, rows);
-                            screen
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .screen_mut()
-                                .set_size(rows, cols);
-                        }
-                        Err(std::sync::mpsc::TryRecvError::Empty) => break,
-                        Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
-                    }
-                }
-                match session.try_read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-                        tail.push_str(&text);
-                        let (row, col) = {
-                            let mut vt = screen.lock().unwrap_or_else(|p| p.into_inner());
-                            vt.process(&buf[..n]);
-                            vt.screen().cursor_position()
-                        };
-                        let position = format!("\x1b[{};{}R", row + 1, col + 1);
-                        // Cursor position (where the emulated screen has it) and primary
-                        // device attributes (asked before the keyboard protocol is chosen),
-                        // answered as a VT100 would.
-                        loop {
-                            let cursor = tail.find("\x1b[6n").map(|i| (i, position.as_str()));
-                            let device = tail.find("\x1b[c").map(|i| (i, "\x1b[?1;2c"));
-                            let Some((i, answer)) = [cursor, device].into_iter().flatten().min()
-                            else {
-                                break;
-                            };
-                            let _ = session.send(answer);
-                            tail.drain(..i + 3);
-                        }
-                        if tail.len() > 8 {
-                            let keep = tail.len() - 8;
-                            let cut = (keep..=tail.len())
-                                .find(|i| tail.is_char_boundary(*i))
-                                .unwrap_or(tail.len());
-                            tail.drain(..cut);
-                        }
-                        out.lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0
-                            .push_str(&text);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Err(_) => break,
-                }
-            }
-            out.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
-        });
-        Ok(Self {
-            shown,
-            vt,
-            typed,
-            at: 0,
-            pid,
-        })
-    }
-
-    /// What the terminal's screen shows now, as plain text rows.
-    fn screen(&self) -> String {
-        self.vt
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .screen()
-            .contents()
-    }
-
-    /// Waits until the terminal shows `text` (after what earlier waits found).
-    fn want(&mut self, text: &str) -> anyhow::Result<()> {
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        loop {
-            {
-                let shown = self.shown.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(i) = shown.0[self.at..].find(text) {
-                    self.at += i + text.len();
-                    return Ok(());
-                }
-                if shown.1 || std::time::Instant::now() > deadline {
-                    anyhow::bail!(
-                        "waiting for {text:?} ({}); the terminal showed {:?}",
-                        if shown.1 {
-                            "the program exited"
-                        } else {
-                            "timed out"
-                        },
-                        &shown.0
-                    );
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn send(&self, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
-        self.typed
-            .send(ToPty::Keys(bytes.as_ref().to_vec()))
-            .map_err(|_| anyhow::anyhow!("the terminal is closed"))
-    }
-
-    /// Resizes the terminal (the program gets SIGWINCH).
-    fn resize(&self, cols: u16, rows: u16) -> anyhow::Result<()> {
-        self.typed
-            .send(ToPty::Resize(cols, rows))
-            .map_err(|_| anyhow::anyhow!("the terminal is closed"))
-    }
-
-    fn send_line(&self, line: &str) -> anyhow::Result<()> {
-        self.send(format!("{line}\r"))
-    }
-}
-
-/// `tether ARGS` in a 100×30 pseudo-terminal in the daemon's work directory, without colour.
-fn tether(daemon: &Daemon, args: &[&str]) -> anyhow::Result<Pty> {
-    tether_with(daemon, args, &[])
-}
-
-/// [`tether`] with more environment.
-fn tether_with(daemon: &Daemon, args: &[&str], env: &[(&str, String)]) -> anyhow::Result<Pty> {
-    tether_in(daemon, &daemon.workdir(), args, env)
-}
-
-/// [`tether_with`] in another directory.
-fn tether_in(
-    daemon: &Daemon,
-    dir: &std::path::Path,
-    args: &[&str],
-    env: &[(&str, String)],
-) -> anyhow::Result<Pty> {
-    // Echo on, as a terminal starts (the pseudo-terminal library turns it off).
-    let mut cmd = std::process::Command::new("sh");
-    cmd.args(["-c", "stty echo && exec \"$0\" \"$@\""])
-        .arg(bin("tether"));
-    cmd.envs(env.iter().map(|(k, v)| (k, v)));
-    cmd.args(args)
-        .current_dir(dir)
-        .env("TETHER_SOCKET", daemon.socket())
-        .env("TETHER_HOME", daemon.data_dir())
-        .env("TETHER_CONFIG", daemon.config_path())
-        .env("HOME", daemon.dir.path().join("home"))
-        .env("NO_COLOR", "1")
-        .env("TERM", "xterm");
-    Pty::spawn(cmd)
-}
-
-fn only_session(daemon: &Daemon) -> anyhow::Result<String> {
-    let list = daemon.ndjson()?.call("session/list", json!({}))?;
-    Ok(list["sessions"][0]["sessionId"]
-        .as_str()
-        .context("a session")?
-        .to_owned())
-}
-
-/// The request a turn with this (first) prompt was sent in.
-fn turn_request(
-    fake: &Fake,
-    prompt: &str,
-) -> anyhow::Result<tether_tests::fake_anthropic::Recorded> {
-    fake.server
-        .message_requests()
-        .into_iter()
-        .find(|r| r.body["messages"][0]["content"][0]["text"] == prompt)
-        .context("the turn's request")
-}
-
-fn echo_script(reply: &str) -> Script {
-    Script::of([
-        Step::text("Running it.").tool_use("Bash", json!({"command": "xargs echo from-the-pty"})),
-        Step::text(reply),
-    ])
-    .titling("Echo in a terminal")
-}
-
-/// A terminal on a new session, and a second one attached to it, both at their prompts.
-fn two_terminals(daemon: &Daemon) -> anyhow::Result<(Pty, Pty, String)> {
-    let mut a = tether(daemon, &[])?;
-    a.want("› ")?;
-    let session = only_session(daemon)?;
-    let mut b = tether(daemon, &["attach", &session])?;
-    b.want("› ")?;
-    Ok((a, b, session))
-}
-
-/// The messages of each turn request the fake received (title requests, which carry no tools,
-/// left out), as JSON text.
-fn turn_messages(fake: &Fake) -> Vec<String> {
-    fake.server
-        .message_requests()
-        .iter()
-        .filter(|r| r.body["tools"].is_array())
-        .map(|r| r.body["messages"].to_string())
-        .collect()
-}
+use tether_tests::{Daemon, Fake};
 
 #[test]
 fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow::Result<()> {
@@ -329,8 +81,10 @@ fn a_second_terminal_answers_and_the_first_sees_who_did() -> anyhow::Result<()> 
     a.send_line("run the echo")?;
     a.want("Allow Bash?")?;
     b.want("› run the echo")?;
-    b.want("answer with /allow or /deny")?;
-    b.send_line("/allow")?;
+    // The second controller gets the whole prompt too, and answers by key.
+    b.want("Allow Bash?")?;
+    b.want("(n)")?;
+    b.send("y")?;
     // The prompt in the first terminal goes away, saying who answered.
     a.want("allowed once by tether on")?;
     a.want("Answered from elsewhere.")?;
@@ -911,30 +665,15 @@ fn the_status_line_follows_shift_tab_and_clear() -> anyhow::Result<()> {
     let screen = settled(&a);
     assert!(screen.contains("mode: acceptEdits"), "{screen}");
     assert!(screen.contains("  A queue keeps the order."), "{screen}");
-    let prompt = screen.lines().rfind(|l| l.starts_with('›')).unwrap_or("");
-    assert!(prompt.contains("acceptEdits"), "{screen}");
+    assert!(status_row(&screen).contains("acceptEdits"), "{screen}");
     // A cleared conversation's context is unknown until the next reply measures it.
     a.send_line("/clear")?;
     a.want("acceptEdits · $")?;
     let screen = settled(&a);
-    let prompt = screen.lines().rfind(|l| l.starts_with('›')).unwrap_or("");
-    assert!(!prompt.contains("context"), "{screen}");
+    assert!(!status_row(&screen).contains("context"), "{screen}");
     a.send([4u8])?;
     a.want("detached")?;
     Ok(())
-}
-
-/// The screen once the program has stopped drawing for a moment.
-fn settled(pty: &Pty) -> String {
-    let mut last = pty.screen();
-    loop {
-        std::thread::sleep(Duration::from_millis(150));
-        let now = pty.screen();
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
 }
 
 #[test]
@@ -966,27 +705,6 @@ fn ctrl_o_and_expand_show_a_folded_output_in_full() -> anyhow::Result<()> {
     a.send([4u8])?;
     a.want("detached")?;
     Ok(())
-}
-
-/// A reply streamed in small pieces, 15 ms apart.
-fn slow_reply(text: &str) -> Step {
-    let mut events = vec![
-        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-    ];
-    let chars: Vec<char> = text.chars().collect();
-    for piece in chars.chunks(12) {
-        let piece: String = piece.iter().collect();
-        events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}));
-    }
-    events.push(json!({"type": "content_block_stop", "index": 0}));
-    events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 50}}));
-    events.push(json!({"type": "message_stop"}));
-    Step {
-        events: Some(events),
-        chunk_delay_ms: Some(15),
-        ..Default::default()
-    }
 }
 
 #[test]
@@ -1120,9 +838,9 @@ fn a_status_line_command_from_the_settings_replaces_the_status() -> anyhow::Resu
     a.want("Hello.")?;
     a.want("branch main · custom")?;
     let screen = settled(&a);
-    let prompt = screen.lines().rfind(|l| l.starts_with('›')).unwrap_or("");
+    let status = status_row(&screen);
     assert!(
-        prompt.ends_with("branch main · custom") && !prompt.contains("sonnet"),
+        status.trim_end().ends_with("branch main · custom") && !status.contains("sonnet"),
         "{screen}"
     );
     let input: Value = serde_json::from_str(&std::fs::read_to_string(

@@ -1,0 +1,258 @@
+//! What the terminal shows, row by row, at 120 and 60 columns and with several terminals on one
+//! session: an input line the status never covers, a turn any controller can stop, the whole
+//! permission prompt in every controller, menus erased to their last wrapped row, notices that
+//! never split a streaming word, prompts queued behind another terminal's turn, pastes kept
+//! whole in the history, and a clean terminal after a detach.
+
+use crate::pty::{
+    only_session, settled, slow_reply, status_row, tether, tether_at, turn_messages, two_terminals,
+};
+use anyhow::Context;
+use serde_json::json;
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake};
+
+/// A reply that streams its first lines and then stalls until cancelled.
+fn stalled(first: &str) -> Step {
+    Step::text(format!("{first}\nAnd then the stream stalls for good.")).stall_after(4)
+}
+
+#[test]
+fn a_long_prompt_stays_whole_on_the_screen_at_120_and_60_columns() -> anyhow::Result<()> {
+    let fake =
+        Fake::start(Script::of([Step::text("Noted."), Step::text("Noted.")]).titling("Long"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    for cols in [120u16, 60] {
+        let words: Vec<String> = (1..=24).map(|i| format!("word{i}-{cols}")).collect();
+        let prompt = words.join(" ");
+        let mut a = tether_at(&daemon, cols, &[])?;
+        a.want("› ")?;
+        a.send(&prompt)?;
+        // While typing, the status keeps to its own row.
+        let last = format!("word24-{cols}");
+        let screen = a.until("the typed prompt", |s| s.contains(&last))?;
+        // (The screen's text joins the rows the terminal wrapped.)
+        assert!(screen.contains(&format!("› {prompt}")), "{screen}");
+        a.send("\r")?;
+        a.want("Noted.")?;
+        a.want("› ")?;
+        let screen = settled(&a);
+        assert!(screen.contains(&format!("› {prompt}\n")), "{screen}");
+        // The status is on the row above the new input line, and nowhere in the sent prompt.
+        assert!(status_row(&screen).contains("default"), "{screen}");
+        assert_eq!(screen.matches("default ·").count(), 1, "{screen}");
+        a.send([4u8])?;
+        a.want("detached")?;
+    }
+    Ok(())
+}
+
+#[test]
+fn any_controller_stops_the_running_turn_and_an_observer_is_told_it_cannot() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            stalled("Working on the first."),
+            stalled("Working on the second."),
+            stalled("Working on the third."),
+        ])
+        .titling("Stopping"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "start the first"])?;
+    a.want("Working on the first.")?;
+    let session = only_session(&daemon)?;
+    let mut watcher = tether(&daemon, &["attach", &session, "--observe"])?;
+    watcher.want("Working on the first.")?;
+    watcher.send("\x1b")?;
+    watcher.want("observers cannot cancel")?;
+
+    // Ctrl+D mid-turn leaves the terminal clean: nothing of the reply after the notice.
+    a.send([4u8])?;
+    a.want("detached")?;
+    a.exited()?;
+    let after = a.printed_after("detached");
+    assert!(
+        !after.contains("stalls"),
+        "printed after detaching: {after:?}"
+    );
+    assert!(
+        after.trim_end_matches("\x1b[?2004l").ends_with('\n'),
+        "the shell prompt would follow: {after:?}"
+    );
+
+    // Back with `tether -c`: Esc stops the turn it did not start.
+    let mut again = tether(&daemon, &["-c"])?;
+    again.want("Working on the first.")?;
+    again.send("\x1b")?;
+    again.want("interrupted")?;
+    again.want("› ")?;
+    watcher.want("interrupted")?;
+
+    // A second controller's Ctrl+C stops a turn started elsewhere.
+    let mut b = tether(&daemon, &["attach", &session])?;
+    b.want("› ")?;
+    again.send_line("start the second")?;
+    b.want("Working on the second.")?;
+    b.send([3u8])?;
+    b.want("interrupted")?;
+    again.want("interrupted")?;
+
+    // `/cancel`, typed while the turn runs, is the spelled-out form.
+    again.want("› ")?;
+    again.send_line("start the third")?;
+    b.want("Working on the third.")?;
+    b.send_line("/cancel")?;
+    again.want("interrupted")?;
+    let status = daemon
+        .ndjson()?
+        .call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(status["status"], "idle", "{status}");
+    // The line was a command, not a prompt: three turns were asked of the model.
+    assert_eq!(turn_messages(&fake).len(), 3);
+    Ok(())
+}
+
+#[test]
+fn a_second_controller_gets_the_whole_prompt_and_loses_it_when_the_first_answers()
+-> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Reading.").tool_use("Read", json!({"file_path": "notes.txt"})),
+            Step::text("Editing.").tool_use(
+                "Edit",
+                json!({"file_path": "notes.txt", "old_string": "old words", "new_string": "fresh words"}),
+            ),
+            Step::text("Edited."),
+        ])
+        .titling("Two approvers"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    std::fs::write(
+        daemon.workdir().join("notes.txt"),
+        "first\nold words\nlast\n",
+    )?;
+    let (mut a, mut b, _) = two_terminals(&daemon)?;
+    a.send_line("edit the notes")?;
+    a.want("Allow Edit?")?;
+    // The controller that sat at its prompt shows the diff and the choices, not a hint.
+    b.want("Allow Edit?")?;
+    let screen = b.until("the choices", |s| s.contains("(n)"))?;
+    assert!(screen.contains("+fresh words"), "{screen}");
+    assert!(screen.contains("-old words"), "{screen}");
+    assert!(screen.contains("1. Yes"), "{screen}");
+    assert!(!screen.contains("/allow or /deny"), "{screen}");
+    a.want("(n)")?;
+    a.send("y")?;
+    b.want("allowed once by")?;
+    b.want("Edited.")?;
+    b.want("› ")?;
+    let screen = settled(&b);
+    assert!(!screen.contains("1. Yes"), "a stale menu row:\n{screen}");
+    assert!(screen.contains("Edited."), "{screen}");
+    Ok(())
+}
+
+#[test]
+fn a_menu_that_wrapped_is_erased_to_its_last_row_at_60_columns() -> anyhow::Result<()> {
+    let long = "x".repeat(50);
+    let fake = Fake::start(
+        Script::of([
+            Step::text("First.").tool_use("Bash", json!({"command": format!("touch {long}-one")})),
+            Step::text("Second.").tool_use("Bash", json!({"command": format!("touch {long}-two")})),
+            Step::text("All done."),
+        ])
+        .titling("Wrapped menus"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether_at(&daemon, 60, &[])?;
+    a.want("› ")?;
+    let session = only_session(&daemon)?;
+    let mut b = tether(&daemon, &["attach", &session])?;
+    b.want("› ")?;
+    a.send_line("run both")?;
+    a.want("don't ask again")?;
+    a.want("(n)")?;
+    // Answered in the other terminal: the menu goes, wrapped rows and all.
+    b.want("(n)")?;
+    b.send("y")?;
+    a.want("allowed once by")?;
+    // Answered here with `n`: the same.
+    a.want("(n)")?;
+    a.send("n")?;
+    a.want("what should the model do instead?")?;
+    a.send("\r")?;
+    a.want("All done.")?;
+    a.want("› ")?;
+    let screen = settled(&a);
+    assert!(!screen.contains("1. Yes"), "a stale menu row:\n{screen}");
+    assert!(!screen.contains("don't ask"), "a stale menu row:\n{screen}");
+    assert!(!screen.contains("(y)"), "a stale menu row:\n{screen}");
+    Ok(())
+}
+
+#[test]
+fn a_recalled_prompt_sends_its_paste_in_full() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([Step::text("Read it."), Step::text("Read it again.")]).titling("Paste"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &[])?;
+    a.want("› ")?;
+    let log: String = (1..=40).map(|i| format!("log line {i}\n")).collect();
+    a.send(format!("look at \x1b[200~{log}\x1b[201~"))?;
+    a.want("[pasted 40 lines #1]")?;
+    a.send("\r")?;
+    a.want("Read it.")?;
+    a.want("› ")?;
+    // Up recalls the prompt; Enter sends it again, paste and all.
+    a.send("\x1b[A")?;
+    a.until("the recalled prompt", |s| {
+        s.contains("› look at log line 1\n")
+    })?;
+    a.send("\r")?;
+    a.want("Read it again.")?;
+    let turns = turn_messages(&fake);
+    let last = turns.last().context("the second turn")?;
+    assert!(last.contains("log line 40"), "{last}");
+    assert!(!last.contains("[pasted"), "{last}");
+    Ok(())
+}
+
+#[test]
+fn notices_and_queued_prompts_never_split_a_streaming_reply() -> anyhow::Result<()> {
+    let words: Vec<String> = (1..=90).map(|i| format!("word{i}")).collect();
+    let paragraph = words.join(" ");
+    let fake = Fake::start(
+        Script::of([slow_reply(&paragraph), Step::text("The queued answer.")]).titling("Notices"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let (mut a, mut b, session) = two_terminals(&daemon)?;
+    a.send_line("write a long paragraph")?;
+    b.want("word3")?;
+    // Someone joins, and the second controller types a prompt, while the reply streams.
+    let mut c = tether(&daemon, &["attach", &session, "--observe"])?;
+    c.want("word")?;
+    b.send("what next?\r")?;
+    b.until("the queued prompt under the live turn", |s| {
+        s.contains("› what next?")
+    })?;
+    a.want("word90")?;
+    // The queued prompt runs once the turn has ended, printed above its own answer.
+    b.want("The queued answer.")?;
+    b.want("› ")?;
+    for pty in [&a, &b] {
+        let rows = settled(pty);
+        for word in &words {
+            assert!(
+                rows.contains(&format!("{word} ")) || rows.contains(&format!("{word}\n")),
+                "{word} is split or missing:\n{rows}"
+            );
+        }
+    }
+    let screen = settled(&b);
+    let asked = screen.find("› what next?").context("the queued prompt")?;
+    let answered = screen.find("The queued answer.").context("its answer")?;
+    let streamed = screen.find("word90").context("the first reply")?;
+    assert!(streamed < asked && asked < answered, "{screen}");
+    Ok(())
+}
