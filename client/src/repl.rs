@@ -437,6 +437,8 @@ struct Pending {
     preview: String,
     /// The rule "don't ask again" would save.
     rule: String,
+    /// The answers offered (`allow_once`, …).
+    options: Vec<String>,
 }
 
 /// An answer from the permission prompt.
@@ -681,9 +683,11 @@ impl Repl {
                 input,
                 preview,
                 rule,
+                options,
                 ..
             } => {
                 let request = Pending {
+                    options: options.clone(),
                     request_id: request_id.clone(),
                     tool_call_id: tool_call_id.clone(),
                     tool: tool.clone(),
@@ -781,7 +785,7 @@ impl Repl {
             let answer = match request.tool.as_str() {
                 "AskUserQuestion" => prompt::questions(&request.input, style, &cancel),
                 "ExitPlanMode" => prompt::plan(&request.preview, style, &cancel),
-                tool => prompt::permission(tool, &request.preview, &request.rule, style, &cancel),
+                _ => prompt::permission(&request, style, &cancel),
             };
             let _ = answers.send((request.request_id, answer));
         });

@@ -149,20 +149,43 @@ pub fn rows_above_cursor(status_rows: usize, before: &str, cols: usize) -> usize
 /// Lines of a request's preview shown above the choices.
 const PREVIEW_LINES: usize = 20;
 
-const CHOICES: [(&str, char); 4] = [
-    ("Yes", 'y'),
-    ("Yes, and don't ask again this session for", 's'),
-    ("Always allow (saved to the project's settings)", 'a'),
-    ("No, and tell the model what to do instead", 'n'),
+/// The answers a permission prompt can offer: the daemon's option, its label, its key.
+const CHOICES: [(&str, &str, char); 4] = [
+    ("allow_once", "Yes", 'y'),
+    (
+        "allow_session",
+        "Yes, and don't ask again this session for",
+        's',
+    ),
+    (
+        "allow_always",
+        "Always allow (saved to the project's settings)",
+        'a',
+    ),
+    ("deny", "No, and tell the model what to do instead", 'n'),
 ];
+
+/// The choices offered for a request (all four unless the daemon offers fewer).
+fn choices(options: &[String]) -> Vec<(&'static str, &'static str, char)> {
+    CHOICES
+        .into_iter()
+        .filter(|(o, _, _)| options.is_empty() || options.iter().any(|x| x == o))
+        .collect()
+}
 
 /// Draws the choices; returns how many rows they took (a line wider than the terminal takes
 /// more than one, and the erasure must take them all).
-fn draw(out: &mut impl Write, selected: usize, rule: &str, style: Style) -> u16 {
+fn draw(
+    out: &mut impl Write,
+    offered: &[(&str, &str, char)],
+    selected: usize,
+    rule: &str,
+    style: Style,
+) -> u16 {
     let cols = columns().max(1);
     let mut rows = 0;
-    for (i, (label, key)) in CHOICES.iter().enumerate() {
-        let label = if i == 1 {
+    for (i, (option, label, key)) in offered.iter().enumerate() {
+        let label = if *option == "allow_session" {
             format!("{label} {rule}")
         } else {
             (*label).to_owned()
@@ -189,12 +212,11 @@ fn draw(out: &mut impl Write, selected: usize, rule: &str, style: Style) -> u16 
 /// Asks about one request; `None` when `cancel` fires first (answered elsewhere) or the
 /// terminal cannot be read.
 pub fn permission(
-    tool: &str,
-    preview: &str,
-    rule: &str,
+    request: &super::Pending,
     style: Style,
     cancel: &AtomicBool,
 ) -> Option<super::Answer> {
+    let (tool, preview, rule) = (&request.tool, &request.preview, &request.rule);
     let mut out = std::io::stdout();
     let _ = writeln!(
         out,
@@ -211,37 +233,72 @@ pub fn permission(
         crate::view::indented(preview, PREVIEW_LINES, style, |l| style.dim(l))
     };
     let _ = write!(out, "{shown}");
+    // What the model says the command is for.
+    if let Some(description) = request.input["description"]
+        .as_str()
+        .filter(|d| !d.trim().is_empty())
+    {
+        let _ = write!(
+            out,
+            "  {}\r\n",
+            style.dim(&format!("({})", description.trim()))
+        );
+    }
+    if tool == "Bash" {
+        let command = request.input["command"].as_str().unwrap_or_default().trim();
+        if rule.is_empty() {
+            let _ = write!(
+                out,
+                "  {}\r\n",
+                style.dim(
+                    "what this runs is decided as it runs (a loop, a condition, a variable) and a \
+                     pattern in it keeps a rule from naming it: it is asked about each time"
+                )
+            );
+        } else if *rule == format!("Bash({command})") && command.contains([';', '&', '|', '$']) {
+            let _ = write!(
+                out,
+                "  {}\r\n",
+                style.dim(
+                    "what this runs is decided as it runs: only exactly this command can be allowed"
+                )
+            );
+        }
+    }
+    let offered = choices(&request.options);
     if crossterm::terminal::enable_raw_mode().is_err() {
         return None;
     }
     let mut selected = 0;
-    let mut rows = draw(&mut out, selected, rule, style);
+    let mut rows = draw(&mut out, &offered, selected, rule, style);
     let choice = loop {
         let Some(code) = next_key(cancel) else {
             break None;
         };
         let pick = match code {
-            KeyCode::Char(c) => CHOICES
+            KeyCode::Char(c) => offered
                 .iter()
-                .position(|(_, k)| *k == c.to_ascii_lowercase())
+                .position(|(_, _, k)| *k == c.to_ascii_lowercase())
                 .or_else(|| {
                     c.to_digit(10)
-                        .and_then(|d| (1..=4).contains(&d).then(|| d as usize - 1))
+                        .map(|d| d as usize)
+                        .filter(|d| (1..=offered.len()).contains(d))
+                        .map(|d| d - 1)
                 }),
-            KeyCode::Esc => Some(3),
+            KeyCode::Esc => offered.iter().position(|(o, _, _)| *o == "deny"),
             KeyCode::Enter => Some(selected),
             KeyCode::Up | KeyCode::Down => {
                 selected = if code == KeyCode::Up {
-                    (selected + CHOICES.len() - 1) % CHOICES.len()
+                    (selected + offered.len() - 1) % offered.len()
                 } else {
-                    (selected + 1) % CHOICES.len()
+                    (selected + 1) % offered.len()
                 };
                 let _ = crossterm::execute!(
                     out,
                     crossterm::cursor::MoveUp(rows),
                     crossterm::terminal::Clear(crossterm::terminal::ClearType::FromCursorDown)
                 );
-                rows = draw(&mut out, selected, rule, style);
+                rows = draw(&mut out, &offered, selected, rule, style);
                 None
             }
             _ => None,
@@ -256,10 +313,10 @@ pub fn permission(
         crossterm::terminal::Clear(crossterm::terminal::ClearType::FromCursorDown)
     );
     let _ = crossterm::terminal::disable_raw_mode();
-    let decision = match choice? {
-        0 => PermissionDecision::AllowOnce,
-        1 => PermissionDecision::AllowSession,
-        2 => PermissionDecision::AllowAlways,
+    let decision = match offered.get(choice?).map(|(o, _, _)| *o) {
+        Some("allow_once") => PermissionDecision::AllowOnce,
+        Some("allow_session") => PermissionDecision::AllowSession,
+        Some("allow_always") => PermissionDecision::AllowAlways,
         _ => PermissionDecision::Deny,
     };
     let mut message = None;

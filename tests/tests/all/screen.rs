@@ -256,3 +256,48 @@ fn notices_and_queued_prompts_never_split_a_streaming_reply() -> anyhow::Result<
     assert!(streamed < asked && asked < answered, "{screen}");
     Ok(())
 }
+
+#[test]
+fn a_loop_is_offered_only_as_itself_and_the_prompt_says_what_the_command_is_for()
+-> anyhow::Result<()> {
+    let looped = "for i in 1 2 3; do echo step-$i; done";
+    let globbed = "for f in *.txt; do wc -l $f; done";
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Looping.").tool_use(
+                "Bash",
+                json!({"command": looped, "description": "Print three steps"}),
+            ),
+            Step::text("Again.").tool_use("Bash", json!({"command": looped})),
+            Step::text("Counting.").tool_use("Bash", json!({"command": globbed})),
+            Step::text("Looped."),
+        ])
+        .titling("Loops"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &["--", "loop"])?;
+    a.want("Allow Bash?")?;
+    a.want("(Print three steps)")?;
+    a.want("only exactly this command can be allowed")?;
+    let screen = a.until("the choices", |s| s.contains("(n)"))?;
+    assert!(
+        screen.contains(&format!("don't ask again this session for Bash({looped})")),
+        "{screen}"
+    );
+    assert!(!screen.contains("Bash(for i:*)"), "{screen}");
+    assert!(!screen.contains("Bash(do echo:*)"), "{screen}");
+    a.send("s")?;
+    a.want("step-3")?;
+    // The same loop again runs without asking; one with a pattern offers no rule at all.
+    a.want("Allow Bash?")?;
+    a.want("it is asked about each time")?;
+    let screen = a.until("the choices", |s| s.contains("(n)"))?;
+    assert!(screen.contains("1. Yes (y)"), "{screen}");
+    assert!(screen.contains("2. No, and tell the model"), "{screen}");
+    assert!(!screen.contains("don't ask again"), "{screen}");
+    a.send("y")?;
+    a.want("Looped.")?;
+    let shown = a.printed_after("Looping.");
+    assert_eq!(shown.matches("Allow Bash?").count(), 2, "{shown}");
+    Ok(())
+}
