@@ -343,6 +343,9 @@ impl Translator {
     }
 }
 
+/// The largest existing file a Write's diff carries in full.
+const MAX_OLD_TEXT: u64 = 1024 * 1024;
+
 fn str_of(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
@@ -442,7 +445,21 @@ fn described(name: &str, input: &Value) -> ToolCallUpdateFields {
                     .into()
             })
             .collect(),
-        ("Write", Some(p)) => vec![Diff::new(p, s("content")).into()],
+        // Writing over an existing file: the editor's diff shows what it replaces.
+        ("Write", Some(p)) => {
+            let diff = Diff::new(p, s("content"));
+            let old = std::fs::metadata(p)
+                .ok()
+                .filter(|m| m.is_file() && m.len() <= MAX_OLD_TEXT)
+                .and_then(|_| std::fs::read_to_string(p).ok());
+            vec![
+                match old {
+                    Some(old) => diff.old_text(old),
+                    None => diff,
+                }
+                .into(),
+            ]
+        }
         _ => vec![],
     };
     if !diffs.is_empty() {

@@ -220,6 +220,10 @@ impl Tool for Edit {
         false
     }
 
+    fn changes_file<'a>(&self, input: &'a Value) -> Option<&'a str> {
+        input["file_path"].as_str()
+    }
+
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let file = input["file_path"].as_str().unwrap_or_default().to_owned();
@@ -268,6 +272,10 @@ impl Tool for MultiEdit {
 
     fn is_read_only(&self) -> bool {
         false
+    }
+
+    fn changes_file<'a>(&self, input: &'a Value) -> Option<&'a str> {
+        input["file_path"].as_str()
     }
 
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {

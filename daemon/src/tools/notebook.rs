@@ -182,6 +182,10 @@ impl Tool for NotebookEdit {
         false
     }
 
+    fn changes_file<'a>(&self, input: &'a Value) -> Option<&'a str> {
+        input["notebook_path"].as_str()
+    }
+
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let path = ctx.resolve(input["notebook_path"].as_str().unwrap_or_default());

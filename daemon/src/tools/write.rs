@@ -34,6 +34,10 @@ impl Tool for Write {
         false
     }
 
+    fn changes_file<'a>(&self, input: &'a Value) -> Option<&'a str> {
+        input["file_path"].as_str()
+    }
+
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let path = ctx.resolve(input["file_path"].as_str().unwrap_or_default());

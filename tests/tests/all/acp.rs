@@ -389,6 +389,42 @@ fn the_editor_answers_a_permission_request_and_sees_the_tool_run() -> anyhow::Re
 }
 
 #[test]
+fn writing_over_a_file_shows_the_editor_what_it_replaces() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::default().tool_use("Read", json!({"file_path": "notes.txt"})),
+            Step::default().tool_use(
+                "Write",
+                json!({"file_path": "notes.txt", "content": "fresh words\n"}),
+            ),
+            Step::text("Rewritten."),
+        ])
+        .titling("Editor session"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    std::fs::write(daemon.workdir().join("notes.txt"), "old words\n")?;
+    let mut editor = Editor::start(&daemon, &fake)?;
+    let session = editor.new_session(&daemon.workdir())?;
+    editor.prompt(&session, "rewrite the notes", "p1")?;
+    let asked = editor.until("a permission request", |v| v["op"] == "permission")?;
+    let diff = asked["toolCall"]["content"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "diff"))
+        .context("a diff")?;
+    assert_eq!(diff["oldText"], "old words\n", "{asked}");
+    assert_eq!(diff["newText"], "fresh words\n", "{asked}");
+    let tool_call_id = asked["toolCall"]["toolCallId"]
+        .as_str()
+        .context("toolCallId")?
+        .to_owned();
+    editor.send(json!({"op": "answer", "toolCallId": tool_call_id, "optionId": "allow_once"}))?;
+    let done = editor.prompt_done("p1")?;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    editor.checked_trace()?;
+    Ok(())
+}
+
+#[test]
 fn the_editor_is_asked_to_trust_a_folder_whose_files_would_act() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::text("hello")]))?;
     let daemon = Daemon::start_with(fake.env())?;

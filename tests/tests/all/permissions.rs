@@ -852,3 +852,52 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "
     assert_eq!(reasons, ["clear", "other"]);
     Ok(())
 }
+
+#[test]
+fn writing_a_file_not_yet_read_is_refused_before_anyone_is_asked() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Overwriting.").tool_use(
+            "Write",
+            json!({"file_path": "notes.txt", "content": "new\n"}),
+        ),
+        Step::text("Reading first.").tool_use("Read", json!({"file_path": "notes.txt"})),
+        Step::text("Now writing.").tool_use(
+            "Write",
+            json!({"file_path": "notes.txt", "content": "new\n"}),
+        ),
+        Step::text("Written."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    std::fs::write(daemon.workdir().join("notes.txt"), "old\n")?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
+    c.call(
+        "session/subscribe",
+        json!({"sessionId": session, "since": "head"}),
+    )?;
+    c.start_turn(&session, "rewrite the notes")?;
+    // The unread file is refused at once; the one request is for the Write after the Read.
+    let events = c.events_until("permission_requested")?;
+    let refused = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("the first Write's result")?;
+    assert_eq!(refused["data"]["isError"], true, "{refused}");
+    assert!(
+        refused["data"]["content"]
+            .to_string()
+            .contains("has not been read"),
+        "{refused}"
+    );
+    let request = &events.last().context("request")?["data"];
+    assert_eq!(request["tool"], "Write");
+    let read_results = events.iter().filter(|e| e["type"] == "tool_result").count();
+    assert_eq!(read_results, 2, "the refused Write, then the Read");
+    respond(&mut c, &session, request, json!({"decision": "allow_once"}))?;
+    c.events_until("turn_ended")?;
+    assert_eq!(
+        std::fs::read_to_string(daemon.workdir().join("notes.txt"))?,
+        "new\n"
+    );
+    Ok(())
+}
