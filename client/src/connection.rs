@@ -334,3 +334,59 @@ pub fn describe(e: &anyhow::Error) -> String {
         .map(call_error)
         .unwrap_or_else(|| format!("{e:#}"))
 }
+
+/// Says on stderr, one line each, which of the daemon's settings this command's environment
+/// names with another value (`ANTHROPIC_MODEL`, `ANTHROPIC_BASE_URL`, …): the daemon decides
+/// them, so a value set for one command would otherwise be ignored without a word. Asks the
+/// daemon only when such a variable is set; `model_chosen` (a `--model`) leaves the model out.
+pub async fn note_ignored_env(conn: &Connection, model_chosen: bool) {
+    const ENV: [&str; 10] = [
+        "ANTHROPIC_MODEL",
+        "ANTHROPIC_SMALL_FAST_MODEL",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_BETAS",
+        "ANTHROPIC_BEDROCK_BASE_URL",
+        "ANTHROPIC_VERTEX_BASE_URL",
+        "ANTHROPIC_VERTEX_PROJECT_ID",
+        "CLOUD_ML_REGION",
+        "MAX_THINKING_TOKENS",
+        "AWS_REGION",
+    ];
+    let set: Vec<(&str, String)> = ENV
+        .iter()
+        .filter_map(|v| std::env::var(v).ok().map(|value| (*v, value)))
+        .filter(|(var, value)| {
+            !value.trim().is_empty() && !(model_chosen && *var == "ANTHROPIC_MODEL")
+        })
+        .collect();
+    if set.is_empty() {
+        return;
+    }
+    let Ok(report) = conn.client.daemon_config().await else {
+        return;
+    };
+    for (var, value) in set {
+        let Some(entry) = report
+            .entries
+            .iter()
+            .find(|e| e.env.as_deref() == Some(var))
+        else {
+            continue;
+        };
+        let daemons =
+            serde_json::from_str::<String>(&entry.value).unwrap_or_else(|_| entry.value.clone());
+        if daemons.trim() == value.trim() {
+            continue;
+        }
+        let how = if entry.key == "model" {
+            "choose a session's model with --model or /model, or set model in the daemon's config"
+                .to_owned()
+        } else {
+            format!("set {} in the daemon's config or environment", entry.key)
+        };
+        eprintln!(
+            "tether: {var} here is not used: tetherd decides {} (it uses {daemons}, from {}); {how} (tether config show)",
+            entry.key, entry.source
+        );
+    }
+}

@@ -423,6 +423,7 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
     let mode = crate::commands::parse_mode(h.permission_mode.clone())?;
     let cwd = crate::remote::work_dir().context("cannot read the current directory")?;
     let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    connection::note_ignored_env(&conn, h.model.is_some()).await;
     crate::trust::report_untrusted(&conn, &cwd).await?;
     let Some(first) = prompts.next().transpose()? else {
         bail!("no prompt on stdin");

@@ -163,6 +163,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         }
     }
     let conn = connection::connect_as(socket, true, ClientKind::Tui, client_name()).await?;
+    connection::note_ignored_env(&conn, start.model.is_some()).await;
     let created = start.session.is_none() && !start.observe;
     if created {
         let cwd = crate::remote::work_dir().context("cannot read the current directory")?;

@@ -837,3 +837,32 @@ fn json_and_stream_json_have_every_field_of_claude_codes_documented_examples() -
     assert!(diffs.is_empty(), "{diffs:#?}");
     Ok(())
 }
+
+#[test]
+fn a_daemon_setting_set_for_one_command_is_named_not_ignored() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Hello."), Step::text("Hello.")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let out = daemon
+        .tether()
+        .args(["-p", "say hi"])
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/elsewhere")
+        .output()?;
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("ANTHROPIC_BASE_URL here is not used: tetherd decides api.base_url")
+            && said.contains(&fake.server.url())
+            && said.contains("tether config show"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "one line: {said}");
+    // The same value as the daemon's says nothing.
+    let out = daemon
+        .tether()
+        .args(["-p", "say hi"])
+        .env("ANTHROPIC_BASE_URL", fake.server.url())
+        .output()?;
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    Ok(())
+}
