@@ -370,37 +370,67 @@ impl Markdown {
         let widths: Vec<usize> = (0..cols)
             .map(|c| rendered.iter().map(|r| shown(&r[c])).max().unwrap_or(0))
             .collect();
-        let total = widths.iter().sum::<usize>() + 3 * cols.saturating_sub(1);
+        let gaps = 3 * cols.saturating_sub(1);
+        let total = widths.iter().sum::<usize>() + gaps;
         let mut out = String::new();
-        if total > self.style.width && rendered.len() > 1 {
-            for row in &rendered[1..] {
-                for (c, cell) in row.iter().enumerate() {
-                    let label = &rendered[0][c];
-                    out.push_str(&format!("{label}: {cell}\n"));
-                }
-                out.push('\n');
+        // Too wide (a row never takes the last column, where a terminal holds the cursor
+        // before it wraps): cells wrap inside their columns while each column still fits its
+        // longest word; past that, one block per row.
+        let room = self.style.width.saturating_sub(1);
+        let widths = if total > room {
+            match fitted(&rendered, &widths, room.saturating_sub(gaps)) {
+                Some(w) => w,
+                None if rendered.len() > 1 => return self.blocks(&rendered),
+                None => widths,
             }
-            return out;
-        }
+        } else {
+            widths
+        };
+        let reset = if self.style.color { "\x1b[0m" } else { "" };
         for (i, row) in rendered.iter().enumerate() {
-            let cells: Vec<String> = row
+            let wrapped: Vec<Vec<String>> = row
                 .iter()
                 .enumerate()
                 .map(|(c, text)| {
-                    let pad = widths[c].saturating_sub(shown(text));
-                    match align.get(c).copied().unwrap_or(Align::Left) {
-                        Align::Left => format!("{text}{}", " ".repeat(pad)),
-                        Align::Right => format!("{}{text}", " ".repeat(pad)),
-                        Align::Center => {
-                            format!("{}{text}{}", " ".repeat(pad / 2), " ".repeat(pad - pad / 2))
-                        }
+                    if shown(text) <= widths[c] {
+                        return vec![text.clone()];
                     }
+                    textwrap::wrap(text, widths[c])
+                        .into_iter()
+                        .map(|l| {
+                            if l.contains('\x1b') {
+                                format!("{l}{reset}")
+                            } else {
+                                l.into_owned()
+                            }
+                        })
+                        .collect()
                 })
                 .collect();
-            out.push_str(&format!(
-                "{}\n",
-                cells.join(&self.style.dim(" │ ")).trim_end()
-            ));
+            let height = wrapped.iter().map(Vec::len).max().unwrap_or(1);
+            for line in 0..height {
+                let cells: Vec<String> = wrapped
+                    .iter()
+                    .enumerate()
+                    .map(|(c, lines)| {
+                        let text = lines.get(line).map(String::as_str).unwrap_or("");
+                        let pad = widths[c].saturating_sub(shown(text));
+                        match align.get(c).copied().unwrap_or(Align::Left) {
+                            Align::Left => format!("{text}{}", " ".repeat(pad)),
+                            Align::Right => format!("{}{text}", " ".repeat(pad)),
+                            Align::Center => format!(
+                                "{}{text}{}",
+                                " ".repeat(pad / 2),
+                                " ".repeat(pad - pad / 2)
+                            ),
+                        }
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "{}\n",
+                    cells.join(&self.style.dim(" │ ")).trim_end()
+                ));
+            }
             if i == 0 {
                 let rule: Vec<String> = widths.iter().map(|w| "─".repeat(*w)).collect();
                 out.push_str(&format!("{}\n", self.style.dim(&rule.join("─┼─"))));
@@ -408,6 +438,57 @@ impl Markdown {
         }
         out
     }
+
+    /// A table too wide to draw: one block per row, `header: value`, each value word-wrapped
+    /// with its further lines indented.
+    fn blocks(&self, rendered: &[Vec<String>]) -> String {
+        let mut out = String::new();
+        for row in &rendered[1..] {
+            for (c, cell) in row.iter().enumerate() {
+                let label = rendered[0].get(c).map(String::as_str).unwrap_or("");
+                let options = textwrap::Options::new(self.style.width.max(10))
+                    .subsequent_indent("  ")
+                    .break_words(true);
+                for line in textwrap::wrap(&format!("{label}: {cell}"), options) {
+                    out.push_str(&line);
+                    out.push('\n');
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Column widths that fit `room` with every cell wrapped inside its column and no word broken:
+/// each column starts at its longest word and grows toward its widest cell, the one short of
+/// the most first. `None` when the longest words alone do not fit.
+fn fitted(rendered: &[Vec<String>], natural: &[usize], room: usize) -> Option<Vec<usize>> {
+    let shown = |s: &str| textwrap::core::display_width(s);
+    let mut widths: Vec<usize> = (0..natural.len())
+        .map(|c| {
+            rendered
+                .iter()
+                .filter_map(|r| r.get(c))
+                .flat_map(|cell| cell.split_whitespace())
+                .map(shown)
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        })
+        .collect();
+    let mut spare = room.checked_sub(widths.iter().sum())?;
+    while spare > 0 {
+        let Some(c) = (0..widths.len())
+            .filter(|c| natural[*c] > widths[*c])
+            .max_by_key(|c| natural[*c] - widths[*c])
+        else {
+            break;
+        };
+        widths[c] += 1;
+        spare -= 1;
+    }
+    Some(widths)
 }
 
 /// The level of a `#` heading line.
@@ -455,12 +536,27 @@ mod tests {
     }
 
     #[test]
-    fn a_table_wider_than_the_terminal_becomes_key_value_blocks() {
+    fn a_table_wider_than_the_terminal_wraps_inside_its_cells() {
         let table = "| file | what changed |\n|---|---|\n| src/main.rs | the parser now keeps comments |\n| README.md | usage |\n";
         let out = render(Style::plain(30), table);
         assert_eq!(
             out,
-            "file: src/main.rs\nwhat changed: the parser now keeps comments\n\nfile: README.md\nwhat changed: usage\n\n"
+            "file        │ what changed\n\
+             ────────────┼────────────────\n\
+             src/main.rs │ the parser now\n\
+             \x20           │ keeps comments\n\
+             README.md   │ usage\n"
+        );
+        assert!(out.lines().all(|l| l.chars().count() < 30), "{out}");
+    }
+
+    #[test]
+    fn a_table_whose_words_cannot_fit_becomes_blocks_with_wrapped_values() {
+        let table = "| file | what changed |\n|---|---|\n| src/parser/comments.rs | the parser now keeps comments |\n";
+        let out = render(Style::plain(20), table);
+        assert_eq!(
+            out,
+            "file:\n  src/parser/comment\n  s.rs\nwhat changed: the\n  parser now keeps\n  comments\n\n"
         );
     }
 

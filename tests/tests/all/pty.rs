@@ -135,6 +135,16 @@ impl Pty {
             .contents()
     }
 
+    /// The screen's rows, one line each (wrapped text not joined).
+    pub(crate) fn rows(&self) -> String {
+        let vt = self.vt.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, cols) = vt.screen().size();
+        vt.screen()
+            .rows(0, cols)
+            .map(|r| format!("{}\n", r.trim_end()))
+            .collect()
+    }
+
     /// Waits until the terminal shows `text` (after what earlier waits found).
     pub(crate) fn want(&mut self, text: &str) -> anyhow::Result<()> {
         let deadline = std::time::Instant::now() + Duration::from_secs(15);

@@ -301,3 +301,47 @@ fn a_loop_is_offered_only_as_itself_and_the_prompt_says_what_the_command_is_for(
     assert_eq!(shown.matches("Allow Bash?").count(), 2, "{shown}");
     Ok(())
 }
+
+#[test]
+fn a_wide_table_keeps_its_grid_and_wraps_inside_the_long_cell_at_120_columns() -> anyhow::Result<()>
+{
+    let words: Vec<String> = (1..=30).map(|i| format!("reason{i}")).collect();
+    let long = words.join(" ");
+    let table = format!(
+        "Here:\n\n| file | status | why |\n|---|---|---|\n| src/main.rs | changed | {long} |\n| README.md | same | nothing to say |\n\nThat is all."
+    );
+    let fake = Fake::start(Script::of([Step::text(&table)]).titling("Table"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether_at(&daemon, 120, &["--", "show the table"])?;
+    a.want("That is all.")?;
+    settled(&a);
+    // Row by row, as the terminal shows them.
+    let screen = a.rows();
+    assert!(
+        screen.contains("src/main.rs │ changed │ reason1 reason2"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("README.md   │ same    │ nothing to say"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains("why: "),
+        "no key: value fallback:\n{screen}"
+    );
+    for word in &words {
+        assert!(
+            screen.contains(&format!("{word} ")) || screen.contains(&format!("{word}\n")),
+            "{word} is split:\n{screen}"
+        );
+    }
+    // Every row of the grid fits the terminal.
+    assert!(
+        screen
+            .lines()
+            .filter(|l| l.contains('│'))
+            .all(|l| l.chars().count() < 120),
+        "{screen}"
+    );
+    Ok(())
+}
