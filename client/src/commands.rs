@@ -61,6 +61,13 @@ pub async fn sessions(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Dollars per million tokens as people write them: `3`, `0.3`, `1.25` (never the float's
+/// binary tail).
+fn price(dollars: f64) -> String {
+    let text = format!("{dollars:.4}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
 /// `tether new`
 pub async fn new(
     socket: &Path,
@@ -362,7 +369,7 @@ pub async fn models(socket: &Path, out: Output) -> anyhow::Result<ExitCode> {
                 .join(",")
         };
         let price = match m.price {
-            Some([i, o, _, _, r]) => format!("{i}/{o}/{r}"),
+            Some([i, o, _, _, r]) => format!("{}/{}/{}", price(i), price(o), price(r)),
             None => "unknown (set [models.\"<id>\"] in config.toml)".into(),
         };
         let source = if m.source == "built-in" {
@@ -732,4 +739,15 @@ pub async fn pick_session(socket: &Path, id: &str) -> anyhow::Result<SessionId> 
         .get(n.saturating_sub(1))
         .map(|s| s.session_id.clone())
         .context("no such session in the list")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn prices_read_as_people_write_them() {
+        assert_eq!(super::price(3.0), "3");
+        assert_eq!(super::price(0.1 * 3.0), "0.3");
+        assert_eq!(super::price(1.25), "1.25");
+        assert_eq!(super::price(0.08), "0.08");
+    }
 }

@@ -470,11 +470,11 @@ pub fn sessions_table(sessions: &[SessionSummary], now: SystemTime) -> String {
                 s.title.clone().unwrap_or_else(|| "(untitled)".into()),
                 s.cwd.clone(),
                 if s.attached_clients.is_empty() {
-                    s.status.as_str().to_owned()
+                    s.status.words().to_owned()
                 } else {
                     format!(
                         "{} ({} attached)",
-                        s.status.as_str(),
+                        s.status.words(),
                         s.attached_clients.len()
                     )
                 },

@@ -131,6 +131,8 @@ struct Repl {
     models: ModelNames,
     /// This client created the session (rather than attaching to one).
     created: bool,
+    /// The session's directory (paths under it are shown relative).
+    cwd: String,
     /// A turn was started in the session (by anyone): it is worth keeping.
     saw_turn: bool,
 }
@@ -274,6 +276,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         commands: commands.clone(),
         models,
         created,
+        cwd: cwd.clone(),
         saw_turn: false,
     };
     if first_start {
@@ -451,9 +454,15 @@ pub struct Answer {
 }
 
 impl Repl {
-    /// Prints a line: above the input line while editing, else straight to stdout.
+    /// Prints a line (word-wrapped to the terminal): above the input line while editing, else
+    /// straight to stdout.
     fn say(&self, text: &str) {
-        self.print(&format!("{text}\n"));
+        let mut out = String::new();
+        for line in crate::view::wrap_text(text, self.style.width) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        self.print(&out);
     }
 
     fn print(&self, text: &str) {
@@ -580,7 +589,7 @@ impl Repl {
         }
     }
 
-    async fn refresh_status(&self) {
+    async fn refresh_status(&mut self) {
         let Ok(snapshot) = self.conn.client.session_get(self.session.id.clone()).await else {
             return;
         };
@@ -600,6 +609,7 @@ impl Repl {
             }
             None => None,
         };
+        self.cwd = snapshot.summary.cwd.clone();
         let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
         s.custom = custom;
         s.title = snapshot.summary.title.clone();
@@ -777,6 +787,7 @@ impl Repl {
             cancel: cancel.clone(),
         });
         let style = self.style;
+        let cwd = self.cwd.clone();
         let answers = answers.clone();
         // The key watcher lets go of the terminal before the prompt reads it.
         let (paused, stopped) = std::sync::mpsc::channel();
@@ -786,7 +797,7 @@ impl Repl {
             let answer = match request.tool.as_str() {
                 "AskUserQuestion" => prompt::questions(&request.input, style, &cancel),
                 "ExitPlanMode" => prompt::plan(&request.preview, style, &cancel),
-                _ => prompt::permission(&request, style, &cancel),
+                _ => prompt::permission(&request, &cwd, style, &cancel),
             };
             let _ = answers.send((request.request_id, answer));
         });

@@ -33,8 +33,11 @@ struct RunningTool {
     id: String,
     name: String,
     argument: String,
-    /// Its `tool_call` event's timestamp.
+    /// When it started running: its `tool_call` event, or the answer to its permission request
+    /// (the wait for the answer is not its running time).
     since: Option<std::time::SystemTime>,
+    /// Its permission request is open.
+    asking: bool,
     /// The last lines of its output.
     tail: std::collections::VecDeque<String>,
 }
@@ -76,6 +79,8 @@ pub struct View {
     previewed: HashSet<String>,
     /// Open permission requests: request id → tool.
     asked: HashMap<String, String>,
+    /// Open permission requests: request id → the call that waits for it.
+    waiting: HashMap<String, String>,
     /// The latest folded tool results: the call's header and every line.
     folds: std::collections::VecDeque<(String, Vec<String>)>,
     /// A subscription's replay is being shown (until its `replay_complete`): who came and went
@@ -143,6 +148,27 @@ pub fn partial_key_argument(partial: &str) -> String {
         return key_argument(&serde_json::json!({ key: value }));
     }
     String::new()
+}
+
+/// Text the client prints itself (notices, help, hints) word-wrapped to a terminal of `width`
+/// columns, never taking its last one: a wrapped line keeps its indentation.
+pub fn wrap_text(text: &str, width: usize) -> Vec<String> {
+    let room = width.saturating_sub(1).max(20);
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if textwrap::core::display_width(line) <= room {
+            out.push(line.to_owned());
+            continue;
+        }
+        let indent: String = line.chars().take_while(|c| c.is_whitespace()).collect();
+        let options = textwrap::Options::new(room).subsequent_indent(&indent);
+        out.extend(
+            textwrap::wrap(line, options)
+                .into_iter()
+                .map(|l| l.into_owned()),
+        );
+    }
+    out
 }
 
 /// A line of a program's output as one terminal row shows it: what follows the last `\r` (a
@@ -297,6 +323,7 @@ impl View {
             last_thinking: None,
             previewed: HashSet::new(),
             asked: HashMap::new(),
+            waiting: HashMap::new(),
             folds: Default::default(),
             replaying: true,
         }
@@ -397,11 +424,14 @@ impl View {
             lines.push(s.tool(&fit(format!("● {name}({arg}…"))));
         }
         for tool in &self.running {
-            let took = tool
-                .since
-                .and_then(|t| now.duration_since(t).ok())
-                .map(|d| format!(" · {}", elapsed(d)))
-                .unwrap_or_default();
+            let took = if tool.asking {
+                " · waiting for permission".to_owned()
+            } else {
+                tool.since
+                    .and_then(|t| now.duration_since(t).ok())
+                    .map(|d| format!(" · {}", elapsed(d)))
+                    .unwrap_or_default()
+            };
             lines.push(fit(format!(
                 "{spin} {}({}){took}",
                 tool.name, tool.argument
@@ -471,6 +501,7 @@ impl View {
                 name: name.clone(),
                 argument: key_argument(input),
                 since: ts,
+                asking: false,
                 tail: Default::default(),
             }),
             EventKind::ToolProgress {
@@ -491,6 +522,25 @@ impl View {
             }
             EventKind::ToolResult { tool_call_id, .. } => {
                 self.running.retain(|t| &t.id != tool_call_id);
+            }
+            EventKind::PermissionRequested {
+                request_id,
+                tool_call_id,
+                ..
+            } => {
+                self.waiting
+                    .insert(request_id.clone(), tool_call_id.clone());
+                if let Some(tool) = self.running.iter_mut().find(|t| &t.id == tool_call_id) {
+                    tool.asking = true;
+                }
+            }
+            EventKind::PermissionResolved { request_id, .. } => {
+                if let Some(call) = self.waiting.remove(request_id)
+                    && let Some(tool) = self.running.iter_mut().find(|t| t.id == call)
+                {
+                    tool.asking = false;
+                    tool.since = ts.or_else(|| Some(std::time::SystemTime::now()));
+                }
             }
             _ => {}
         }
@@ -612,6 +662,10 @@ impl View {
                 input,
             } => {
                 self.tools.insert(tool_call_id.clone(), name.clone());
+                // The plan it writes is shown under its own heading.
+                if name == "TodoWrite" {
+                    return out;
+                }
                 let argument = key_argument(input);
                 self.headers
                     .insert(tool_call_id.clone(), format!("{name}({argument})"));
@@ -752,14 +806,23 @@ impl View {
                 self.errored = true;
                 out.push_str(&format!("{}\n", s.error(&format!("✗ {message}"))))
             }
-            EventKind::Notice { level, message } => out.push_str(&format!(
-                "{}\n",
-                if *level == NoticeLevel::Warning {
-                    s.warn(&format!("! {message}"))
+            EventKind::Notice { level, message } => {
+                let text = if *level == NoticeLevel::Warning {
+                    format!("! {message}")
                 } else {
-                    s.dim(&format!("· {message}"))
+                    format!("· {message}")
+                };
+                for line in wrap_text(&text, s.width) {
+                    out.push_str(&format!(
+                        "{}\n",
+                        if *level == NoticeLevel::Warning {
+                            s.warn(&line)
+                        } else {
+                            s.dim(&line)
+                        }
+                    ));
                 }
-            )),
+            }
             EventKind::BudgetReached {
                 budget_usd,
                 spent_usd,
@@ -799,6 +862,46 @@ impl View {
             }
             EventKind::BackgroundShellEnded { message, .. } => {
                 out.push_str(&format!("{}\n", s.dim(&format!("◆ {message}"))))
+            }
+            EventKind::SessionConfigured {
+                model,
+                effort,
+                permission_mode,
+                budget_usd,
+                by,
+                ..
+            } => {
+                // What changed and who changed it (a change this client made through its own
+                // command line, the mode or the budget, says so itself).
+                let mine = self.mine(by);
+                let mut parts = Vec::new();
+                if let Some(m) = model {
+                    parts.push(format!("model {m}"));
+                }
+                match effort.as_deref() {
+                    Some("") => parts.push("effort: the model's default".into()),
+                    Some(e) => parts.push(format!("effort {e}")),
+                    None => {}
+                }
+                if let Some(m) = permission_mode.filter(|_| !mine) {
+                    parts.push(format!("mode {}", m.as_str()));
+                }
+                match budget_usd.filter(|_| !mine) {
+                    Some(b) if b > 0.0 => parts.push(format!("budget ${b:.2}")),
+                    Some(_) => parts.push("no budget".into()),
+                    None => {}
+                }
+                if !parts.is_empty() {
+                    let who = by
+                        .as_ref()
+                        .filter(|_| !mine)
+                        .map(|b| format!(" — by {}", render::client(b)))
+                        .unwrap_or_default();
+                    out.push_str(&format!(
+                        "{}\n",
+                        s.dim(&format!("◦ {}{who}", parts.join(", ")))
+                    ));
+                }
             }
             EventKind::ClientAttached { client, role }
                 if Some(&client.client_id) != self.me.as_ref() && !self.replaying =>

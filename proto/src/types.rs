@@ -299,6 +299,15 @@ impl SessionStatus {
             Self::AwaitingPermission => "awaiting_permission",
         }
     }
+
+    /// In words, for people: `waiting for permission`.
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Running => "running",
+            Self::AwaitingPermission => "waiting for permission",
+        }
+    }
 }
 
 /// Where a subscription starts: after a seq (0 = from the start), or at the head (live only).

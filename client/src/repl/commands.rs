@@ -115,8 +115,22 @@ impl Repl {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .clone();
+                // The description wraps under itself.
                 let row = |name: &str, what: &str| {
-                    format!("  {} {what}\n", s.bold(&format!("{name:<13}")))
+                    let room = s.width.saturating_sub(17).max(20);
+                    let lines = textwrap::wrap(what, room);
+                    let mut text = String::new();
+                    for (i, line) in lines.iter().enumerate() {
+                        if i == 0 {
+                            text.push_str(&format!(
+                                "  {} {line}\n",
+                                s.bold(&format!("{name:<13}"))
+                            ));
+                        } else {
+                            text.push_str(&format!("{}{line}\n", " ".repeat(16)));
+                        }
+                    }
+                    text
                 };
                 let mut out = String::from("Commands:\n");
                 for (c, d) in CLIENT_COMMANDS {
@@ -138,12 +152,14 @@ impl Repl {
                         ));
                     }
                 }
-                out.push_str(
-                    "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
+                let keys = "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
                      · Shift+Tab cycles the permission mode · Ctrl+T shows thinking · Ctrl+O expands output \
                      · Ctrl+V pastes a clipboard image \
-                     · Ctrl+C cancels a turn · Ctrl+D detaches\n",
-                );
+                     · Esc, Ctrl+C or /cancel stops a turn · Ctrl+D detaches";
+                for line in crate::view::wrap_text(keys, s.width) {
+                    out.push_str(&line);
+                    out.push('\n');
+                }
                 self.print(&out);
             }
             "/thinking" => {

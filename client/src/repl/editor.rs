@@ -271,6 +271,8 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
             models: setup.models,
         }))
         .with_menu(ReedlineMenu::EngineCompleter(Box::new(menu)))
+        // One candidate (`@no` and Tab) is taken at once.
+        .with_quick_completions(true)
         .with_edit_mode(Box::new(Keys::new(
             Emacs::new(keys),
             setup.pasted,
@@ -298,6 +300,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         }));
     let prompt = TetherPrompt {
         status: setup.status,
+        color: setup.color,
     };
     let (tx, rx) = std::sync::mpsc::channel::<Command>();
     let input = setup.input;

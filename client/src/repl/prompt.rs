@@ -61,6 +61,19 @@ impl Status {
 pub struct TetherPrompt {
     /// Shared with the event loop.
     pub status: Arc<Mutex<Status>>,
+    /// Whether to colour (the modes that skip questions stand out).
+    pub color: bool,
+}
+
+/// The colour a permission mode's name has in the status row: the ones that ask less stand
+/// out (bypassPermissions red, acceptEdits magenta, plan cyan); the others keep the row's grey.
+fn mode_colour(mode: &str) -> Option<&'static str> {
+    match mode {
+        "bypassPermissions" => Some("\x1b[31m"),
+        "acceptEdits" => Some("\x1b[35m"),
+        "plan" => Some("\x1b[36m"),
+        _ => None,
+    }
 }
 
 /// The terminal's width now.
@@ -72,7 +85,16 @@ fn columns() -> usize {
 
 impl Prompt for TetherPrompt {
     fn render_prompt_left(&self) -> Cow<'_, str> {
-        let line = self.status.lock().unwrap_or_else(|p| p.into_inner()).line();
+        let status = self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut line = status.line();
+        if let Some(colour) = mode_colour(&status.mode).filter(|_| self.color) {
+            let named = format!(" · {} ·", status.mode);
+            line = line.replacen(&named, &format!(" · {colour}{}\x1b[90m ·", status.mode), 1);
+        }
         // One row whatever the width: the editor and the erasure after a break count on it.
         let line = crate::view::fit_visible(&line, columns().saturating_sub(1).max(10));
         Cow::Owned(format!("{line}\n"))
@@ -209,14 +231,36 @@ fn draw(
     u16::try_from(rows).unwrap_or(u16::MAX)
 }
 
+/// A diff's `---`/`+++` lines with a path under `cwd` written relative to it (shorter, and
+/// what the user types).
+fn relative_paths(preview: &str, cwd: &str) -> String {
+    if !preview.starts_with("--- ") || cwd.is_empty() {
+        return preview.to_owned();
+    }
+    let under = format!("{}/", cwd.trim_end_matches('/'));
+    let mut out = String::with_capacity(preview.len());
+    for (i, line) in preview.split_inclusive('\n').enumerate() {
+        match line.get(..4) {
+            Some(mark @ ("--- " | "+++ ")) if i < 2 && line[4..].starts_with(&under) => {
+                out.push_str(mark);
+                out.push_str(&line[4 + under.len()..]);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
+}
+
 /// Asks about one request; `None` when `cancel` fires first (answered elsewhere) or the
 /// terminal cannot be read.
 pub fn permission(
     request: &super::Pending,
+    cwd: &str,
     style: Style,
     cancel: &AtomicBool,
 ) -> Option<super::Answer> {
-    let (tool, preview, rule) = (&request.tool, &request.preview, &request.rule);
+    let (tool, rule) = (&request.tool, &request.rule);
+    let preview = &relative_paths(&request.preview, cwd);
     let mut out = std::io::stdout();
     let _ = writeln!(
         out,
@@ -556,6 +600,33 @@ pub fn with_answers(input: &serde_json::Value, replies: &[String]) -> serde_json
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_diff_names_files_under_the_session_relative_to_it() {
+        let diff = "--- /work/p/src/a.rs\n+++ /work/p/src/a.rs\n@@ -1 +1 @@\n--- /work/p/x\n";
+        assert_eq!(
+            relative_paths(diff, "/work/p"),
+            "--- src/a.rs\n+++ src/a.rs\n@@ -1 +1 @@\n--- /work/p/x\n"
+        );
+        assert_eq!(
+            relative_paths("--- /etc/hosts\n", "/work/p"),
+            "--- /etc/hosts\n"
+        );
+        assert_eq!(relative_paths("rm -rf x", "/work/p"), "rm -rf x");
+    }
+
+    #[test]
+    fn the_rows_above_the_cursor_count_the_status_and_every_wrapped_row() {
+        // `› ` and 8 characters at 10 columns: the cursor sits on the next row.
+        assert_eq!(rows_above_cursor(1, "abcdefgh", 10), 2);
+        assert_eq!(rows_above_cursor(1, "abc", 10), 1);
+        // A line of 25 columns takes 3 rows; the cursor is on the row after it.
+        assert_eq!(
+            rows_above_cursor(1, &format!("{}\n", "x".repeat(23)), 10),
+            4
+        );
+        assert_eq!(rows_above_cursor(0, "", 80), 0);
+    }
 
     #[test]
     fn replies_become_answers_by_option_number_or_as_typed() {

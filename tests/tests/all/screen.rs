@@ -345,3 +345,55 @@ fn a_wide_table_keeps_its_grid_and_wraps_inside_the_long_cell_at_120_columns() -
     );
     Ok(())
 }
+
+#[test]
+fn the_small_things_a_daily_user_reads() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Planning.").tool_use(
+                "TodoWrite",
+                json!({"todos": [{"content": "Write the parser", "status": "in_progress", "activeForm": "Writing the parser"}]}),
+            ),
+            Step::text("Reading.").tool_use("Read", json!({"file_path": "notes.txt"})),
+            Step::text("Editing.").tool_use(
+                "Edit",
+                json!({"file_path": "notes.txt", "old_string": "old words", "new_string": "fresh words"}),
+            ),
+            Step::text("Edited."),
+        ])
+        .titling("Small things"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    std::fs::write(daemon.workdir().join("notes.txt"), "old words\n")?;
+    let mut a = tether(&daemon, &["--", "plan and edit"])?;
+    // The plan has its own heading, and no empty call above it.
+    a.want("● Plan")?;
+    // The edit's prompt names the file as the user would.
+    a.want("Allow Edit?")?;
+    a.want("--- notes.txt")?;
+    a.want("(n)")?;
+    a.send("y")?;
+    a.want("Edited.")?;
+    a.want("› ")?;
+    assert!(!a.screen().contains("TodoWrite("), "{}", a.screen());
+    // `/model` says what it did.
+    a.send_line("/model opus")?;
+    a.want("◦ model opus")?;
+    a.want("› ")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    // Statuses and prices in words and numbers people write.
+    let out = daemon.run_tether(&["models"])?;
+    let models = String::from_utf8_lossy(&out.stdout);
+    assert!(!models.contains("0000000"), "{models}");
+    let session = only_session(&daemon)?;
+    let mut watcher = daemon.ndjson()?;
+    watcher.call(
+        "session/subscribe",
+        json!({"sessionId": session, "since": "head"}),
+    )?;
+    let out = daemon.run_tether(&["sessions"])?;
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("idle (1 attached)"), "{listed}");
+    Ok(())
+}
