@@ -218,6 +218,21 @@ impl Turn {
         Ok(compacted)
     }
 
+    /// Tells every client the session's totals with this turn's spending so far.
+    fn usage_updated(&self, tally: &Tally, sink: &Arc<dyn TurnSink>, context_percent: Option<f64>) {
+        let (mut session, before) = self.ctx.spent_before;
+        session.add(&tally.usage);
+        let session_cost = match (before, tally.cost) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        sink.send(EventKind::UsageUpdated {
+            session,
+            session_cost_usd: session_cost,
+            context_percent,
+        });
+    }
+
     fn count(&self, tally: &mut Tally, model_id: &str, usage: &Usage) {
         tally.usage.add(&TokenUsage::from(usage));
         let cost = self.ctx.net.catalog.cost_usd(model_id, usage);
@@ -439,14 +454,19 @@ impl Turn {
             let mut completed: HashSet<usize> = HashSet::new();
             // Text blocks still being written, so a cancel can keep what was said.
             let mut partial: std::collections::BTreeMap<usize, String> = Default::default();
+            // The usage the stream has reported so far, so a cancel can count what was spent.
+            let mut seen: Option<crate::llm::Usage> = None;
             let result = {
                 let sink = sink.clone();
                 let history = &mut *history;
                 let completed = &mut completed;
                 let partial = &mut partial;
+                let seen = &mut seen;
                 let mut on_update = move |update: StreamUpdate| {
                     let event = match update {
-                        StreamUpdate::MessageStarted { .. } | StreamUpdate::MessageDelta { .. } => {
+                        StreamUpdate::MessageStarted { usage, .. }
+                        | StreamUpdate::MessageDelta { usage, .. } => {
+                            *seen = Some(usage);
                             return;
                         }
                         StreamUpdate::BlockStarted { index, block } => {
@@ -522,6 +542,20 @@ impl Turn {
             let message = match result {
                 Ok(m) => m,
                 Err(LlmError::Cancelled) => {
+                    // The interrupted reply was paid for: its input as reported, its output at
+                    // least as long as the text kept (about four characters a token).
+                    if let Some(mut usage) = seen {
+                        let written: usize = partial.values().map(String::len).sum();
+                        usage.output_tokens = usage.output_tokens.max(written.div_ceil(4) as u64);
+                        self.count(tally, &model_id, &usage);
+                        let context = usage.context_tokens() as f64;
+                        self.usage_updated(
+                            tally,
+                            &sink,
+                            window.map(|w| 100.0 * context / w as f64),
+                        );
+                    }
+                    drop(reserved);
                     // What the model already said stays in the conversation, cut where it
                     // stopped, so the next prompt does not ask it all again.
                     for (index, text) in partial {
@@ -655,18 +689,11 @@ impl Turn {
                 // flush, not two, between a reply and its tools.
                 sink.send(done);
             }
-            let (mut session, before) = self.ctx.spent_before;
-            session.add(&tally.usage);
-            let session_cost = match (before, tally.cost) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
-            sink.send(EventKind::UsageUpdated {
-                session,
-                session_cost_usd: session_cost,
-                context_percent: window
-                    .map(|w| 100.0 * message.usage.context_tokens() as f64 / w as f64),
-            });
+            self.usage_updated(
+                tally,
+                &sink,
+                window.map(|w| 100.0 * message.usage.context_tokens() as f64 / w as f64),
+            );
 
             if !calls.is_empty() && self.run_calls(calls, history, &sink, tally).await? {
                 return Ok(tally.outcome(StopReason::Cancelled, None));

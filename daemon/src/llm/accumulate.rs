@@ -25,6 +25,8 @@ pub enum StreamUpdate {
         id: String,
         /// The model that answers.
         model: String,
+        /// Its usage so far (the input, counted before any output).
+        usage: Usage,
     },
     /// A content block began (its type is `block["type"]`).
     BlockStarted {
@@ -182,6 +184,10 @@ impl Accumulator {
                         .and_then(Value::as_str)
                         .unwrap_or("")
                         .to_owned(),
+                    usage: message
+                        .get("usage")
+                        .map(Usage::from_api)
+                        .unwrap_or_default(),
                 };
                 self.message = Some(message);
                 self.blocks.clear();

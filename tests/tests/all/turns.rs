@@ -286,6 +286,26 @@ fn cancel_mid_stream_then_the_next_turn_works() -> anyhow::Result<()> {
     assert_eq!(r["cancelled"], true);
     let events = c.events_until("turn_ended")?;
     assert_eq!(stop_reason(&events), "cancelled");
+    // What the interrupted reply cost is counted: its input, the output kept, and the session's
+    // total in every client.
+    let ended = events.last().context("turn_ended")?;
+    assert!(
+        ended["data"]["usage"]["inputTokens"].as_u64() > Some(0),
+        "{ended}"
+    );
+    assert!(
+        ended["data"]["usage"]["outputTokens"].as_u64() > Some(0),
+        "{ended}"
+    );
+    assert!(ended["data"]["costUsd"].as_f64() > Some(0.0), "{ended}");
+    let totals = events
+        .iter()
+        .rfind(|e| e["type"] == "usage_updated")
+        .context("usage_updated")?;
+    assert!(
+        totals["data"]["sessionCostUsd"].as_f64() > Some(0.0),
+        "{totals}"
+    );
     // Cancelling again is harmless.
     assert_eq!(
         c.call("turn/cancel", json!({"sessionId": session}))?["cancelled"],
