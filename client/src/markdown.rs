@@ -94,7 +94,7 @@ impl Markdown {
         if !plain {
             return String::new();
         }
-        let width = self.style.width.max(20);
+        let width = self.room();
         let mut out = String::new();
         loop {
             // Words followed by a space are final; the last one may still grow.
@@ -121,6 +121,12 @@ impl Markdown {
             out.push_str(&self.prose(row.trim_end()));
         }
         out
+    }
+
+    /// The columns a row may take: all but the terminal's last, where a terminal holds the
+    /// cursor before it wraps (and where the live area, which never uses it, would clip).
+    fn room(&self) -> usize {
+        self.style.width.saturating_sub(1).max(20)
     }
 
     /// The line still streaming, rendered as it would be if it ended here (terminal rows, for
@@ -286,8 +292,7 @@ impl Markdown {
             marker
         };
         let width = self
-            .style
-            .width
+            .room()
             .saturating_sub(unicode_width::UnicodeWidthStr::width(lead.as_str()))
             .max(20);
         let mut out = String::new();
@@ -376,7 +381,7 @@ impl Markdown {
         // Too wide (a row never takes the last column, where a terminal holds the cursor
         // before it wraps): cells wrap inside their columns while each column still fits its
         // longest word; past that, one block per row.
-        let room = self.style.width.saturating_sub(1);
+        let room = self.room();
         let widths = if total > room {
             match fitted(&rendered, &widths, room.saturating_sub(gaps)) {
                 Some(w) => w,
@@ -446,7 +451,7 @@ impl Markdown {
         for row in &rendered[1..] {
             for (c, cell) in row.iter().enumerate() {
                 let label = rendered[0].get(c).map(String::as_str).unwrap_or("");
-                let options = textwrap::Options::new(self.style.width.max(10))
+                let options = textwrap::Options::new(self.room())
                     .subsequent_indent("  ")
                     .break_words(true);
                 for line in textwrap::wrap(&format!("{label}: {cell}"), options) {

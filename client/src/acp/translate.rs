@@ -46,6 +46,11 @@ pub struct Translator {
     calls: HashMap<String, (String, Value)>,
     /// Output of running tools so far.
     output: HashMap<String, String>,
+    /// Calls announced and not yet running: one runs once anything but its own hooks or
+    /// permission request follows it (the daemon logs a call before it checks it).
+    starting: Vec<String>,
+    /// Open permission requests: request id → the call that waits for it.
+    asked: HashMap<String, String>,
     /// Tokens in the context after the last request.
     context_used: Option<u64>,
     /// Context window of each model alias and id.
@@ -65,7 +70,9 @@ impl Translator {
     pub fn event(&mut self, raw: &Value) -> (Vec<SessionUpdate>, Changed) {
         let data = &raw["data"];
         let mut changed = Changed::default();
-        let updates = match raw["type"].as_str().unwrap_or("") {
+        let kind = raw["type"].as_str().unwrap_or("");
+        let mut updates = self.running(kind, data);
+        updates.extend(match kind {
             "session_created" => {
                 self.settings = Settings {
                     model: str_of(&data["model"]),
@@ -128,7 +135,7 @@ impl Translator {
                 )))]
             }
             _ => vec![],
-        };
+        });
         (updates, changed)
     }
 
@@ -247,6 +254,41 @@ impl Translator {
         }
     }
 
+    /// The calls that `kind` shows to be running now: those announced before it, unless it is
+    /// one of their hooks or their permission request (an allowed request runs its call).
+    fn running(&mut self, kind: &str, data: &Value) -> Vec<SessionUpdate> {
+        let in_progress = |id: String| {
+            SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                id,
+                ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+            ))
+        };
+        match kind {
+            "hook_started" | "hook_response" | "session_status" => vec![],
+            "permission_requested" => {
+                if let (Some(call), Some(request)) =
+                    (data["toolCallId"].as_str(), data["requestId"].as_str())
+                    && let Some(at) = self.starting.iter().position(|c| c == call)
+                {
+                    self.starting.remove(at);
+                    self.asked.insert(request.to_owned(), call.to_owned());
+                }
+                vec![]
+            }
+            "permission_resolved" => {
+                let request = data["requestId"].as_str().unwrap_or_default();
+                let allowed = data["decision"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with("allow"));
+                match self.asked.remove(request) {
+                    Some(call) if allowed => vec![in_progress(call)],
+                    _ => vec![],
+                }
+            }
+            _ => self.starting.drain(..).map(in_progress).collect(),
+        }
+    }
+
     fn tool_call(&mut self, data: &Value) -> Vec<SessionUpdate> {
         let Some(id) = data["toolCallId"].as_str() else {
             return vec![];
@@ -255,7 +297,9 @@ impl Translator {
         let input = data["input"].clone();
         self.calls
             .insert(id.to_owned(), (name.clone(), input.clone()));
-        let fields = described(&name, &input).status(ToolCallStatus::InProgress);
+        // Pending until it is seen to run (after its hooks and any permission request).
+        let fields = described(&name, &input).status(ToolCallStatus::Pending);
+        self.starting.push(id.to_owned());
         if self.announced.insert(id.to_owned()) {
             if let Ok(call) = ToolCall::try_from(ToolCallUpdate::new(id.to_owned(), fields)) {
                 return vec![SessionUpdate::ToolCall(call)];

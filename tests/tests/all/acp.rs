@@ -417,9 +417,19 @@ fn writing_over_a_file_shows_the_editor_what_it_replaces() -> anyhow::Result<()>
         .as_str()
         .context("toolCallId")?
         .to_owned();
+    // Not running while it waits for the answer.
+    let running = |editor: &Editor| {
+        editor
+            .updates("tool_call_update")
+            .iter()
+            .chain(editor.updates("tool_call").iter())
+            .any(|u| u["toolCallId"] == tool_call_id.as_str() && u["status"] == "in_progress")
+    };
+    assert!(!running(&editor), "in progress before the answer");
     editor.send(json!({"op": "answer", "toolCallId": tool_call_id, "optionId": "allow_once"}))?;
     let done = editor.prompt_done("p1")?;
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert!(running(&editor), "never in progress");
     editor.checked_trace()?;
     Ok(())
 }

@@ -104,9 +104,61 @@ fn an_edit_is_announced_with_its_diff_and_completes_without_repeating_it() {
         json!({"type": "diff", "path": "/w/a.rs", "oldText": "a", "newText": "b"})
     );
     assert_eq!(out[0]["locations"][0]["path"], "/w/a.rs");
-    assert_eq!(out[1]["status"], "in_progress");
-    assert_eq!(out[2]["status"], "completed");
-    assert!(out[2].get("content").is_none(), "{}", out[2]);
+    // Announced pending (the daemon logs a call before it checks it), running once anything
+    // else follows.
+    assert_eq!(out[1]["status"], "pending");
+    assert_eq!(out[2]["status"], "in_progress");
+    assert_eq!(out[3]["status"], "completed");
+    assert!(out[3].get("content").is_none(), "{}", out[3]);
+}
+
+#[test]
+fn a_call_waiting_for_permission_runs_only_once_allowed() {
+    let mut t = Translator::default();
+    let call = ev(
+        "tool_call",
+        json!({"toolCallId": "w", "name": "Write", "input": {"file_path": "/w/new.txt", "content": "x"}}),
+    );
+    let out = all(
+        &mut t,
+        &[
+            call.clone(),
+            ev("hook_started", json!({})),
+            ev(
+                "permission_requested",
+                json!({"requestId": "r1", "toolCallId": "w", "tool": "Write"}),
+            ),
+        ],
+    );
+    assert!(out.iter().all(|u| u["status"] != "in_progress"), "{out:?}");
+    let out = all(
+        &mut t,
+        &[ev(
+            "permission_resolved",
+            json!({"requestId": "r1", "decision": "allow_once"}),
+        )],
+    );
+    assert_eq!(out[0]["toolCallId"], "w");
+    assert_eq!(out[0]["status"], "in_progress");
+    // A denied one never runs.
+    let out = all(
+        &mut t,
+        &[
+            ev(
+                "tool_call",
+                json!({"toolCallId": "d", "name": "Bash", "input": {"command": "rm x"}}),
+            ),
+            ev(
+                "permission_requested",
+                json!({"requestId": "r2", "toolCallId": "d", "tool": "Bash"}),
+            ),
+            ev(
+                "permission_resolved",
+                json!({"requestId": "r2", "decision": "deny"}),
+            ),
+        ],
+    );
+    assert!(out.iter().all(|u| u["status"] != "in_progress"), "{out:?}");
 }
 
 #[test]
@@ -136,13 +188,14 @@ fn bash_output_streams_into_its_call_and_failures_show_their_text() {
     assert_eq!(out[0]["sessionUpdate"], "tool_call");
     assert_eq!(out[0]["title"], "`make`");
     assert_eq!(out[0]["kind"], "execute");
+    assert_eq!(out[1]["status"], "in_progress");
     assert_eq!(
-        out[2]["content"][0]["content"]["text"],
+        out[3]["content"][0]["content"]["text"],
         "```\none\ntwo\n```"
     );
-    assert_eq!(out[3]["status"], "failed");
+    assert_eq!(out[4]["status"], "failed");
     assert!(
-        out[3]["content"][0]["content"]["text"]
+        out[4]["content"][0]["content"]["text"]
             .as_str()
             .is_some_and(|t| t.contains("exit 2"))
     );
