@@ -356,7 +356,8 @@ pub async fn note_ignored_env(conn: &Connection, model_chosen: bool) {
         .iter()
         .filter_map(|v| std::env::var(v).ok().map(|value| (*v, value)))
         .filter(|(var, value)| {
-            !value.trim().is_empty() && !(model_chosen && *var == "ANTHROPIC_MODEL")
+            let chosen = model_chosen && *var == "ANTHROPIC_MODEL";
+            !value.trim().is_empty() && !chosen
         })
         .collect();
     if set.is_empty() {

@@ -356,12 +356,19 @@ pub(crate) async fn stream_json_for(
     let snapshot = conn.client.session_get(session.clone()).await?;
     let models = conn.client.models_list().await?;
     let status = conn.client.daemon_status().await?;
-    let commands: Vec<String> = conn
-        .client
-        .session_commands(session.clone())
-        .await?
-        .into_iter()
-        .map(|c| c.name)
+    let listed = conn.client.session_commands(session.clone()).await?;
+    let skills: Vec<String> = listed
+        .iter()
+        .filter(|c| c.source.ends_with("skill"))
+        .map(|c| c.name.clone())
+        .collect();
+    let commands: Vec<String> = listed.into_iter().map(|c| c.name).collect();
+    // The Skill tool is offered only when there are skills to load.
+    let tools: Vec<String> = status
+        .tools
+        .iter()
+        .filter(|t| *t != "Skill" || !skills.is_empty())
+        .cloned()
         .collect();
     let summary = &snapshot.summary;
     let model = models
@@ -385,8 +392,9 @@ pub(crate) async fn stream_json_for(
         cwd: &summary.cwd,
         model: &model,
         permission_mode: summary.permission_mode.as_str(),
-        tools: &status.tools,
+        tools: &tools,
         slash_commands: &commands,
+        skills: &skills,
     });
     Ok((translator, init))
 }

@@ -24,6 +24,8 @@ pub struct Init<'a> {
     pub tools: &'a [String],
     /// The session's slash commands, without the `/`.
     pub slash_commands: &'a [String],
+    /// Its skills, by name.
+    pub skills: &'a [String],
     /// Its MCP servers: `{name, status}` each.
     pub mcp_servers: &'a [Value],
 }
@@ -108,7 +110,7 @@ impl Translator {
             "slash_commands": init.slash_commands,
             "output_style": "default",
             "agents": [],
-            "skills": [],
+            "skills": init.skills,
             "plugins": [],
             // The SDKs read the version of the CLI they drive from here.
             "claude_code_version": env!("CARGO_PKG_VERSION"),

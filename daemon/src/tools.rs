@@ -2,8 +2,8 @@
 //! prompts and habits carry over. `tool.rs` is the `Tool` trait, `ToolContext` and the `Tools`
 //! registry; `workspace.rs` the session's directories; `jobs.rs` its background shells;
 //! `names.rs` the one table of tool names and aliases;
-//! `agents.rs` the sub-agent types the Task tool offers; `structured.rs` the tool of runs that
-//! want a structured answer.
+//! `agents.rs` the sub-agent types the Task tool offers; `skills.rs` the skills the Skill tool
+//! loads; `structured.rs` the tool of runs that want a structured answer.
 //!
 //! Invariant: tools know nothing of the query loop; sub-agents reach it through the
 //! [`SubagentRunner`] trait the loop implements.
@@ -23,6 +23,8 @@ mod pdf;
 mod plan;
 mod read;
 mod shell;
+mod skill;
+pub mod skills;
 pub mod structured;
 mod task;
 mod todo;
@@ -36,6 +38,7 @@ mod write;
 pub use bash::reap_orphan;
 pub use jobs::{Job, JobEnd, Jobs};
 pub use read::MAX_IMAGE_BYTES;
+pub use skill::Skill;
 pub use task::Task;
 pub use tool::{
     Net, Spent, SubagentFuture, SubagentRunner, Tool, ToolContext, ToolFuture, ToolOutput, Tools,
@@ -60,6 +63,7 @@ pub fn builtin() -> Tools {
         Arc::new(notebook::NotebookEdit),
         Arc::new(todo::TodoWrite),
         Arc::new(task::Task::new(agents::Found::builtin())),
+        Arc::new(skill::Skill::new(skills::Skills::default())),
         Arc::new(web_fetch::WebFetch),
         Arc::new(web_search::WebSearch),
         Arc::new(ask::AskUserQuestion),

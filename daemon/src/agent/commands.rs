@@ -1,5 +1,6 @@
-//! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, `/budget`, `/sandbox`, custom commands from
-//! `.claude/commands/*.md`) and `#` memory notes.
+//! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, `/budget`,
+//! `/sandbox`; the prompts `/review`, `/security-review`, `/init`; custom commands from
+//! `.claude/commands/*.md`; skills run as `/name`) and `#` memory notes.
 
 use std::path::{Path, PathBuf};
 use tether_proto::InputItem;
@@ -21,14 +22,17 @@ pub enum SlashCommand {
     Budget(Option<String>),
     /// `/sandbox`: whether Bash runs in the OS sandbox, and how.
     Sandbox,
-    /// A custom command: its prompt (arguments substituted) and settings.
+    /// A custom command, a skill run as `/name` or a built-in prompt (`/review`): its prompt
+    /// (arguments substituted) and settings.
     Custom {
         /// The prompt to send.
         prompt: String,
         /// Model for this turn.
         model: Option<String>,
-        /// Tools this turn may use.
+        /// Tools this turn may use (a command's `allowed-tools`).
         allowed_tools: Option<Vec<String>>,
+        /// Permission rules allowed without asking in this turn (a skill's `allowed-tools`).
+        allow: Vec<String>,
     },
     /// `# note`: remember this for the project.
     Note(String),
@@ -70,11 +74,111 @@ pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<Sla
         "cost" => SlashCommand::Cost,
         "budget" => SlashCommand::Budget(arg),
         "sandbox" => SlashCommand::Sandbox,
-        _ => match custom(cwd, home, name, args) {
+        // A project's or user's command of the same name wins over a built-in prompt.
+        _ => match custom(cwd, home, name, args)
+            .or_else(|| prompt_command(name, args))
+            .or_else(|| skill(cwd, home, name, args))
+        {
             Some(c) => c,
             None => SlashCommand::Unknown(name.to_owned()),
         },
     })
+}
+
+/// The built-in commands that are prompts to the model, in tether's words: `(name, what it
+/// does, the prompt)`; `$ARGUMENTS` is what follows the name.
+const PROMPTS: &[(&str, &str, &str)] = &[
+    (
+        "review",
+        "[what]: review the changes in this repository (or what you name)",
+        "Review the changes in this repository as a careful senior reviewer would. Unless told \
+         otherwise below, look at what is not yet committed (git status, git diff, and git diff \
+         --staged), or, when the tree is clean, at the commits on this branch that its upstream \
+         lacks. Read enough of the surrounding code to judge each change. Report, most serious \
+         first: bugs and wrong behaviour, missing error handling, unsafe or insecure code, \
+         missing or weak tests, and places that are hard to read; for each, the file and line, \
+         why it matters and a concrete fix. Say plainly when something looks right. Change no \
+         files.\n\nWhat to review: $ARGUMENTS",
+    ),
+    (
+        "security-review",
+        "[what]: look for security problems in the pending changes",
+        "Do a security review of the changes in this repository (what is not yet committed, or, \
+         when the tree is clean, the commits on this branch that its upstream lacks). Look for \
+         what an attacker could use: injection (shell, SQL, paths, templates), missing or wrong \
+         authentication and authorization, secrets in code or logs, unsafe deserialization, \
+         unchecked input reaching the file system or the network, weak cryptography, races \
+         around files and permissions, and dependencies added without need. For each finding \
+         give the file and line, how it could be exploited, how severe it is, and the fix. \
+         Report only what you can show from the code; say which areas you checked and found \
+         sound. Change no files.\n\nFocus: $ARGUMENTS",
+    ),
+    (
+        "init",
+        "write a CLAUDE.md that tells the model how this repository works",
+        "Write a CLAUDE.md at the root of this repository for the coding agents that will work \
+         in it. Look around first: the README, the build and package files, the CI \
+         configuration, the layout of the source tree, and any existing CLAUDE.md, AGENTS.md, \
+         .cursorrules or contributing guide (keep what they say that still holds). Then write, \
+         briefly: how to build, test (a whole suite and one test), lint and run it; the \
+         architecture in a few lines (the main parts and where they live); and the conventions \
+         a newcomer would get wrong. Leave out what anyone can see from a file listing, generic \
+         advice and anything you are not sure of. If a CLAUDE.md exists, improve it rather \
+         than starting over.\n\n$ARGUMENTS",
+    ),
+];
+
+/// A built-in prompt command (`/review`, `/security-review`, `/init`).
+fn prompt_command(name: &str, args: &str) -> Option<SlashCommand> {
+    let (_, _, prompt) = PROMPTS.iter().find(|(n, _, _)| *n == name)?;
+    Some(SlashCommand::Custom {
+        prompt: with_arguments(prompt, args),
+        model: None,
+        allowed_tools: None,
+        allow: Vec::new(),
+    })
+}
+
+/// A skill run as `/name args`: its instructions as the prompt, its model, and its
+/// `allowed-tools` allowed without asking — those of a project skill only once the project is
+/// trusted.
+fn skill(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<SlashCommand> {
+    let skills = crate::tools::skills::load(cwd, home);
+    let skill = skills.get(name)?;
+    let trusted = skill.source == "user" || crate::trust::is_trusted(cwd, home);
+    Some(SlashCommand::Custom {
+        prompt: format!(
+            "The user ran the skill /{}{}. Follow its instructions.\n\n{}",
+            skill.name,
+            if args.is_empty() {
+                String::new()
+            } else {
+                format!(" {args}")
+            },
+            skill.render(args)
+        ),
+        model: skill.model.clone(),
+        allowed_tools: None,
+        allow: if trusted {
+            skill.allowed_tools.clone()
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// A command's or skill's text with its arguments in place: `$ARGUMENTS` all of them, `$1`…`$9`
+/// each word.
+pub fn with_arguments(body: &str, args: &str) -> String {
+    let positional: Vec<&str> = args.split_whitespace().collect();
+    let mut prompt = body.replace("$ARGUMENTS", args);
+    for n in (1..=9).rev() {
+        prompt = prompt.replace(
+            &format!("${n}"),
+            positional.get(n - 1).copied().unwrap_or(""),
+        );
+    }
+    prompt.trim().to_owned()
 }
 
 fn custom(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<SlashCommand> {
@@ -91,16 +195,9 @@ fn custom(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<Sla
         .flatten()
         .find_map(|p| std::fs::read_to_string(p).ok())?;
     let (front, body) = crate::context::frontmatter::split_lenient(&text);
-    let positional: Vec<&str> = args.split_whitespace().collect();
-    let mut prompt = body.replace("$ARGUMENTS", args);
-    for n in (1..=9).rev() {
-        prompt = prompt.replace(
-            &format!("${n}"),
-            positional.get(n - 1).copied().unwrap_or(""),
-        );
-    }
     Some(SlashCommand::Custom {
-        prompt: prompt.trim().to_owned(),
+        allow: Vec::new(),
+        prompt: with_arguments(body, args),
         model: front.text("model"),
         allowed_tools: front.list("allowed-tools").map(|tools| {
             tools
@@ -135,9 +232,10 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
     ];
     let mut out: Vec<tether_proto::CommandInfo> = builtin
         .iter()
+        .copied()
         .map(|(name, description)| tether_proto::CommandInfo {
-            name: (*name).to_owned(),
-            description: (*description).to_owned(),
+            name: name.to_owned(),
+            description: description.to_owned(),
             source: "builtin".into(),
         })
         .collect();
@@ -171,6 +269,31 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
                 source: source.into(),
             });
         }
+    }
+    // The built-in prompts a command file does not replace.
+    for (name, what, _) in PROMPTS {
+        if !custom.iter().any(|c| c.name == *name) {
+            out.push(tether_proto::CommandInfo {
+                name: (*name).to_owned(),
+                description: (*what).to_owned(),
+                source: "builtin".into(),
+            });
+        }
+    }
+    // Skills run as commands too (a command file of the same name wins).
+    for skill in crate::tools::skills::load(cwd, home).skills {
+        if out.iter().chain(&custom).any(|c| c.name == skill.name) {
+            continue;
+        }
+        let description = match &skill.argument_hint {
+            Some(hint) => format!("{hint}: {}", skill.description),
+            None => skill.description.clone(),
+        };
+        custom.push(tether_proto::CommandInfo {
+            name: skill.name,
+            description,
+            source: format!("{} skill", skill.source),
+        });
     }
     custom.sort_by(|a, b| a.name.cmp(&b.name));
     out.extend(custom);
@@ -252,8 +375,46 @@ mod tests {
                 prompt: "Review feature against main.\nAll: feature main".into(),
                 model: Some("opus".into()),
                 allowed_tools: Some(vec!["Read".into(), "Bash".into()]),
+                allow: Vec::new(),
             })
         );
+    }
+
+    #[test]
+    fn built_in_prompts_and_skills_run_as_commands() {
+        let project = tempfile::tempdir().expect("tempdir");
+        let home = tempfile::tempdir().expect("tempdir");
+        let (p, h) = (project.path(), Some(home.path()));
+        let prompt = |command: Option<SlashCommand>| match command {
+            Some(SlashCommand::Custom { prompt, allow, .. }) => (prompt, allow),
+            other => panic!("not a prompt: {other:?}"),
+        };
+        let (review, _) = prompt(parse(p, h, &text("/review the parser")));
+        assert!(review.contains("Change no files"), "{review}");
+        assert!(review.ends_with("What to review: the parser"), "{review}");
+        // The project's own /review replaces the built-in one.
+        std::fs::create_dir_all(p.join(".claude/commands")).expect("mkdir");
+        std::fs::write(p.join(".claude/commands/review.md"), "Our way.").expect("write");
+        assert_eq!(prompt(parse(p, h, &text("/review"))).0, "Our way.");
+        // A skill's allowed-tools hold for a user skill, and for a project one only once the
+        // project is trusted.
+        for (root, name) in [(p, "tag"), (home.path(), "mine")] {
+            let dir = root.join(".claude/skills").join(name);
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            std::fs::write(
+                dir.join("SKILL.md"),
+                "---\ndescription: Tag a release\nallowed-tools: Bash(git tag:*)\n---\nTag $1.\n",
+            )
+            .expect("write");
+        }
+        let (tag, allow) = prompt(parse(p, h, &text("/tag v2")));
+        assert!(tag.contains("The user ran the skill /tag v2."), "{tag}");
+        assert!(tag.contains("Tag v2."), "{tag}");
+        assert!(allow.is_empty(), "an untrusted project's skill: {allow:?}");
+        assert_eq!(prompt(parse(p, h, &text("/mine"))).1, ["Bash(git tag:*)"]);
+        let listed = list(p, h);
+        let skill = listed.iter().find(|c| c.name == "tag").expect("listed");
+        assert_eq!(skill.source, "project skill");
     }
 
     #[test]
@@ -315,6 +476,21 @@ mod tests {
                 (
                     "sandbox",
                     "whether Bash runs in the OS sandbox, and what it may touch",
+                    "builtin"
+                ),
+                (
+                    "review",
+                    "[what]: review the changes in this repository (or what you name)",
+                    "builtin"
+                ),
+                (
+                    "security-review",
+                    "[what]: look for security problems in the pending changes",
+                    "builtin"
+                ),
+                (
+                    "init",
+                    "write a CLAUDE.md that tells the model how this repository works",
                     "builtin"
                 ),
                 (

@@ -211,12 +211,12 @@ impl Dispatch<'_> {
             }
             let cwd = self.ctx.workspace.cwd();
             // A file that must be read first is refused now, not after someone allowed it.
-            if let Some(file) = tool.changes_file(&call.input) {
-                if let Err(msg) = self.ctx.workspace.check_fresh(&cwd.join(file)) {
-                    self.result(history, &call.id, ToolOutput::error(msg))
-                        .await?;
-                    continue;
-                }
+            if let Some(file) = tool.changes_file(&call.input)
+                && let Err(msg) = self.ctx.workspace.check_fresh(&cwd.join(file))
+            {
+                self.result(history, &call.id, ToolOutput::error(msg))
+                    .await?;
+                continue;
             }
             let mut hook = None;
             if self.ctx.hooks.has(HookEvent::PreToolUse) {

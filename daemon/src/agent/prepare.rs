@@ -68,6 +68,8 @@ pub struct Prepared {
     pub hook_events: Vec<EventKind>,
     /// The sub-agent types of the project and the user.
     pub agents: crate::tools::agents::Found,
+    /// The skills of the project and the user.
+    pub skills: crate::tools::skills::Skills,
     /// A UserPromptSubmit hook refused the prompt, with its reason.
     pub blocked: Option<String>,
     /// Whether SessionStart hooks ran.
@@ -134,11 +136,12 @@ async fn run(request: Request) -> Prepared {
             // Told with this turn's notices; not again with the settings' problems.
             let unrun = hooks.problems.split_off(known);
             let agents = crate::tools::agents::load(&cwd, home.as_deref());
-            (command, processed, hooks, agents, unrun)
+            let skills = crate::tools::skills::load(&cwd, home.as_deref());
+            (command, processed, hooks, (agents, skills), unrun)
         })
         .await
     };
-    let (command, processed, hooks, agents, unrun) = match read {
+    let (command, processed, hooks, (agents, skills), unrun) = match read {
         Ok(read) => read,
         Err(e) => {
             // Only a panic while reading gets here; the turn goes on without the input.
@@ -151,6 +154,7 @@ async fn run(request: Request) -> Prepared {
                 hooks: Arc::default(),
                 hook_events: Vec::new(),
                 agents: crate::tools::agents::Found::builtin(),
+                skills: Default::default(),
                 blocked: Some("the input could not be read".into()),
                 session_started: false,
             };
@@ -165,6 +169,7 @@ async fn run(request: Request) -> Prepared {
         hooks: Arc::new(hooks),
         hook_events: Vec::new(),
         agents,
+        skills,
         blocked: None,
         session_started: false,
     };

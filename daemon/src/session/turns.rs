@@ -158,6 +158,13 @@ impl Turns {
         self.running.as_ref().map(|r| r.cancel.clone())
     }
 
+    /// More allow rules for the running turn `turn_id` (a skill's `allowed-tools`).
+    pub fn allow_also(&mut self, turn_id: &TurnId, rules: Vec<String>) {
+        if let Some(running) = self.running.as_mut().filter(|r| &r.turn_id == turn_id) {
+            running.allow.extend(rules);
+        }
+    }
+
     /// The running turn's own allow rules (`allowedTools`).
     pub fn allow(&self) -> &[String] {
         self.running.as_ref().map_or(&[], |r| &r.allow)
@@ -453,6 +460,16 @@ impl SessionActor {
             .env
             .tools
             .replace(Arc::new(crate::tools::Task::new(agents)));
+        // The Skill tool offers the project's and the user's skills (none: no Skill tool).
+        for problem in prepared.skills.problems.clone() {
+            self.report(problem);
+        }
+        let skill = crate::tools::Skill::new(prepared.skills);
+        tools = if skill.offers_any() {
+            tools.replace(Arc::new(skill))
+        } else {
+            tools.without("Skill")
+        };
         if let Some(def) = &main_agent {
             if let Some(names) = &def.tools {
                 tools = tools.subset(names);
@@ -473,11 +490,13 @@ impl SessionActor {
             Some(SlashCommand::Custom {
                 model: m,
                 allowed_tools,
+                allow,
                 ..
             }) => {
                 if let Some(m) = m {
                     model = m;
                 }
+                self.turns.allow_also(&turn_id, allow);
                 if let Some(names) = allowed_tools {
                     tools = tools.subset(&names);
                 }

@@ -309,6 +309,17 @@ impl Tools {
         Self { entries }
     }
 
+    /// These tools but the one called `name`.
+    pub fn without(&self, name: &str) -> Self {
+        let entries = self
+            .entries
+            .iter()
+            .filter(|e| e.tool.name() != name)
+            .cloned()
+            .collect();
+        Self { entries }
+    }
+
     /// The tool called `name` (or one of its aliases).
     pub fn find(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.entries

@@ -24,6 +24,7 @@ mod screen;
 mod sdk;
 mod security;
 mod sessions;
+mod skills;
 mod spine;
 mod systemd;
 mod terminal;

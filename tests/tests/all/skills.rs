@@ -1,0 +1,200 @@
+//! Skills as a Claude Code user writes them (`.claude/skills/<name>/SKILL.md`), loaded by the
+//! model through the Skill tool and run by the user as `/name args`, and the built-in prompt
+//! commands (`/review`, `/security-review`, `/init`).
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use std::path::Path;
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake};
+
+/// Writes `<root>/.claude/skills/<name>/SKILL.md`.
+fn skill(root: &Path, name: &str, text: &str) -> anyhow::Result<std::path::PathBuf> {
+    let dir = root.join(".claude/skills").join(name);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("SKILL.md"), text)?;
+    Ok(dir)
+}
+
+/// The last user message of the `index`th request the turns made (title requests left out),
+/// as JSON text.
+fn last_user_text(fake: &Fake, index: usize) -> anyhow::Result<String> {
+    let requests: Vec<_> = fake
+        .server
+        .message_requests()
+        .into_iter()
+        .filter(|r| r.body["tools"].is_array())
+        .collect();
+    let request = requests.get(index).context("the request")?;
+    let messages = request.body["messages"].as_array().context("messages")?;
+    Ok(messages.last().context("a message")?["content"].to_string())
+}
+
+#[test]
+fn a_skill_is_loaded_by_the_model_and_run_by_the_user() -> anyhow::Result<()> {
+    let fake = Fake::start(
+        Script::of([
+            Step::text("Loading it.").tool_use(
+                "Skill",
+                json!({"skill": "changelog", "args": "the parser fix"}),
+            ),
+            Step::text("Done."),
+            Step::text("Noted."),
+            Step::text("Hi."),
+        ])
+        .titling("Skills"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let dir = skill(
+        &daemon.workdir(),
+        "changelog",
+        "---\ndescription: Write the changelog entry for a change\nargument-hint: [change]\n---\n\
+         Add an entry for $ARGUMENTS under ## Unreleased in CHANGELOG.md, following template.md.\n",
+    )?;
+    std::fs::write(dir.join("template.md"), "- WHAT (#PR)\n")?;
+    let home = daemon.dir.path().join("home");
+    skill(
+        &home,
+        "standup",
+        "---\ndescription: Summarize yesterday\ndisable-model-invocation: true\n---\nSummarize.\n",
+    )?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
+    c.watch(&session)?;
+
+    // The model sees the skills it may load, calls one, and gets its instructions and files.
+    c.start_turn(&session, "add a changelog entry for the parser fix")?;
+    let events = c.events_until("turn_ended")?;
+    let first = &fake
+        .server
+        .message_requests()
+        .into_iter()
+        .find(|r| r.body["tools"].is_array())
+        .context("the first request")?
+        .body;
+    let tool = first["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .find(|t| t["name"] == "Skill")
+        .context("the Skill tool")?;
+    let described = tool["description"].as_str().unwrap_or_default();
+    assert!(
+        described.contains("- changelog: Write the changelog entry for a change"),
+        "{described}"
+    );
+    assert!(!described.contains("standup"), "{described}");
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("the skill's result")?;
+    let loaded = result["data"]["content"].to_string();
+    assert_eq!(result["data"]["isError"], false, "{result}");
+    assert!(
+        loaded.contains("Add an entry for the parser fix under ## Unreleased"),
+        "{loaded}"
+    );
+    assert!(loaded.contains("template.md"), "{loaded}");
+    assert!(loaded.contains(&dir.display().to_string()), "{loaded}");
+
+    // The user runs it as a command, with arguments.
+    c.start_turn(&session, "/changelog the cache fix")?;
+    c.events_until("turn_ended")?;
+    let sent = last_user_text(&fake, 2)?;
+    assert!(
+        sent.contains("The user ran the skill /changelog the cache fix."),
+        "{sent}"
+    );
+    assert!(sent.contains("Add an entry for the cache fix"), "{sent}");
+
+    // Both are listed, with the built-in prompts; scripts see the skills in `init`.
+    let listed = c.call("session/commands", json!({"sessionId": session}))?;
+    let find = |name: &str| -> Option<Value> {
+        listed
+            .as_array()
+            .and_then(|l| l.iter().find(|c| c["name"] == name).cloned())
+    };
+    let changelog = find("changelog").context("changelog")?;
+    assert_eq!(changelog["source"], "project skill");
+    assert_eq!(
+        changelog["description"],
+        "[change]: Write the changelog entry for a change"
+    );
+    assert_eq!(find("standup").context("standup")?["source"], "user skill");
+    for name in ["review", "security-review", "init"] {
+        assert_eq!(find(name).context("prompt")?["source"], "builtin");
+    }
+    let out = daemon.run_tether(&["-p", "hi", "--output-format", "stream-json", "--verbose"])?;
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout)?;
+    let init: Value = serde_json::from_str(stdout.lines().next().context("init")?)?;
+    assert_eq!(init["skills"], json!(["changelog", "standup"]), "{init}");
+    assert!(
+        init["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t == "Skill")),
+        "{init}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_skills_allowed_tools_hold_for_the_user_and_for_a_trusted_project_only() -> anyhow::Result<()> {
+    let touch = |file: &str| {
+        Step::text("Touching.").tool_use("Bash", json!({"command": format!("touch {file}")}))
+    };
+    let fake = Fake::start(
+        Script::of([
+            touch("from-user-skill"),
+            Step::text("Touched."),
+            touch("from-trusted-project"),
+            Step::text("Touched."),
+            touch("from-untrusted-project"),
+            Step::text("Asked first."),
+            Step::text("Writing the guide."),
+        ])
+        .titling("Allowed tools"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let rules = "---\ndescription: Touch a file\nallowed-tools: Bash(touch:*)\n---\nTouch it.\n";
+    skill(&daemon.dir.path().join("home"), "touch-mine", rules)?;
+    skill(&daemon.workdir(), "touch-here", rules)?;
+    // A folder nobody said to trust, with the same skill.
+    let untrusted = daemon.dir.path().join("cloned");
+    skill(&untrusted, "touch-here", rules)?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_with_mode(&daemon.workdir(), "default")?;
+    c.watch(&session)?;
+    let asked_in = |events: &[Value]| events.iter().any(|e| e["type"] == "permission_requested");
+
+    // The user's own skill, and a trusted project's, run their allowed command without asking.
+    c.start_turn(&session, "/touch-mine")?;
+    let events = c.events_until("turn_ended")?;
+    assert!(!asked_in(&events), "{events:?}");
+    assert!(daemon.workdir().join("from-user-skill").exists());
+    c.start_turn(&session, "/touch-here")?;
+    let events = c.events_until("turn_ended")?;
+    assert!(!asked_in(&events), "{events:?}");
+    assert!(daemon.workdir().join("from-trusted-project").exists());
+
+    // An untrusted project's skill widens nothing: the command is asked about.
+    let mut u = daemon.ndjson()?;
+    let other = u.new_session_with_mode(&untrusted, "default")?;
+    u.watch(&other)?;
+    u.start_turn(&other, "/touch-here")?;
+    let asked = u.events_until("permission_requested")?;
+    let request = &asked.last().context("request")?["data"];
+    u.call(
+        "permission/respond",
+        json!({"sessionId": other, "requestId": request["requestId"], "decision": "deny"}),
+    )?;
+    u.events_until("turn_ended")?;
+    assert!(!untrusted.join("from-untrusted-project").exists());
+
+    // `/init` asks the model, in tether's words, for a CLAUDE.md.
+    c.start_turn(&session, "/init")?;
+    c.events_until("turn_ended")?;
+    let sent = last_user_text(&fake, 6)?;
+    assert!(sent.contains("Write a CLAUDE.md"), "{sent}");
+    Ok(())
+}
