@@ -1,5 +1,6 @@
-//! Reaching the daemon: socket discovery, autostart of `tetherd` when nothing listens, and the
-//! typed JSON-RPC client over the socket (WebSocket framing).
+//! Reaching the daemon: socket discovery, autostart of `tetherd` when nothing listens, the
+//! typed JSON-RPC client over the socket (WebSocket framing), and a word when this command's
+//! environment names one of the daemon's settings with another value.
 
 use jsonrpsee::client_transport::ws::{Url, WsTransportClientBuilder};
 use jsonrpsee::core::client::{Client, ClientBuilder};

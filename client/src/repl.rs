@@ -114,6 +114,8 @@ struct Repl {
     leaving: bool,
     /// Permission requests seen and not yet answered, oldest first.
     pending: Vec<Pending>,
+    /// Where a permission prompt's answer goes (with its request id).
+    answers: mpsc::UnboundedSender<(String, Option<Answer>)>,
     asking: Option<Asking>,
     interrupts: u8,
     status: Arc<std::sync::Mutex<prompt::Status>>,
@@ -240,7 +242,9 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
         models: models.clone(),
     })?;
     let me = conn.hello.connection_id;
+    let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<(String, Option<Answer>)>();
     let mut repl = Repl {
+        answers: answers_tx,
         socket: socket.to_owned(),
         conn,
         options: start.options.clone(),
@@ -289,7 +293,6 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
     repl.refresh_commands().await;
     repl.refresh_status().await;
     let mut first_prompt = start.prompt;
-    let (answers_tx, mut answers_rx) = mpsc::unbounded_channel::<(String, Option<Answer>)>();
     let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -315,7 +318,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                     }
                 };
                 let Ok(event) = serde_json::from_value::<Event>(raw) else { continue };
-                if repl.handle_event(&event, &answers_tx).await {
+                if repl.handle_event(&event).await {
                     return Ok(ExitCode::SUCCESS);
                 }
                 if let EventKind::ReplayComplete { .. } = event.kind {
@@ -327,7 +330,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                             repl.submit(vec![InputItem::Text { text: p }]).await;
                         }
                         (None, Some(request)) => {
-                            repl.offer(&request, &answers_tx);
+                            repl.offer(&request);
                             repl.edit();
                         }
                         // At the prompt, or following the turn that runs.
@@ -360,13 +363,7 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                         }
                     }
                     // A turn started: show it, and the request it may already have opened.
-                    Input::Released => match repl.pending.first().cloned() {
-                        Some(request) => {
-                            repl.offer(&request, &answers_tx);
-                            repl.edit();
-                        }
-                        None => repl.edit(),
-                    },
+                    Input::Released => repl.edit(),
                     // The editor repaints its prompt where it was after a key it hands over,
                     // so what these print goes above the prompt once it is back.
                     Input::NextMode => {
@@ -417,13 +414,10 @@ pub async fn run(socket: &Path, start: Start) -> anyhow::Result<ExitCode> {
                 // What arrived while the prompt was up (who answered, for one).
                 let deferred = std::mem::take(&mut *repl.deferred.borrow_mut());
                 repl.print(&deferred);
+                // (A request that arrived while this one was on screen is asked next.)
                 match answer {
                     Some(a) => repl.respond(&request_id, a).await,
                     None => repl.edit(),
-                }
-                // A request that arrived while this one was on screen is asked now.
-                if let Some(next) = repl.pending.first().cloned() {
-                    repl.offer(&next, &answers_tx);
                 }
             }
         }
@@ -474,7 +468,10 @@ impl Repl {
             return;
         }
         if self.editing {
-            let _ = self.printer.send(text.trim_end_matches('\n').to_owned());
+            // Printed over the status row the prompt leaves above the input (the editor's
+            // printer only moves up over the input), so no stale status stays behind.
+            let text = format!("{}{}", prompt::OVER_STATUS, text.trim_end_matches('\n'));
+            let _ = self.printer.send(text);
         } else {
             let clear = self.clear_live();
             let mut out = std::io::stdout().lock();
@@ -547,6 +544,18 @@ impl Repl {
     /// and the key watcher.
     fn edit(&mut self) {
         if self.busy() {
+            // An open request this controller has not been shown yet is asked now, whatever
+            // ended the editor's turn at the terminal.
+            if let Some(request) =
+                self.pending.first().cloned().filter(|_| {
+                    self.role == Role::Controller && self.asking.is_none() && !self.editing
+                })
+            {
+                self.offer(&request);
+                if self.asking.is_some() {
+                    return;
+                }
+            }
             self.watch_keys();
             self.draw_live();
             return;
@@ -626,11 +635,7 @@ impl Repl {
     }
 
     /// Handles one event; returns whether the client should exit.
-    async fn handle_event(
-        &mut self,
-        event: &Event,
-        answers: &mpsc::UnboundedSender<(String, Option<Answer>)>,
-    ) -> bool {
+    async fn handle_event(&mut self, event: &Event) -> bool {
         if let Some(seq) = event.seq {
             if seq <= self.session.last_seq {
                 return false; // already shown (a re-subscription's overlap)
@@ -709,7 +714,7 @@ impl Repl {
                 self.pending.push(request.clone());
                 // A replayed request is asked about once the replay shows it still open.
                 if !self.view.replaying {
-                    self.offer(&request, answers);
+                    self.offer(&request);
                 }
             }
             EventKind::PermissionResolved { request_id, .. } => {
@@ -751,18 +756,14 @@ impl Repl {
     }
 
     /// Asks about `request` in this terminal, or (at the prompt) says how to answer it.
-    fn offer(
-        &mut self,
-        request: &Pending,
-        answers: &mpsc::UnboundedSender<(String, Option<Answer>)>,
-    ) {
+    fn offer(&mut self, request: &Pending) {
         if self.role != Role::Controller {
             return;
         }
         if !self.editing && self.asking.is_none() {
             // The prompt shows the diff; its result will not show it again.
             self.view.previewed(&request.tool_call_id);
-            self.ask(request.clone(), answers);
+            self.ask(request.clone());
         } else if self.editing && !self.releasing {
             // (Once the editor has let go, the prompt asks.)
             let how = match request.tool.as_str() {
@@ -779,7 +780,7 @@ impl Repl {
         }
     }
 
-    fn ask(&mut self, request: Pending, answers: &mpsc::UnboundedSender<(String, Option<Answer>)>) {
+    fn ask(&mut self, request: Pending) {
         self.hide_live();
         let cancel = Arc::new(AtomicBool::new(false));
         self.asking = Some(Asking {
@@ -788,7 +789,7 @@ impl Repl {
         });
         let style = self.style;
         let cwd = self.cwd.clone();
-        let answers = answers.clone();
+        let answers = self.answers.clone();
         // The key watcher lets go of the terminal before the prompt reads it.
         let (paused, stopped) = std::sync::mpsc::channel();
         let _ = self.to_editor.send(editor::Command::Pause(paused));

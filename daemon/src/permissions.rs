@@ -465,8 +465,10 @@ pub fn suggest_rules(call: &Call<'_>, rules: &RuleSet) -> Vec<String> {
     let scan = shell::scan(cmd);
     if !scan.understood || decided_as_it_runs(cmd, &scan.parts) {
         // Its parts are not the commands it will run: only exactly this command can be
-        // allowed, and not even that when a `*` would make the rule a pattern.
-        if cmd.contains('*') {
+        // allowed, and not even that when a `*` would make the rule a pattern, or when a
+        // variable or a substitution names the program (the rule would allow whatever it
+        // names next time).
+        if cmd.contains('*') || shell::program_is_expansion(cmd) {
             return Vec::new();
         }
         return vec![format!("Bash({})", cmd.trim())];

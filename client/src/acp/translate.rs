@@ -1,5 +1,6 @@
 //! Tether's session events as ACP `session/update`s: one `Translator` per session, fed every
-//! event in log order (replayed or live), answering the updates the editor gets. Pure: no IO.
+//! event in log order (replayed or live), answering the updates the editor gets. Pure but for
+//! one read: a live permission request to write over a file shows what it would replace.
 
 use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, Cost, CurrentModeUpdate, Diff, Plan, PlanEntry, PlanEntryPriority,
@@ -264,7 +265,19 @@ impl Translator {
             ))
         };
         match kind {
-            "hook_started" | "hook_response" | "session_status" => vec![],
+            // A hook's run and what it says come before the call runs.
+            "hook_started" | "hook_response" | "session_status" | "notice" => vec![],
+            // Another call's output says nothing about this one (a parallel call may be
+            // running while the next is still being checked).
+            "tool_progress" | "tool_result" => {
+                let Some(id) = data["toolCallId"].as_str() else {
+                    return vec![];
+                };
+                match self.starting.iter().position(|c| c == id) {
+                    Some(at) => vec![in_progress(self.starting.remove(at))],
+                    None => vec![],
+                }
+            }
             "permission_requested" => {
                 if let (Some(call), Some(request)) =
                     (data["toolCallId"].as_str(), data["requestId"].as_str())
@@ -381,9 +394,22 @@ impl Translator {
         ))
     }
 
-    /// The title, kind, locations and content of a call the editor is asked about.
+    /// The title, kind, locations and content of a call the editor is asked about now: a
+    /// Write over an existing file carries the text it replaces (read now, while the request
+    /// is open, so it is what the write would change).
     pub fn described_call(&self, tool_call_id: &str, name: &str, input: &Value) -> ToolCallUpdate {
-        ToolCallUpdate::new(tool_call_id.to_owned(), described(name, input))
+        let mut fields = described(name, input);
+        if let ("Write", Some(path)) = (name, input["file_path"].as_str()) {
+            let old = std::fs::metadata(path)
+                .ok()
+                .filter(|m| m.is_file() && m.len() <= MAX_OLD_TEXT)
+                .and_then(|_| std::fs::read_to_string(path).ok());
+            if let Some(old) = old {
+                let diff = Diff::new(path, str_of(&input["content"])).old_text(old);
+                fields = fields.content(vec![diff.into()]);
+            }
+        }
+        ToolCallUpdate::new(tool_call_id.to_owned(), fields)
     }
 }
 
@@ -489,21 +515,7 @@ fn described(name: &str, input: &Value) -> ToolCallUpdateFields {
                     .into()
             })
             .collect(),
-        // Writing over an existing file: the editor's diff shows what it replaces.
-        ("Write", Some(p)) => {
-            let diff = Diff::new(p, s("content"));
-            let old = std::fs::metadata(p)
-                .ok()
-                .filter(|m| m.is_file() && m.len() <= MAX_OLD_TEXT)
-                .and_then(|_| std::fs::read_to_string(p).ok());
-            vec![
-                match old {
-                    Some(old) => diff.old_text(old),
-                    None => diff,
-                }
-                .into(),
-            ]
-        }
+        ("Write", Some(p)) => vec![Diff::new(p, s("content")).into()],
         _ => vec![],
     };
     if !diffs.is_empty() {

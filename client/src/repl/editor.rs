@@ -396,7 +396,9 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
 }
 
 /// Erases the prompt the editor left on the screen when it let go mid-line (status row and
-/// input, from the cursor's row up), leaving the cursor where the prompt began.
+/// input, from the cursor's row up), leaving the cursor where the prompt began. A prompt of
+/// more rows than the turn that follows prints keeps blank rows instead: the editor's next
+/// prompt takes its old place when the cursor is still inside it, and would draw over the turn.
 fn erase_prompt(editor: &Reedline, line: &str) {
     use std::io::Write;
     let cols = crossterm::terminal::size()
@@ -405,12 +407,15 @@ fn erase_prompt(editor: &Reedline, line: &str) {
     let at = editor.current_insertion_point().min(line.len());
     let before = line.get(..at).unwrap_or(line);
     let up = super::prompt::rows_above_cursor(1, before, cols);
-    let mut out = std::io::stdout().lock();
-    let erase = if up == 0 {
+    let rows = super::prompt::rows_above_cursor(1, line, cols) + 1;
+    let mut erase = if up == 0 {
         "\r\x1b[J".to_owned()
     } else {
         format!("\x1b[{up}A\r\x1b[J")
     };
+    // A turn prints at least its prompt line, a blank one and its footer.
+    erase.push_str(&"\r\n".repeat(rows.saturating_sub(2)));
+    let mut out = std::io::stdout().lock();
     let _ = out.write_all(erase.as_bytes());
     let _ = out.flush();
 }

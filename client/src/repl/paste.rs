@@ -207,7 +207,9 @@ impl Keys {
             Ok(Clip::Text(text)) => self.insert(&text),
             Err(why) => {
                 // The editor's own thread drains this channel: never wait on it here.
-                let _ = self.printer.try_send(format!("(Ctrl+V: {why})"));
+                let _ = self
+                    .printer
+                    .try_send(format!("{}(Ctrl+V: {why})", super::prompt::OVER_STATUS));
                 ReedlineEvent::None
             }
         }

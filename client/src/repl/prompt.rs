@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tether_proto::PermissionDecision;
 
-/// The session's state, shown right of the prompt.
+/// The session's state, shown in the status row above the prompt.
 #[derive(Debug, Clone, Default)]
 pub struct Status {
     /// The session's title.
@@ -121,6 +121,10 @@ impl Prompt for TetherPrompt {
 
 /// What starts the input line.
 pub const INDICATOR: &str = "› ";
+
+/// Starts a line printed above the prompt while the editor reads: up to the status row and
+/// clear it, so the line takes its place and the prompt is drawn again below.
+pub const OVER_STATUS: &str = "\x1b[1A\r\x1b[2K";
 /// What starts each further line of a multi-line input.
 pub const CONTINUATION: &str = "  ";
 
@@ -187,12 +191,17 @@ const CHOICES: [(&str, &str, char); 4] = [
     ("deny", "No, and tell the model what to do instead", 'n'),
 ];
 
-/// The choices offered for a request (all four unless the daemon offers fewer).
+/// The choices offered for a request (all four unless the daemon offers fewer of them).
 fn choices(options: &[String]) -> Vec<(&'static str, &'static str, char)> {
-    CHOICES
+    let offered: Vec<_> = CHOICES
         .into_iter()
-        .filter(|(o, _, _)| options.is_empty() || options.iter().any(|x| x == o))
-        .collect()
+        .filter(|(o, _, _)| options.iter().any(|x| x == o))
+        .collect();
+    if offered.is_empty() {
+        CHOICES.to_vec()
+    } else {
+        offered
+    }
 }
 
 /// Draws the choices; returns how many rows they took (a line wider than the terminal takes
@@ -207,7 +216,12 @@ fn draw(
     let cols = columns().max(1);
     let mut rows = 0;
     for (i, (option, label, key)) in offered.iter().enumerate() {
+        // A rule for a whole multi-line command is shown on one line.
         let label = if *option == "allow_session" {
+            let rule: String = rule
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
             format!("{label} {rule}")
         } else {
             (*label).to_owned()

@@ -454,15 +454,26 @@ impl Turn {
             let mut completed: HashSet<usize> = HashSet::new();
             // Text blocks still being written, so a cancel can keep what was said.
             let mut partial: std::collections::BTreeMap<usize, String> = Default::default();
-            // The usage the stream has reported so far, so a cancel can count what was spent.
+            // The usage the stream has reported so far, and the bytes it streamed (text,
+            // thinking, tool input), so a cancel can count what was spent.
             let mut seen: Option<crate::llm::Usage> = None;
+            let mut streamed: usize = 0;
             let result = {
                 let sink = sink.clone();
                 let history = &mut *history;
                 let completed = &mut completed;
                 let partial = &mut partial;
                 let seen = &mut seen;
+                let streamed = &mut streamed;
                 let mut on_update = move |update: StreamUpdate| {
+                    match &update {
+                        StreamUpdate::TextDelta { text, .. } => *streamed += text.len(),
+                        StreamUpdate::ThinkingDelta { thinking, .. } => *streamed += thinking.len(),
+                        StreamUpdate::ToolInputDelta { partial_json, .. } => {
+                            *streamed += partial_json.len()
+                        }
+                        _ => {}
+                    }
                     let event = match update {
                         StreamUpdate::MessageStarted { usage, .. }
                         | StreamUpdate::MessageDelta { usage, .. } => {
@@ -543,10 +554,9 @@ impl Turn {
                 Ok(m) => m,
                 Err(LlmError::Cancelled) => {
                     // The interrupted reply was paid for: its input as reported, its output at
-                    // least as long as the text kept (about four characters a token).
+                    // least as long as what streamed (about four bytes a token).
                     if let Some(mut usage) = seen {
-                        let written: usize = partial.values().map(String::len).sum();
-                        usage.output_tokens = usage.output_tokens.max(written.div_ceil(4) as u64);
+                        usage.output_tokens = usage.output_tokens.max(streamed.div_ceil(4) as u64);
                         self.count(tally, &model_id, &usage);
                         let context = usage.context_tokens() as f64;
                         self.usage_updated(

@@ -382,6 +382,7 @@ fn the_small_things_a_daily_user_reads() -> anyhow::Result<()> {
     a.want("› ")?;
     a.send([4u8])?;
     a.want("detached")?;
+    a.exited()?;
     // Statuses and prices in words and numbers people write.
     let out = daemon.run_tether(&["models"])?;
     let models = String::from_utf8_lossy(&out.stdout);
@@ -392,8 +393,16 @@ fn the_small_things_a_daily_user_reads() -> anyhow::Result<()> {
         "session/subscribe",
         json!({"sessionId": session, "since": "head"}),
     )?;
-    let out = daemon.run_tether(&["sessions"])?;
-    let listed = String::from_utf8_lossy(&out.stdout);
-    assert!(listed.contains("idle (1 attached)"), "{listed}");
+    // (The terminal's own leaving reaches the daemon when it does.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let out = daemon.run_tether(&["sessions"])?;
+        let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+        if listed.contains("idle (1 attached)") {
+            break;
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "{listed}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     Ok(())
 }

@@ -664,6 +664,8 @@ fn the_status_line_follows_shift_tab_and_clear() -> anyhow::Result<()> {
     a.want("A queue keeps the order.")?;
     let screen = settled(&a);
     assert!(screen.contains("mode: acceptEdits"), "{screen}");
+    // What printed above the prompt took the old status row's place: one status on screen.
+    assert_eq!(screen.matches(" · 0% context").count(), 1, "{screen}");
     assert!(screen.contains("  A queue keeps the order."), "{screen}");
     assert!(status_row(&screen).contains("acceptEdits"), "{screen}");
     // A cleared conversation's context is unknown until the next reply measures it.
