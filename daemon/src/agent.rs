@@ -22,7 +22,6 @@ mod turn_context;
 pub use budget::{Budget, Daily};
 pub use commands::{
     BUILTIN as BUILTIN_COMMANDS, SlashCommand, list as list_commands, parse as parse_command,
-    with_arguments,
 };
 pub use dispatch::{Call, INTERRUPTED};
 pub use history::{History, MISSING_RESULT, SUMMARY_PREFIX};

@@ -30,6 +30,24 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
         "stop the running turn, whoever started it (also Esc or Ctrl+C while it runs)",
     ),
     ("/mode", "/mode [mode]: show or set the permission mode"),
+    (
+        "/plan",
+        "/plan [request]: switch to plan mode (and send the request)",
+    ),
+    ("/rename", "/rename <title>: rename this session"),
+    (
+        "/add-dir",
+        "/add-dir <path>: let this terminal's turns work in another directory too",
+    ),
+    (
+        "/diff",
+        "the uncommitted changes in the session's directory (git)",
+    ),
+    ("/usage", "tokens and cost of this session (as /cost)"),
+    (
+        "/doctor",
+        "check the socket, the daemon, credentials and configuration",
+    ),
     ("/status", "model, mode, context, cost, who is attached"),
     (
         "/permissions",
@@ -154,6 +172,7 @@ impl Repl {
                 }
                 let keys = "Keys: Enter sends · Alt+Enter or a trailing \\ continues the line · Tab completes / and @ \
                      · Shift+Tab cycles the permission mode · Ctrl+T shows thinking · Ctrl+O expands output \
+                     · Ctrl+G edits the prompt in $EDITOR \
                      · Ctrl+V pastes a clipboard image \
                      · Esc, Ctrl+C or /cancel stops a turn · Ctrl+D detaches";
                 for line in crate::view::wrap_text(keys, s.width) {
@@ -211,6 +230,65 @@ impl Repl {
                         Some(m) => self.set_mode(m).await,
                         None => self.say(&s.error(&format!("unknown mode {arg:?}"))),
                     }
+                }
+            }
+            "/plan" => {
+                self.set_mode(PermissionMode::Plan).await;
+                if !arg.is_empty() {
+                    return self.send_text(&arg).await;
+                }
+            }
+            "/rename" if arg.is_empty() => self.say(&s.error("/rename <title>")),
+            "/rename" => {
+                match self
+                    .conn
+                    .client
+                    .session_configure(
+                        self.session.id.clone(),
+                        Some(arg.clone()),
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        self.say(&s.dim(&format!("renamed to \"{arg}\"")));
+                        self.refresh_status().await;
+                    }
+                    Err(e) => self.say(&s.error(&connection::call_error(&e))),
+                }
+            }
+            "/add-dir" if arg.is_empty() => self.say(&s.error("/add-dir <path>")),
+            "/add-dir" => {
+                let path = std::path::Path::new(&self.cwd).join(&arg);
+                match std::fs::canonicalize(&path) {
+                    Ok(dir) if dir.is_dir() => {
+                        let dir = dir.display().to_string();
+                        if !self.options.add_dirs.contains(&dir) {
+                            self.options.add_dirs.push(dir.clone());
+                        }
+                        self.say(&s.dim(&format!(
+                            "{dir} is a working directory of this terminal's turns from now on"
+                        )));
+                    }
+                    Ok(_) => self.say(&s.error(&format!("{} is not a directory", path.display()))),
+                    Err(e) => self.say(&s.error(&format!("{}: {e}", path.display()))),
+                }
+            }
+            "/usage" => return self.send_text("/cost").await,
+            "/diff" => {
+                let text = diff_of(&self.cwd, s);
+                self.print(&text);
+            }
+            "/doctor" => {
+                let socket = self.socket.clone();
+                if let Err(e) =
+                    crate::commands::doctor(&socket, crate::commands::Output { json: false }, false)
+                        .await
+                {
+                    self.say(&s.error(&format!("✗ {e}")));
                 }
             }
             "/mcp" => {
@@ -500,4 +578,57 @@ impl Repl {
             .unwrap_or(0);
         self.set_mode(MODES[(at + 1) % MODES.len()]).await;
     }
+}
+
+/// Lines of `/diff` shown before the rest is counted.
+const DIFF_LINES: usize = 400;
+
+/// `/diff`: the uncommitted changes in `dir` — what git shows against HEAD, tracked files
+/// only, then the untracked files by name — coloured as the permission prompt colours a diff.
+fn diff_of(dir: &str, style: crate::style::Style) -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+    };
+    let diff = match git(&["diff", "HEAD", "--no-color", "--no-ext-diff"]) {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => {
+            let why = String::from_utf8_lossy(&out.stderr);
+            return format!(
+                "{}\n",
+                style.error(&format!(
+                    "✗ no diff: {}",
+                    why.lines().next().unwrap_or("git failed")
+                ))
+            );
+        }
+        Err(e) => return format!("{}\n", style.error(&format!("✗ git cannot run: {e}"))),
+    };
+    let untracked = git(&["ls-files", "--others", "--exclude-standard"])
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if diff.trim().is_empty() && untracked.trim().is_empty() {
+        return format!("{}\n", style.dim("no uncommitted changes"));
+    }
+    let mut out = String::new();
+    let lines: Vec<&str> = diff.lines().collect();
+    for line in lines.iter().take(DIFF_LINES) {
+        out.push_str(&crate::view::diff_line(style, line));
+        out.push('\n');
+    }
+    if lines.len() > DIFF_LINES {
+        out.push_str(&style.dim(&format!("… {} more lines", lines.len() - DIFF_LINES)));
+        out.push('\n');
+    }
+    let new: Vec<&str> = untracked.lines().filter(|l| !l.is_empty()).collect();
+    if !new.is_empty() {
+        out.push_str(&style.dim(&format!("untracked: {}", new.join(", "))));
+        out.push('\n');
+    }
+    out
 }

@@ -74,6 +74,31 @@ pub fn history_file(data_dir: &Path, cwd: &str) -> PathBuf {
         .join(format!("{:016x}", h.finish()))
 }
 
+/// The editor Ctrl+G opens the prompt in: `$VISUAL`, else `$EDITOR` (either may carry
+/// arguments, as `code --wait`), else `vi`.
+fn external_editor() -> std::process::Command {
+    let line = std::env::var("VISUAL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .or_else(|| {
+            std::env::var("EDITOR")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+        })
+        .unwrap_or_else(|| "vi".into());
+    let mut words = line.split_whitespace();
+    let mut command = std::process::Command::new(words.next().unwrap_or("vi"));
+    command.args(words);
+    command
+}
+
+/// The file the prompt is edited in: private, beside the project's history.
+fn prompt_file(history: &Path) -> PathBuf {
+    let mut name = history.file_name().unwrap_or_default().to_owned();
+    name.push(".prompt.md");
+    history.with_file_name(name)
+}
+
 /// Host command Shift+Tab sends.
 const NEXT_MODE: &str = "\u{1}next-mode";
 /// Host command Ctrl+T sends.
@@ -246,6 +271,12 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         KeyCode::Char('o'),
         ReedlineEvent::ExecuteHostCommand(EXPAND.into()),
     );
+    // Ctrl+G: the prompt in $VISUAL or $EDITOR (vi without either); saved, it comes back.
+    keys.add_binding(
+        KeyModifiers::CONTROL,
+        KeyCode::Char('g'),
+        ReedlineEvent::OpenEditor,
+    );
     keys.add_binding(
         KeyModifiers::ALT,
         KeyCode::Enter,
@@ -283,6 +314,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         .use_bracketed_paste(true)
         .with_external_printer(setup.printer)
         .with_transient_prompt(Box::new(super::prompt::Sent))
+        .with_buffer_editor(external_editor(), prompt_file(&setup.history))
         .with_poll_interval(std::time::Duration::from_millis(50))
         .with_break_signal(breaking.clone())
         .with_idle_callback(Box::new(move || {

@@ -2,6 +2,7 @@
 //! `/sandbox`; the prompts `/review`, `/security-review`, `/init`; custom commands from
 //! `.claude/commands/*.md`; skills run as `/name`) and `#` memory notes.
 
+use crate::tools::skills::with_arguments;
 use std::path::{Path, PathBuf};
 use tether_proto::InputItem;
 
@@ -165,20 +166,6 @@ fn skill(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<Slas
             Vec::new()
         },
     })
-}
-
-/// A command's or skill's text with its arguments in place: `$ARGUMENTS` all of them, `$1`…`$9`
-/// each word.
-pub fn with_arguments(body: &str, args: &str) -> String {
-    let positional: Vec<&str> = args.split_whitespace().collect();
-    let mut prompt = body.replace("$ARGUMENTS", args);
-    for n in (1..=9).rev() {
-        prompt = prompt.replace(
-            &format!("${n}"),
-            positional.get(n - 1).copied().unwrap_or(""),
-        );
-    }
-    prompt.trim().to_owned()
 }
 
 fn custom(cwd: &Path, home: Option<&Path>, name: &str, args: &str) -> Option<SlashCommand> {

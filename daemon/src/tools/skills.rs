@@ -147,7 +147,7 @@ impl SkillDef {
         let mut out = format!(
             "Base directory for this skill: {}\n\n{}\n",
             self.dir.display(),
-            crate::agent::with_arguments(&self.body, args)
+            with_arguments(&self.body, args)
         );
         let mut files = Vec::new();
         list_files(&self.dir, &self.dir, 0, &mut files);
@@ -190,6 +190,20 @@ fn list_files(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
             out.push(rel.display().to_string());
         }
     }
+}
+
+/// A skill's or a custom command's text with its arguments in place: `$ARGUMENTS` all of them,
+/// `$1`…`$9` each word.
+pub fn with_arguments(body: &str, args: &str) -> String {
+    let positional: Vec<&str> = args.split_whitespace().collect();
+    let mut prompt = body.replace("$ARGUMENTS", args);
+    for n in (1..=9).rev() {
+        prompt = prompt.replace(
+            &format!("${n}"),
+            positional.get(n - 1).copied().unwrap_or(""),
+        );
+    }
+    prompt.trim().to_owned()
 }
 
 /// The skills as the Skill tool's description lists them: `- name: description`.

@@ -406,3 +406,59 @@ fn the_small_things_a_daily_user_reads() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn the_commands_people_type_and_ctrl_g() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Got the edited prompt.")]).titling("Commands"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&work)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+    };
+    git(&["init", "-q"])?;
+    std::fs::write(work.join("notes.txt"), "old line\n")?;
+    git(&["add", "notes.txt"])?;
+    git(&["commit", "-qm", "first"])?;
+    std::fs::write(work.join("notes.txt"), "new line\n")?;
+    std::fs::write(work.join("fresh.txt"), "x\n")?;
+    std::fs::create_dir_all(daemon.dir.path().join("elsewhere"))?;
+    // An editor that writes the prompt.
+    let editor = daemon.dir.path().join("fake-editor");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nprintf 'a prompt written in the editor' > \"$1\"\n",
+    )?;
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let mut a = crate::pty::tether_with(&daemon, &[], &[("EDITOR", editor.display().to_string())])?;
+    a.want("› ")?;
+    a.send_line("/diff")?;
+    a.want("+new line")?;
+    a.want("untracked: fresh.txt")?;
+    let screen = a.screen();
+    assert!(screen.contains("-old line"), "{screen}");
+    a.send_line("/rename A better name")?;
+    a.want("renamed to \"A better name\"")?;
+    let session = only_session(&daemon)?;
+    let got = daemon
+        .ndjson()?
+        .call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(got["title"], "A better name", "{got}");
+    a.send_line("/add-dir ../elsewhere")?;
+    a.want("is a working directory of this terminal's turns from now on")?;
+    a.send_line("/plan")?;
+    a.want("mode: plan")?;
+    a.send_line("/doctor")?;
+    a.want("socket")?;
+    // Ctrl+G: the prompt comes back from the editor and is sent with Enter.
+    a.send([7u8])?;
+    a.want("a prompt written in the editor")?;
+    a.send("\r")?;
+    a.want("Got the edited prompt.")?;
+    crate::pty::turn_request(&fake, "a prompt written in the editor")?;
+    Ok(())
+}
