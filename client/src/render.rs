@@ -196,6 +196,23 @@ fn detail(kind: &EventKind) -> String {
         EventKind::ToolCall { name, input, .. } => format!("▶ {name} {input}"),
         EventKind::ToolProgress { chunk, .. } => chunk.trim_end().to_owned(),
         EventKind::BackgroundShellEnded { message, .. } => format!("◆ {message}"),
+        EventKind::ShellCommand {
+            command,
+            stdout,
+            stderr,
+            exit_code,
+        } => {
+            let code = exit_code.map_or("killed".to_owned(), |c| format!("exit {c}"));
+            format!(
+                "!{command} ({code})\n{}{}",
+                stdout.trim_end(),
+                if stderr.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!("\n{}", stderr.trim_end())
+                }
+            )
+        }
         EventKind::ToolResult {
             content, is_error, ..
         } => {

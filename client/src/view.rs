@@ -863,6 +863,29 @@ impl View {
             EventKind::BackgroundShellEnded { message, .. } => {
                 out.push_str(&format!("{}\n", s.dim(&format!("◆ {message}"))))
             }
+            // `!command`: what it printed, folded as a tool's output is.
+            EventKind::ShellCommand {
+                command,
+                stdout,
+                stderr,
+                exit_code,
+            } => {
+                let mut text = stdout.trim_end().to_owned();
+                if !stderr.trim().is_empty() {
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(stderr.trim_end());
+                }
+                if text.is_empty() {
+                    text = "(no output)".into();
+                }
+                let failed = *exit_code != Some(0);
+                if failed && let Some(code) = exit_code {
+                    text.push_str(&format!("\nexit code {code}"));
+                }
+                out.push_str(&self.folded(format!("!{command}"), &text, failed));
+            }
             EventKind::SessionConfigured {
                 model,
                 effort,

@@ -276,6 +276,19 @@ pub enum EventKind {
         /// What happened, in words.
         message: String,
     },
+    /// A command the user ran in the session's directory (`!command` at the prompt), without
+    /// the model: what it printed goes into the conversation with the next prompt.
+    ShellCommand {
+        /// The command, as typed after `!`.
+        command: String,
+        /// What it wrote to stdout (cut to the first and last parts when long).
+        stdout: String,
+        /// What it wrote to stderr (likewise).
+        stderr: String,
+        /// Its exit code (`None`: killed, or it could not start).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+    },
     /// A tool call waits for a controller's decision.
     PermissionRequested {
         /// The request's id (answer it with `permission/respond`).
@@ -530,6 +543,7 @@ impl EventKind {
             Self::ToolProgress { .. } => "tool_progress",
             Self::ToolResult { .. } => "tool_result",
             Self::BackgroundShellEnded { .. } => "background_shell_ended",
+            Self::ShellCommand { .. } => "shell_command",
             Self::PlanUpdated { .. } => "plan_updated",
             Self::TurnRecovered { .. } => "turn_recovered",
             Self::PermissionRequested { .. } => "permission_requested",

@@ -70,8 +70,11 @@ impl PermissionMode {
         }
     }
 
-    /// The mode with this wire name.
+    /// The mode with this wire name (or `manual`, Claude Code's newer name for the default).
     pub fn parse(name: &str) -> Option<Self> {
+        if name == "manual" {
+            return Some(Self::Default);
+        }
         [
             Self::Default,
             Self::AcceptEdits,
@@ -929,7 +932,14 @@ mod tests {
         ] {
             let json = serde_json::to_string(&mode).expect("serializes");
             assert_eq!(json, format!("\"{}\"", mode.as_str()));
+            assert_eq!(PermissionMode::parse(mode.as_str()), Some(mode));
         }
+        // Claude Code's newer name for the default mode.
+        assert_eq!(
+            PermissionMode::parse("manual"),
+            Some(PermissionMode::Default)
+        );
+        assert_eq!(PermissionMode::parse("auto"), None);
     }
 }
 

@@ -37,6 +37,9 @@ pub enum SlashCommand {
     },
     /// `# note`: remember this for the project.
     Note(String),
+    /// `!command`: run it in the session's directory; what it prints goes to the model with
+    /// the next prompt.
+    Shell(String),
     /// `/name` that matches nothing.
     Unknown(String),
 }
@@ -53,6 +56,10 @@ pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<Sla
         InputItem::Text { text } => Some(text.trim()),
         _ => None,
     })?;
+    if let Some(command) = text.strip_prefix('!') {
+        let command = command.trim();
+        return (!command.is_empty()).then(|| SlashCommand::Shell(command.to_owned()));
+    }
     if let Some(note) = text.strip_prefix('#') {
         let note = note.trim();
         return (!note.is_empty() && !note.starts_with('#'))
@@ -352,7 +359,7 @@ mod tests {
         std::fs::create_dir_all(&cmds).expect("mkdir");
         std::fs::write(
             cmds.join("review.md"),
-            "---\ndescription: Review a branch\nallowed-tools: Read, Bash(git diff:*)\nmodel: opus\n---\nReview $1 against $2.\nAll: $ARGUMENTS\n",
+            "---\ndescription: Review a branch\nallowed-tools: Read, Bash(git diff:*)\nmodel: opus\n---\nReview $0 against $ARGUMENTS[1].\nAll: $ARGUMENTS\n",
         )
         .expect("write");
         let got = parse(dir.path(), None, &text("/git:review feature main"));
@@ -390,7 +397,7 @@ mod tests {
             std::fs::create_dir_all(&dir).expect("mkdir");
             std::fs::write(
                 dir.join("SKILL.md"),
-                "---\ndescription: Tag a release\nallowed-tools: Bash(git tag:*)\n---\nTag $1.\n",
+                "---\ndescription: Tag a release\nallowed-tools: Bash(git tag:*)\n---\nTag $0.\n",
             )
             .expect("write");
         }

@@ -189,6 +189,15 @@ impl History {
                     self.interrupted = Some(marker.into());
                 }
             }
+            // As Claude Code gives the model a command the user ran with `!`.
+            EventKind::ShellCommand {
+                command,
+                stdout,
+                stderr,
+                ..
+            } => self.notes.push(format!(
+                "<bash-input>{command}</bash-input>\n<bash-stdout>{stdout}</bash-stdout><bash-stderr>{stderr}</bash-stderr>"
+            )),
             EventKind::BackgroundShellEnded {
                 shell_id, message, ..
             } => self.notes.push(format!(

@@ -4,7 +4,7 @@
 //!
 //! `/compact` and custom commands are model turns (`turns.rs`); the parsing is `agent::commands`.
 
-use super::actor::SessionActor;
+use super::actor::{Command, SessionActor};
 use crate::agent::SlashCommand;
 use tether_proto::{ClientRef, EventKind, TokenUsage, TurnError, TurnId};
 
@@ -43,6 +43,7 @@ impl SessionActor {
             SlashCommand::Budget(Some(amount)) => self.set_budget(turn_id, by, &amount),
             SlashCommand::Sandbox => self.sandbox_command(turn_id),
             SlashCommand::Note(note) => self.remember(turn_id, &note),
+            SlashCommand::Shell(command) => self.shell_command(turn_id, command),
             SlashCommand::Unknown(name) => {
                 let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
                 let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -62,6 +63,27 @@ impl SessionActor {
                 self.finish_command(turn_id, None)
             }
         }
+    }
+
+    /// `!command`: runs it in the session's directory in a task (the user's own command: no
+    /// permission asked, no sandbox; a cancel kills it), then logs what it printed.
+    fn shell_command(&mut self, turn_id: TurnId, command: String) {
+        let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
+        let cancel = self.turns.running_cancel().unwrap_or_default();
+        let Some(tx) = self.me.upgrade() else { return };
+        self.tasks.spawn(async move {
+            let event = run_shell(command, &cwd, &cancel).await;
+            let _ = tx.send(Command::ShellRan { turn_id, event });
+        });
+    }
+
+    /// A `!command` ran: its output is logged and its turn ends (unless it ended meanwhile).
+    pub(super) fn shell_ran(&mut self, turn_id: TurnId, event: EventKind) {
+        if !self.turns.is_running(&turn_id) {
+            return;
+        }
+        self.emit_in(event, Some(turn_id.clone()));
+        self.finish_command(turn_id, None)
     }
 
     /// A command whose answer a task worked out (`/sandbox`): said, and the turn ended.
@@ -281,4 +303,62 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// How long a `!command` may run.
+const SHELL_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+/// Characters of each stream a `!command` keeps from its start, and again from its end.
+const SHELL_KEEP: usize = 15_000;
+
+/// Runs `command` with bash in `cwd` (the daemon's environment less its credentials), until it
+/// ends, `cancel` fires or [`SHELL_LIMIT`] passes; its `shell_command` event.
+async fn run_shell(
+    command: String,
+    cwd: &std::path::Path,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> EventKind {
+    let mut child = tokio::process::Command::new("bash");
+    child
+        .arg("-c")
+        .arg(&command)
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    crate::child_env::scrub(&mut child);
+    let (stdout, stderr, exit_code) = tokio::select! {
+        out = child.output() => match out {
+            Ok(out) => (
+                kept(&String::from_utf8_lossy(&out.stdout)),
+                kept(&String::from_utf8_lossy(&out.stderr)),
+                out.status.code(),
+            ),
+            Err(e) => (String::new(), format!("bash could not start: {e}"), None),
+        },
+        () = cancel.cancelled() => (String::new(), "(cancelled)".to_owned(), None),
+        () = tokio::time::sleep(SHELL_LIMIT) => (
+            String::new(),
+            format!("(killed after {} minutes)", SHELL_LIMIT.as_secs() / 60),
+            None,
+        ),
+    };
+    EventKind::ShellCommand {
+        command,
+        stdout,
+        stderr,
+        exit_code,
+    }
+}
+
+/// `text` with its middle cut out when it is longer than twice [`SHELL_KEEP`] characters.
+fn kept(text: &str) -> String {
+    let chars = text.chars().count();
+    if chars <= SHELL_KEEP * 2 {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(SHELL_KEEP).collect();
+    let tail: String = text.chars().skip(chars - SHELL_KEEP).collect();
+    format!(
+        "{head}\n… ({} characters left out) …\n{tail}",
+        chars - 2 * SHELL_KEEP
+    )
 }

@@ -141,7 +141,7 @@ fn read(dir: &Path, source: &'static str) -> Result<SkillDef, String> {
 
 impl SkillDef {
     /// What loading it gives the model: its directory, the instructions with `args` in place
-    /// (`$ARGUMENTS`, `$1`…), and the files beside SKILL.md, to read when the instructions call
+    /// (`$ARGUMENTS`, `$0`…), and the files beside SKILL.md, to read when the instructions call
     /// for them.
     pub fn render(&self, args: &str) -> String {
         let mut out = format!(
@@ -192,18 +192,43 @@ fn list_files(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
     }
 }
 
-/// A skill's or a custom command's text with its arguments in place: `$ARGUMENTS` all of them,
-/// `$1`…`$9` each word.
+/// A skill's or a custom command's text with its arguments in place, as Claude Code numbers
+/// them: `$ARGUMENTS[N]` and its shorthand `$N` are the words from 0 (`/idx Alice Bob`: `$0` is
+/// Alice), `$ARGUMENTS` all of them; a number past the last word is empty.
 pub fn with_arguments(body: &str, args: &str) -> String {
-    let positional: Vec<&str> = args.split_whitespace().collect();
-    let mut prompt = body.replace("$ARGUMENTS", args);
-    for n in (1..=9).rev() {
-        prompt = prompt.replace(
-            &format!("${n}"),
-            positional.get(n - 1).copied().unwrap_or(""),
-        );
+    let words: Vec<&str> = args.split_whitespace().collect();
+    let word = |n: &str| {
+        n.parse::<usize>()
+            .ok()
+            .and_then(|n| words.get(n).copied())
+            .unwrap_or("")
+    };
+    let mut out = String::with_capacity(body.len() + args.len());
+    let mut rest = body;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let digits = after.chars().take_while(char::is_ascii_digit).count();
+        if let Some(indexed) = after.strip_prefix("ARGUMENTS[")
+            && let Some(end) = indexed.find(']')
+            && indexed[..end].chars().all(|c| c.is_ascii_digit())
+            && end > 0
+        {
+            out.push_str(word(&indexed[..end]));
+            rest = &indexed[end + 1..];
+        } else if let Some(tail) = after.strip_prefix("ARGUMENTS") {
+            out.push_str(args);
+            rest = tail;
+        } else if digits > 0 {
+            out.push_str(word(&after[..digits]));
+            rest = &after[digits..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
     }
-    prompt.trim().to_owned()
+    out.push_str(rest);
+    out.trim().to_owned()
 }
 
 /// The skills as the Skill tool's description lists them: `- name: description`.
@@ -225,13 +250,27 @@ mod tests {
     }
 
     #[test]
+    fn arguments_are_numbered_from_zero_as_claude_code_does() {
+        assert_eq!(
+            with_arguments("Hi $0 and $1.", "Alice Bob"),
+            "Hi Alice and Bob."
+        );
+        assert_eq!(
+            with_arguments("$ARGUMENTS[1] then $ARGUMENTS[0]; all: $ARGUMENTS", "a b"),
+            "b then a; all: a b"
+        );
+        assert_eq!(with_arguments("x=$5 y=$HOME $ z", "one"), "x= y=$HOME $ z");
+        assert_eq!(with_arguments("$ARGUMENTS[x]", "one"), "one[x]");
+    }
+
+    #[test]
     fn project_skills_hide_user_ones_and_bad_ones_are_reported() {
         let project = tempfile::tempdir().expect("tempdir");
         let home = tempfile::tempdir().expect("tempdir");
         skill(
             project.path(),
             "release",
-            "---\ndescription: Cut a release\nallowed-tools: Bash(git tag:*), Read\nargument-hint: [version]\n---\nTag $1 and push it.\n",
+            "---\ndescription: Cut a release\nallowed-tools: Bash(git tag:*), Read\nargument-hint: [version]\n---\nTag $0 and push it.\n",
         );
         std::fs::write(
             project.path().join(".claude/skills/release/checklist.md"),

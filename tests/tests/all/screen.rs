@@ -462,3 +462,35 @@ fn the_commands_people_type_and_ctrl_g() -> anyhow::Result<()> {
     crate::pty::turn_request(&fake, "a prompt written in the editor")?;
     Ok(())
 }
+
+#[test]
+fn a_command_typed_with_a_bang_runs_and_its_output_reaches_the_model() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("It printed from-the-shell.")]).titling("Bang"))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut a = tether(&daemon, &[])?;
+    a.want("› ")?;
+    a.send_line("!echo from-the-shell; echo to-stderr >&2; exit 3")?;
+    a.want("⎿ from-the-shell")?;
+    a.want("to-stderr")?;
+    a.want("exit code 3")?;
+    a.want("› ")?;
+    // The model asked nothing for it; the next prompt carries it as Claude Code sends it.
+    assert!(turn_messages(&fake).is_empty());
+    a.send_line("what did it print?")?;
+    a.want("It printed from-the-shell.")?;
+    let sent = turn_messages(&fake).pop().context("the request")?;
+    assert!(
+        sent.contains("<bash-input>echo from-the-shell; echo to-stderr >&2; exit 3</bash-input>"),
+        "{sent}"
+    );
+    assert!(
+        sent.contains("<bash-stdout>from-the-shell\\n</bash-stdout>"),
+        "{sent}"
+    );
+    assert!(
+        sent.contains("<bash-stderr>to-stderr\\n</bash-stderr>"),
+        "{sent}"
+    );
+    assert!(sent.contains("what did it print?"), "{sent}");
+    Ok(())
+}

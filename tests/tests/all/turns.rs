@@ -616,7 +616,7 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
     std::fs::create_dir_all(&cmds)?;
     std::fs::write(
         cmds.join("greet.md"),
-        "---\ndescription: greet\nmodel: haiku\n---\nSay hello to $1 politely.\n",
+        "---\ndescription: greet\nmodel: haiku\n---\nSay hello to $0 politely, then to $ARGUMENTS[1].\n",
     )?;
 
     c.start_turn(&session, "first")?;
@@ -649,7 +649,7 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
     let events = run_turn(&mut c, &session, "/clear")?;
     assert_eq!(of_type(&events, "history_cleared").len(), 1);
 
-    let events = run_turn(&mut c, &session, "/greet Ada")?;
+    let events = run_turn(&mut c, &session, "/greet Ada Bob")?;
     assert_eq!(stop_reason(&events), "end_turn");
 
     let events = run_turn(&mut c, &session, "/model opus")?;
@@ -672,7 +672,10 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
         1,
         "/clear dropped the earlier conversation: {msgs:?}"
     );
-    assert_eq!(msgs[0]["content"][0]["text"], "Say hello to Ada politely.");
+    assert_eq!(
+        msgs[0]["content"][0]["text"],
+        "Say hello to Ada politely, then to Bob."
+    );
     assert!(
         msgs[0]["content"]
             .to_string()
