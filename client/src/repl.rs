@@ -914,6 +914,21 @@ impl Repl {
             self.edit();
             return;
         }
+        // A directory added with /add-dir that has gone since would fail every turn.
+        let gone: Vec<String> = self
+            .options
+            .add_dirs
+            .iter()
+            .filter(|d| !Path::new(d).is_dir())
+            .cloned()
+            .collect();
+        if !gone.is_empty() {
+            self.options.add_dirs.retain(|d| !gone.contains(d));
+            self.say(&self.style.warn(&format!(
+                "no longer a working directory (it is gone): {}",
+                gone.join(", ")
+            )));
+        }
         match self
             .conn
             .client

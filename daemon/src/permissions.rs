@@ -80,7 +80,8 @@ fn inside(path: &Path, roots: &[PathBuf]) -> bool {
 /// Names that, anywhere in a path, make it a file that changes what runs: git's config and
 /// hooks, the project's settings, hooks and MCP servers, editors' tasks, direnv. Neither
 /// acceptEdits nor bypassPermissions writes them unasked (an allow rule that names them still
-/// does); `.claude/commands`, `agents` and `skills` are exempt, as in Claude Code.
+/// does); `.claude/commands` and `agents` are exempt, as in Claude Code — not `skills`, whose
+/// `allowed-tools` allow commands without asking.
 const RUNS_THINGS: &[&str] = &[
     ".git",
     ".gitmodules",
@@ -98,11 +99,11 @@ fn changes_what_runs(path: &Path) -> bool {
         let parts: Vec<&std::ffi::OsStr> = p.components().map(|c| c.as_os_str()).collect();
         parts.iter().enumerate().any(|(i, c)| {
             RUNS_THINGS.iter().any(|n| c == n)
-                // The project's commands, agents and skills are prompts, written as work.
+                // The project's commands and agents are prompts, written as work.
                 && !(*c == ".claude"
                     && parts
                         .get(i + 1)
-                        .is_some_and(|d| ["commands", "agents", "skills"].iter().any(|e| d == e)))
+                        .is_some_and(|d| ["commands", "agents"].iter().any(|e| d == e)))
         })
     };
     named(&rules::normalize(path)) || rules::real_path(path).is_some_and(|p| named(&p))

@@ -5,7 +5,8 @@
 //! given in one tool holds in the other. A directory is trusted when the nearest answer for it
 //! or a directory above it (below home: trust given to home or `/` covers nothing) says so, or
 //! when it is the home directory (the user's own settings are not a project's). A directory
-//! with settings or an `.mcp.json` of its own needs its own answer.
+//! with settings, skills (whose `allowed-tools` allow) or an `.mcp.json` of its own needs its
+//! own answer.
 //!
 //! Until a directory is trusted its deny and ask rules apply and nothing that widens what runs
 //! does. `TETHER_TRUST_ALL=1` in tetherd's environment trusts every directory (CI machines that
@@ -52,6 +53,7 @@ fn trusted_in(state: &serde_json::Value, dir: &Path, home: Option<&Path>) -> boo
         ".claude/settings.json",
         ".claude/settings.local.json",
         ".mcp.json",
+        ".claude/skills",
     ]
     .iter()
     .any(|f| dir.join(f).exists());

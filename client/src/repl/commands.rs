@@ -227,14 +227,16 @@ impl Repl {
                     ));
                 } else {
                     match PermissionMode::parse(&arg) {
-                        Some(m) => self.set_mode(m).await,
+                        Some(m) => {
+                            self.set_mode(m).await;
+                        }
                         None => self.say(&s.error(&format!("unknown mode {arg:?}"))),
                     }
                 }
             }
             "/plan" => {
-                self.set_mode(PermissionMode::Plan).await;
-                if !arg.is_empty() {
+                // The request goes only once the session plans.
+                if self.set_mode(PermissionMode::Plan).await && !arg.is_empty() {
                     return self.send_text(&arg).await;
                 }
             }
@@ -541,7 +543,8 @@ impl Repl {
         Ok(false)
     }
 
-    async fn set_mode(&mut self, mode: PermissionMode) {
+    /// Switches the session's permission mode; whether it did.
+    async fn set_mode(&mut self, mode: PermissionMode) -> bool {
         match self
             .conn
             .client
@@ -557,11 +560,15 @@ impl Repl {
                 } else {
                     self.say(&self.style.dim(&format!("mode: {}", mode.as_str())));
                 }
+                true
             }
-            Err(e) => self.say(&self.style.error(&format!(
-                "could not set the mode: {}",
-                connection::call_error(&e)
-            ))),
+            Err(e) => {
+                self.say(&self.style.error(&format!(
+                    "could not set the mode: {}",
+                    connection::call_error(&e)
+                )));
+                false
+            }
         }
     }
 
@@ -593,7 +600,20 @@ fn diff_of(dir: &str, style: crate::style::Style) -> String {
             .args(args)
             .output()
     };
-    let diff = match git(&["diff", "HEAD", "--no-color", "--no-ext-diff"]) {
+    // Against HEAD; in a repository with no commit yet, what is staged and what is not.
+    let diff = match git(&["diff", "HEAD", "--no-color", "--no-ext-diff"])
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(
+            || {
+                let staged = git(&["diff", "--cached", "--no-color", "--no-ext-diff"])?;
+                let unstaged = git(&["diff", "--no-color", "--no-ext-diff"])?;
+                let mut stdout = staged.stdout;
+                stdout.extend(unstaged.stdout);
+                Ok::<_, std::io::Error>(std::process::Output { stdout, ..unstaged })
+            },
+            Ok,
+        ) {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
         Ok(out) => {
             let why = String::from_utf8_lossy(&out.stderr);

@@ -1,6 +1,6 @@
 //! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, `/budget`,
 //! `/sandbox`; the prompts `/review`, `/security-review`, `/init`; custom commands from
-//! `.claude/commands/*.md`; skills run as `/name`) and `#` memory notes.
+//! `.claude/commands/*.md`; skills run as `/name`), `#` memory notes and `!command` lines.
 
 use crate::tools::skills::with_arguments;
 use std::path::{Path, PathBuf};

@@ -47,7 +47,8 @@ pub struct History {
     pub told: Told,
     /// The last turn was interrupted: the next prompt says so first.
     interrupted: Option<Cow<'static, str>>,
-    /// Background shells that ended since the last prompt: the next prompt says so first.
+    /// What happened since the last prompt without the model (a background shell ended, a
+    /// `!command` ran): the next prompt says it first.
     #[serde(default)]
     notes: Vec<String>,
 }

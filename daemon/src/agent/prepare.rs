@@ -41,6 +41,9 @@ pub struct Request {
     pub callbacks: Option<(Value, Arc<dyn crate::hooks::Asker>)>,
     /// Who logs the turn's hook runs once it has started.
     pub watcher: Arc<dyn crate::hooks::Watcher>,
+    /// Whether `!command` runs a command (only as typed at a terminal's prompt); otherwise
+    /// such a line is a prompt like any other.
+    pub shell: bool,
 }
 
 /// Keeps the runs of the prompt hooks, which run before the turn has started, for the session
@@ -104,6 +107,7 @@ async fn run(request: Request) -> Prepared {
         permission_mode,
         callbacks,
         watcher,
+        shell,
     } = request;
     let kept = Arc::new(Kept::default());
     // Files: the command directories, mentioned files, settings.
@@ -111,7 +115,9 @@ async fn run(request: Request) -> Prepared {
         let cwd = cwd.clone();
         let kept = kept.clone();
         tokio::task::spawn_blocking(move || {
-            let command = command.or_else(|| super::commands::parse(&cwd, home.as_deref(), &input));
+            let command = command
+                .or_else(|| super::commands::parse(&cwd, home.as_deref(), &input))
+                .filter(|c| shell || !matches!(c, SlashCommand::Shell(_)));
             let processed = match &command {
                 Some(SlashCommand::Custom { prompt, .. }) => super::input::process(
                     &cwd,
@@ -297,7 +303,22 @@ mod tests {
             permission_mode: Default::default(),
             callbacks: None,
             watcher: Arc::new(Kept::default()),
+            shell: false,
         }
+    }
+
+    #[tokio::test]
+    async fn a_bang_line_runs_only_from_a_terminal_and_is_a_prompt_otherwise() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let from_a_script = run(request(dir.path(), "!rm -rf ~")).await;
+        assert!(from_a_script.command.is_none());
+        assert!(from_a_script.is_prompt());
+        let typed = run(Request {
+            shell: true,
+            ..request(dir.path(), "!ls")
+        })
+        .await;
+        assert_eq!(typed.command, Some(SlashCommand::Shell("ls".into())));
     }
 
     fn hooks(event: &str, command: &str) -> Option<(Value, String)> {

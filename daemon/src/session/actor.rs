@@ -167,7 +167,7 @@ pub(super) enum Command {
     /// A `!command` has run (its `shell_command` event); ends its turn.
     ShellRan {
         turn_id: TurnId,
-        event: EventKind,
+        run: super::commands::ShellRun,
     },
     /// A generated title for a session that had none.
     Titled {
@@ -664,7 +664,7 @@ impl SessionActor {
             Command::ShellEnded { id, command, end } => self.shell_ended(id, command, end),
             Command::RecoverShells { shells } => self.recover_shells(shells),
             Command::Answered { turn_id, text } => self.command_answered(turn_id, text),
-            Command::ShellRan { turn_id, event } => self.shell_ran(turn_id, event),
+            Command::ShellRan { turn_id, run } => self.shell_ran(turn_id, run),
             Command::Titled { title } => self.titled(title),
             Command::RecoverOpenTurn { open } => self.recover(open),
             Command::Delete { by, reply } => return self.delete(by, reply).await,

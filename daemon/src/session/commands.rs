@@ -1,6 +1,8 @@
 //! The slash commands the daemon answers itself, without the model: `/clear`, `/model`,
-//! `/effort`, `/cost`, `/budget`, `/sandbox` (`sandboxing.rs`), `# note`, and an unknown `/name`. Each ends its turn with `command` (or
-//! `error`, with the reason in an `error` event); none reaches the model.
+//! `/effort`, `/cost`, `/budget`, `/sandbox` (`sandboxing.rs`), `# note`, `!command` (run in a
+//! task; what it printed reaches the model with the next prompt), and an unknown `/name`. Each
+//! ends its turn with `command` (or `error`, with the reason in an `error` event; a cancelled
+//! `!command`, `cancelled`); none asks the model anything.
 //!
 //! `/compact` and custom commands are model turns (`turns.rs`); the parsing is `agent::commands`.
 
@@ -65,25 +67,33 @@ impl SessionActor {
         }
     }
 
-    /// `!command`: runs it in the session's directory in a task (the user's own command: no
-    /// permission asked, no sandbox; a cancel kills it), then logs what it printed.
+    /// `!command` (typed at a terminal): runs it in the session's directory in a task (the
+    /// user's own command: no permission asked, no sandbox; a cancel kills it and what it
+    /// started), then logs what it printed.
     fn shell_command(&mut self, turn_id: TurnId, command: String) {
         let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
         let cancel = self.turns.running_cancel().unwrap_or_default();
         let Some(tx) = self.me.upgrade() else { return };
         self.tasks.spawn(async move {
-            let event = run_shell(command, &cwd, &cancel).await;
-            let _ = tx.send(Command::ShellRan { turn_id, event });
+            let run = run_shell(command, &cwd, &cancel).await;
+            let _ = tx.send(Command::ShellRan { turn_id, run });
         });
     }
 
-    /// A `!command` ran: its output is logged and its turn ends (unless it ended meanwhile).
-    pub(super) fn shell_ran(&mut self, turn_id: TurnId, event: EventKind) {
+    /// A `!command` ran: its output is logged (what it printed before a cancel too) and its
+    /// turn ends, `cancelled` when it was stopped (unless the turn ended meanwhile).
+    pub(super) fn shell_ran(&mut self, turn_id: TurnId, run: ShellRun) {
         if !self.turns.is_running(&turn_id) {
             return;
         }
-        self.emit_in(event, Some(turn_id.clone()));
-        self.finish_command(turn_id, None)
+        self.emit_in(run.event, Some(turn_id.clone()));
+        if run.cancelled {
+            let outcome =
+                crate::agent::TurnOutcome::without_model(tether_proto::StopReason::Cancelled, None);
+            self.end_turn(turn_id, outcome);
+        } else {
+            self.finish_command(turn_id, None)
+        }
     }
 
     /// A command whose answer a task worked out (`/sandbox`): said, and the turn ended.
@@ -307,58 +317,148 @@ impl SessionActor {
 
 /// How long a `!command` may run.
 const SHELL_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
-/// Characters of each stream a `!command` keeps from its start, and again from its end.
+/// Bytes of each stream a `!command` keeps from its start, and again from its end; the middle
+/// of a longer stream is counted, not held.
 const SHELL_KEEP: usize = 15_000;
+/// How long what a `!command` printed is still read once bash has ended (a process it left in
+/// the background may hold its output open; it is killed then).
+const SHELL_DRAIN: std::time::Duration = std::time::Duration::from_millis(300);
 
-/// Runs `command` with bash in `cwd` (the daemon's environment less its credentials), until it
-/// ends, `cancel` fires or [`SHELL_LIMIT`] passes; its `shell_command` event.
+/// Kills a process group when dropped: a `!command` and everything it started end with its turn,
+/// its cancel, its time limit, or the daemon's shutdown.
+struct Group(Option<nix::unistd::Pid>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// What a `!command` ran to.
+pub(super) struct ShellRun {
+    /// Its `shell_command` event.
+    pub event: EventKind,
+    /// Whether a cancel stopped it.
+    pub cancelled: bool,
+}
+
+/// Runs `command` with bash in `cwd` (the daemon's environment less its credentials) in a
+/// process group of its own, until it ends, `cancel` fires or [`SHELL_LIMIT`] passes; reads its
+/// output as it comes, keeping the first and last [`SHELL_KEEP`] bytes of each stream.
 async fn run_shell(
     command: String,
     cwd: &std::path::Path,
     cancel: &tokio_util::sync::CancellationToken,
-) -> EventKind {
+) -> ShellRun {
     let mut child = tokio::process::Command::new("bash");
     child
         .arg("-c")
         .arg(&command)
         .current_dir(cwd)
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
     crate::child_env::scrub(&mut child);
-    let (stdout, stderr, exit_code) = tokio::select! {
-        out = child.output() => match out {
-            Ok(out) => (
-                kept(&String::from_utf8_lossy(&out.stdout)),
-                kept(&String::from_utf8_lossy(&out.stderr)),
-                out.status.code(),
-            ),
-            Err(e) => (String::new(), format!("bash could not start: {e}"), None),
-        },
-        () = cancel.cancelled() => (String::new(), "(cancelled)".to_owned(), None),
-        () = tokio::time::sleep(SHELL_LIMIT) => (
-            String::new(),
-            format!("(killed after {} minutes)", SHELL_LIMIT.as_secs() / 60),
-            None,
-        ),
-    };
-    EventKind::ShellCommand {
-        command,
+    let event = |stdout: String, stderr: String, exit_code: Option<i32>| EventKind::ShellCommand {
+        command: command.clone(),
         stdout,
         stderr,
         exit_code,
+    };
+    let mut child = match child.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return ShellRun {
+                event: event(String::new(), format!("bash could not start: {e}"), None),
+                cancelled: false,
+            };
+        }
+    };
+    let group = Group(
+        child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(nix::unistd::Pid::from_raw),
+    );
+    let out = child.stdout.take().map(|p| tokio::spawn(read_kept(p)));
+    let err = child.stderr.take().map(|p| tokio::spawn(read_kept(p)));
+    let mut cancelled = false;
+    let mut note = None;
+    let exit_code = tokio::select! {
+        status = child.wait() => status.ok().and_then(|s| s.code()),
+        () = cancel.cancelled() => {
+            cancelled = true;
+            note = Some("(cancelled)".to_owned());
+            None
+        }
+        () = tokio::time::sleep(SHELL_LIMIT) => {
+            note = Some(format!("(killed after {} minutes)", SHELL_LIMIT.as_secs() / 60));
+            None
+        }
+    };
+    // What it printed up to now, then the group goes (a background process with it).
+    let collect = |task: Option<tokio::task::JoinHandle<String>>| async move {
+        match task {
+            Some(mut task) => match tokio::time::timeout(SHELL_DRAIN, &mut task).await {
+                Ok(Ok(text)) => text,
+                _ => {
+                    task.abort();
+                    String::new()
+                }
+            },
+            None => String::new(),
+        }
+    };
+    drop(group);
+    let _ = child.kill().await;
+    let stdout = collect(out).await;
+    let mut stderr = collect(err).await;
+    if let Some(note) = note {
+        if !stderr.is_empty() && !stderr.ends_with('\n') {
+            stderr.push('\n');
+        }
+        stderr.push_str(&note);
+    }
+    ShellRun {
+        event: event(stdout, stderr, exit_code),
+        cancelled,
     }
 }
 
-/// `text` with its middle cut out when it is longer than twice [`SHELL_KEEP`] characters.
-fn kept(text: &str) -> String {
-    let chars = text.chars().count();
-    if chars <= SHELL_KEEP * 2 {
-        return text.to_owned();
+/// Reads a stream to its end, keeping its first and last [`SHELL_KEEP`] bytes and counting
+/// what lies between.
+async fn read_kept(mut pipe: impl tokio::io::AsyncRead + Unpin) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut head: Vec<u8> = Vec::new();
+    let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
+    let mut dropped = 0usize;
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut piece = &buf[..n];
+        if head.len() < SHELL_KEEP {
+            let take = piece.len().min(SHELL_KEEP - head.len());
+            head.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+        }
+        tail.extend(piece);
+        while tail.len() > SHELL_KEEP {
+            tail.pop_front();
+            dropped += 1;
+        }
     }
-    let head: String = text.chars().take(SHELL_KEEP).collect();
-    let tail: String = text.chars().skip(chars - SHELL_KEEP).collect();
-    format!(
-        "{head}\n… ({} characters left out) …\n{tail}",
-        chars - 2 * SHELL_KEEP
-    )
+    let mut text = String::from_utf8_lossy(&head).into_owned();
+    if dropped > 0 {
+        text.push_str(&format!("\n… ({dropped} bytes left out) …\n"));
+    }
+    let (a, b) = tail.as_slices();
+    text.push_str(&String::from_utf8_lossy(&[a, b].concat()));
+    text
 }

@@ -344,6 +344,7 @@ impl SessionActor {
             command: queued.request.command.clone(),
             session_start: !self.session_started,
             permission_mode: record.permission_mode,
+            shell: queued.request.by.kind == tether_proto::ClientKind::Tui,
             callbacks: queued.request.options.hook_callbacks.clone().map(|v| {
                 let asker = super::launch::ActorAsker {
                     tx: tx.clone(),

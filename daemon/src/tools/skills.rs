@@ -68,10 +68,18 @@ pub fn load(cwd: &Path, home: Option<&Path>) -> Skills {
         let Ok(entries) = std::fs::read_dir(&root) else {
             continue;
         };
+        // Neither a skill's folder nor its SKILL.md may be a link: a committed link could
+        // otherwise hand the model any file the daemon can read.
+        let plain = |p: &Path, dir: bool| {
+            std::fs::symlink_metadata(p).is_ok_and(|m| {
+                let t = m.file_type();
+                !t.is_symlink() && if dir { t.is_dir() } else { t.is_file() }
+            })
+        };
         let mut dirs: Vec<PathBuf> = entries
             .flatten()
             .map(|e| e.path())
-            .filter(|p| p.join("SKILL.md").is_file())
+            .filter(|p| plain(p, true) && plain(&p.join("SKILL.md"), false))
             .collect();
         dirs.sort();
         for dir in dirs {
@@ -144,10 +152,11 @@ impl SkillDef {
     /// (`$ARGUMENTS`, `$0`…), and the files beside SKILL.md, to read when the instructions call
     /// for them.
     pub fn render(&self, args: &str) -> String {
+        let dir = self.dir.display().to_string();
+        let body = self.body.replace("${CLAUDE_SKILL_DIR}", &dir);
         let mut out = format!(
-            "Base directory for this skill: {}\n\n{}\n",
-            self.dir.display(),
-            with_arguments(&self.body, args)
+            "Base directory for this skill: {dir}\n\n{}\n",
+            with_arguments(&body, args)
         );
         let mut files = Vec::new();
         list_files(&self.dir, &self.dir, 0, &mut files);
@@ -192,17 +201,17 @@ fn list_files(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
     }
 }
 
-/// A skill's or a custom command's text with its arguments in place, as Claude Code numbers
-/// them: `$ARGUMENTS[N]` and its shorthand `$N` are the words from 0 (`/idx Alice Bob`: `$0` is
-/// Alice), `$ARGUMENTS` all of them; a number past the last word is empty.
+/// A skill's or a custom command's text with its arguments in place, as Claude Code does it:
+/// the arguments are split as a shell splits words (`"two words"` is one); `$ARGUMENTS[N]` and
+/// its shorthand `$N` are the words from 0 (`/idx Alice Bob`: `$0` is Alice), `$ARGUMENTS` all
+/// of them. A number past the last word stays as written (a shell snippet's `$1` too). A text
+/// with no placeholder at all gets the arguments after it, as `ARGUMENTS: …`.
 pub fn with_arguments(body: &str, args: &str) -> String {
-    let words: Vec<&str> = args.split_whitespace().collect();
-    let word = |n: &str| {
-        n.parse::<usize>()
-            .ok()
-            .and_then(|n| words.get(n).copied())
-            .unwrap_or("")
-    };
+    let args = args.trim();
+    let words: Vec<String> =
+        shlex::split(args).unwrap_or_else(|| args.split_whitespace().map(str::to_owned).collect());
+    let word = |n: &str| n.parse::<usize>().ok().and_then(|n| words.get(n));
+    let mut placed = false;
     let mut out = String::with_capacity(body.len() + args.len());
     let mut rest = body;
     while let Some(at) = rest.find('$') {
@@ -211,16 +220,22 @@ pub fn with_arguments(body: &str, args: &str) -> String {
         let digits = after.chars().take_while(char::is_ascii_digit).count();
         if let Some(indexed) = after.strip_prefix("ARGUMENTS[")
             && let Some(end) = indexed.find(']')
-            && indexed[..end].chars().all(|c| c.is_ascii_digit())
             && end > 0
+            && let Some(w) = word(&indexed[..end])
         {
-            out.push_str(word(&indexed[..end]));
+            out.push_str(w);
+            placed = true;
             rest = &indexed[end + 1..];
-        } else if let Some(tail) = after.strip_prefix("ARGUMENTS") {
+        } else if let Some(tail) = after
+            .strip_prefix("ARGUMENTS")
+            .filter(|t| !t.starts_with('['))
+        {
             out.push_str(args);
+            placed = true;
             rest = tail;
-        } else if digits > 0 {
-            out.push_str(word(&after[..digits]));
+        } else if let Some(w) = (digits > 0).then(|| word(&after[..digits])).flatten() {
+            out.push_str(w);
+            placed = true;
             rest = &after[digits..];
         } else {
             out.push('$');
@@ -228,7 +243,11 @@ pub fn with_arguments(body: &str, args: &str) -> String {
         }
     }
     out.push_str(rest);
-    out.trim().to_owned()
+    let mut out = out.trim().to_owned();
+    if !placed && !args.is_empty() && !body.contains("$ARGUMENTS") {
+        out.push_str(&format!("\n\nARGUMENTS: {args}"));
+    }
+    out
 }
 
 /// The skills as the Skill tool's description lists them: `- name: description`.
@@ -259,8 +278,27 @@ mod tests {
             with_arguments("$ARGUMENTS[1] then $ARGUMENTS[0]; all: $ARGUMENTS", "a b"),
             "b then a; all: a b"
         );
-        assert_eq!(with_arguments("x=$5 y=$HOME $ z", "one"), "x= y=$HOME $ z");
-        assert_eq!(with_arguments("$ARGUMENTS[x]", "one"), "one[x]");
+        // Quoted words stay one; a number past the last word, and shell text, stay as written.
+        assert_eq!(
+            with_arguments("Greet $0, then $1.", "\"Ada Lovelace\" Bob"),
+            "Greet Ada Lovelace, then Bob."
+        );
+        assert_eq!(
+            with_arguments(
+                "Sum with awk '{s += $1}' over $0 and $ARGUMENTS[3]; $HOME",
+                "f.txt"
+            ),
+            "Sum with awk '{s += $1}' over f.txt and $ARGUMENTS[3]; $HOME"
+        );
+        // No placeholder: the arguments follow the text.
+        assert_eq!(
+            with_arguments("Review the branch.", "main"),
+            "Review the branch.\n\nARGUMENTS: main"
+        );
+        assert_eq!(
+            with_arguments("Review the branch.", ""),
+            "Review the branch."
+        );
     }
 
     #[test]

@@ -412,13 +412,18 @@ fn the_commands_people_type_and_ctrl_g() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([Step::text("Got the edited prompt.")]).titling("Commands"))?;
     let daemon = Daemon::start_with(fake.env())?;
     let work = daemon.workdir();
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
+    // Git as a fresh machine has it, whatever the runner's own configuration says.
+    let git = |args: &[&str]| -> anyhow::Result<()> {
+        let out = std::process::Command::new("git")
             .arg("-C")
             .arg(&work)
             .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
             .args(args)
-            .output()
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()?;
+        anyhow::ensure!(out.status.success(), "git {args:?}: {out:?}");
+        Ok(())
     };
     git(&["init", "-q"])?;
     std::fs::write(work.join("notes.txt"), "old line\n")?;
@@ -434,7 +439,12 @@ fn the_commands_people_type_and_ctrl_g() -> anyhow::Result<()> {
         "#!/bin/sh\nprintf 'a prompt written in the editor' > \"$1\"\n",
     )?;
     std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    let mut a = crate::pty::tether_with(&daemon, &[], &[("EDITOR", editor.display().to_string())])?;
+    let editor = editor.display().to_string();
+    let mut a = crate::pty::tether_with(
+        &daemon,
+        &[],
+        &[("EDITOR", editor.clone()), ("VISUAL", editor)],
+    )?;
     a.want("› ")?;
     a.send_line("/diff")?;
     a.want("+new line")?;
@@ -453,7 +463,7 @@ fn the_commands_people_type_and_ctrl_g() -> anyhow::Result<()> {
     a.send_line("/plan")?;
     a.want("mode: plan")?;
     a.send_line("/doctor")?;
-    a.want("socket")?;
+    a.want("✓ daemon")?;
     // Ctrl+G: the prompt comes back from the editor and is sent with Enter.
     a.send([7u8])?;
     a.want("a prompt written in the editor")?;
@@ -492,5 +502,28 @@ fn a_command_typed_with_a_bang_runs_and_its_output_reaches_the_model() -> anyhow
         "{sent}"
     );
     assert!(sent.contains("what did it print?"), "{sent}");
+
+    // What a command leaves running in the background does not hold its turn, and Esc stops
+    // one that runs on (with everything it started).
+    let marker = daemon.dir.path().join("still-running");
+    a.send_line(&format!(
+        "!(sleep 20.0417; touch {}) & echo started",
+        marker.display()
+    ))?;
+    a.want("⎿ started")?;
+    a.want("› ")?;
+    a.send_line("!sleep 30.0417; echo never")?;
+    a.until("the command running", |s| s.contains("working"))?;
+    a.send("\x1b")?;
+    a.want("(cancelled)")?;
+    a.want("interrupted")?;
+    a.want("› ")?;
+    let alive = std::process::Command::new("pgrep")
+        .args(["-f", "sleep (20|30)\\.0417"])
+        .output()?;
+    assert!(
+        String::from_utf8_lossy(&alive.stdout).trim().is_empty(),
+        "left running: {alive:?}"
+    );
     Ok(())
 }
