@@ -13,6 +13,46 @@ pub fn client(c: &ClientRef) -> String {
     format!("{name} #{}", c.client_id)
 }
 
+/// What a `session_configured` changed, in words (`model opus`, `effort high`, `mode plan`,
+/// `budget $5.00`).
+pub fn changes(
+    model: &Option<String>,
+    effort: &Option<String>,
+    mode: Option<tether_proto::PermissionMode>,
+    budget_usd: Option<f64>,
+) -> Vec<String> {
+    let mut parts = Vec::new();
+    if let Some(m) = model {
+        parts.push(format!("model {m}"));
+    }
+    match effort.as_deref() {
+        Some("") => parts.push("effort: the model's default".into()),
+        Some(e) => parts.push(format!("effort {e}")),
+        None => {}
+    }
+    if let Some(m) = mode {
+        parts.push(format!("mode {}", m.as_str()));
+    }
+    match budget_usd {
+        Some(b) if b > 0.0 => parts.push(format!("budget ${b:.2}")),
+        Some(_) => parts.push("no budget".into()),
+        None => {}
+    }
+    parts
+}
+
+/// What a `!command` printed: its stdout, then its stderr, without trailing blank lines.
+pub fn printed(stdout: &str, stderr: &str) -> String {
+    let mut text = stdout.trim_end().to_owned();
+    if !stderr.trim().is_empty() {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(stderr.trim_end());
+    }
+    text
+}
+
 fn by(c: &Option<ClientRef>) -> String {
     c.as_ref()
         .map(|c| format!(" (by {})", client(c)))
@@ -79,17 +119,7 @@ fn detail(kind: &EventKind) -> String {
             if let Some(t) = title {
                 parts.push(format!("title \"{t}\""));
             }
-            if let Some(m) = model {
-                parts.push(format!("model {m}"));
-            }
-            match effort.as_deref() {
-                Some("") => parts.push("effort: the model's default".into()),
-                Some(e) => parts.push(format!("effort {e}")),
-                None => {}
-            }
-            if let Some(m) = permission_mode {
-                parts.push(format!("mode {}", m.as_str()));
-            }
+            parts.extend(changes(model, effort, *permission_mode, *budget_usd));
             if let Some(p) = on_no_controller {
                 parts.push(
                     format!(
@@ -98,11 +128,6 @@ fn detail(kind: &EventKind) -> String {
                     )
                     .to_lowercase(),
                 );
-            }
-            match budget_usd {
-                Some(b) if *b > 0.0 => parts.push(format!("budget ${b:.2}")),
-                Some(_) => parts.push("no budget".into()),
-                None => {}
             }
             format!("configured: {}{}", parts.join(", "), by(who))
         }
@@ -203,15 +228,7 @@ fn detail(kind: &EventKind) -> String {
             exit_code,
         } => {
             let code = exit_code.map_or("killed".to_owned(), |c| format!("exit {c}"));
-            format!(
-                "!{command} ({code})\n{}{}",
-                stdout.trim_end(),
-                if stderr.trim().is_empty() {
-                    String::new()
-                } else {
-                    format!("\n{}", stderr.trim_end())
-                }
-            )
+            format!("!{command} ({code})\n{}", printed(stdout, stderr))
         }
         EventKind::ToolResult {
             content, is_error, ..

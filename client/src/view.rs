@@ -870,13 +870,7 @@ impl View {
                 stderr,
                 exit_code,
             } => {
-                let mut text = stdout.trim_end().to_owned();
-                if !stderr.trim().is_empty() {
-                    if !text.is_empty() {
-                        text.push('\n');
-                    }
-                    text.push_str(stderr.trim_end());
-                }
+                let mut text = render::printed(stdout, stderr);
                 if text.is_empty() {
                     text = "(no output)".into();
                 }
@@ -897,23 +891,12 @@ impl View {
                 // What changed and who changed it (a change this client made through its own
                 // command line, the mode or the budget, says so itself).
                 let mine = self.mine(by);
-                let mut parts = Vec::new();
-                if let Some(m) = model {
-                    parts.push(format!("model {m}"));
-                }
-                match effort.as_deref() {
-                    Some("") => parts.push("effort: the model's default".into()),
-                    Some(e) => parts.push(format!("effort {e}")),
-                    None => {}
-                }
-                if let Some(m) = permission_mode.filter(|_| !mine) {
-                    parts.push(format!("mode {}", m.as_str()));
-                }
-                match budget_usd.filter(|_| !mine) {
-                    Some(b) if b > 0.0 => parts.push(format!("budget ${b:.2}")),
-                    Some(_) => parts.push("no budget".into()),
-                    None => {}
-                }
+                let parts = render::changes(
+                    model,
+                    effort,
+                    permission_mode.filter(|_| !mine),
+                    budget_usd.filter(|_| !mine),
+                );
                 if !parts.is_empty() {
                     let who = by
                         .as_ref()

@@ -373,3 +373,26 @@ pub(crate) fn slow_reply(text: &str) -> Step {
         ..Default::default()
     }
 }
+
+/// A turn that reads `notes.txt` and then edits "old words" in it to "fresh words" (asked
+/// about in the default mode), then says "Edited."; [`notes`] writes the file.
+pub(crate) fn notes_edit(title: &str) -> Script {
+    Script::of([
+        Step::text("Reading.").tool_use("Read", json!({"file_path": "notes.txt"})),
+        Step::text("Editing.").tool_use(
+            "Edit",
+            json!({"file_path": "notes.txt", "old_string": "old words", "new_string": "fresh words"}),
+        ),
+        Step::text("Edited."),
+    ])
+    .titling(title)
+}
+
+/// Writes the `notes.txt` that [`notes_edit`] edits, in the daemon's work directory.
+pub(crate) fn notes(daemon: &Daemon) -> anyhow::Result<()> {
+    std::fs::write(
+        daemon.workdir().join("notes.txt"),
+        "first\nold words\nlast\n",
+    )?;
+    Ok(())
+}

@@ -5,7 +5,8 @@
 //! whole in the history, and a clean terminal after a detach.
 
 use crate::pty::{
-    only_session, settled, slow_reply, status_row, tether, tether_at, turn_messages, two_terminals,
+    notes, notes_edit, only_session, settled, slow_reply, status_row, tether, tether_at,
+    turn_messages, two_terminals,
 };
 use anyhow::Context;
 use serde_json::json;
@@ -115,22 +116,9 @@ fn any_controller_stops_the_running_turn_and_an_observer_is_told_it_cannot() -> 
 #[test]
 fn a_second_controller_gets_the_whole_prompt_and_loses_it_when_the_first_answers()
 -> anyhow::Result<()> {
-    let fake = Fake::start(
-        Script::of([
-            Step::text("Reading.").tool_use("Read", json!({"file_path": "notes.txt"})),
-            Step::text("Editing.").tool_use(
-                "Edit",
-                json!({"file_path": "notes.txt", "old_string": "old words", "new_string": "fresh words"}),
-            ),
-            Step::text("Edited."),
-        ])
-        .titling("Two approvers"),
-    )?;
+    let fake = Fake::start(notes_edit("Two approvers"))?;
     let daemon = Daemon::start_with(fake.env())?;
-    std::fs::write(
-        daemon.workdir().join("notes.txt"),
-        "first\nold words\nlast\n",
-    )?;
+    notes(&daemon)?;
     let (mut a, mut b, _) = two_terminals(&daemon)?;
     a.send_line("edit the notes")?;
     a.want("Allow Edit?")?;

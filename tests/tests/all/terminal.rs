@@ -3,8 +3,8 @@
 //! `tether -c`, folded pastes and a clipboard image.
 
 use crate::pty::{
-    echo_script, only_session, settled, slow_reply, status_row, tether, tether_in, tether_with,
-    turn_messages, turn_request, two_terminals,
+    echo_script, notes, notes_edit, only_session, settled, slow_reply, status_row, tether,
+    tether_in, tether_with, turn_messages, turn_request, two_terminals,
 };
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -611,22 +611,9 @@ fn no_with_a_message_tells_the_model_what_to_do_instead() -> anyhow::Result<()> 
 
 #[test]
 fn an_approved_edit_shows_its_diff_once() -> anyhow::Result<()> {
-    let fake = Fake::start(
-        Script::of([
-            Step::text("Reading.").tool_use("Read", json!({"file_path": "notes.txt"})),
-            Step::text("Editing.").tool_use(
-                "Edit",
-                json!({"file_path": "notes.txt", "old_string": "old words", "new_string": "fresh words"}),
-            ),
-            Step::text("Edited."),
-        ])
-        .titling("An edit"),
-    )?;
+    let fake = Fake::start(notes_edit("An edit"))?;
     let daemon = Daemon::start_with(fake.env())?;
-    std::fs::write(
-        daemon.workdir().join("notes.txt"),
-        "first\nold words\nlast\n",
-    )?;
+    notes(&daemon)?;
     let mut a = tether(&daemon, &["--", "edit the notes"])?;
     a.want("Allow Edit?")?;
     a.want("+fresh words")?;
