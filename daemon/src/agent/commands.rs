@@ -19,6 +19,8 @@ pub enum SlashCommand {
     Effort(Option<String>),
     /// `/cost`: the session's usage and cost.
     Cost,
+    /// `/context`: what fills the context window, by part.
+    Context,
     /// `/budget [amount]`: show or set the session's budget in USD (`0` or `off`: no cap).
     Budget(Option<String>),
     /// `/sandbox`: whether Bash runs in the OS sandbox, and how.
@@ -46,7 +48,7 @@ pub enum SlashCommand {
 
 /// The built-in commands, for error messages and completion.
 pub const BUILTIN: &[&str] = &[
-    "clear", "compact", "model", "effort", "cost", "budget", "sandbox",
+    "clear", "compact", "model", "effort", "cost", "context", "budget", "sandbox",
 ];
 
 /// Reads the command in `input`, if its first text item is one. Custom commands are looked up
@@ -80,6 +82,7 @@ pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<Sla
         "model" => SlashCommand::Model(arg),
         "effort" => SlashCommand::Effort(arg),
         "cost" => SlashCommand::Cost,
+        "context" => SlashCommand::Context,
         "budget" => SlashCommand::Budget(arg),
         "sandbox" => SlashCommand::Sandbox,
         // A project's or user's command of the same name wins over a built-in prompt.
@@ -215,6 +218,7 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
             "[level]: show or set the effort (low … max, default)",
         ),
         ("cost", "tokens and cost of this session"),
+        ("context", "what fills the context window, by part"),
         (
             "budget",
             "[amount]: show or set the most this session may spend, in USD (0: no cap)",
@@ -462,6 +466,11 @@ mod tests {
                     "builtin"
                 ),
                 ("cost", "tokens and cost of this session", "builtin"),
+                (
+                    "context",
+                    "what fills the context window, by part",
+                    "builtin"
+                ),
                 (
                     "budget",
                     "[amount]: show or set the most this session may spend, in USD (0: no cap)",

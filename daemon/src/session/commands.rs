@@ -37,6 +37,11 @@ impl SessionActor {
                 self.say(&turn_id, text);
                 self.finish_command(turn_id, None)
             }
+            SlashCommand::Context => {
+                let text = self.context_text();
+                self.say(&turn_id, text);
+                self.finish_command(turn_id, None)
+            }
             SlashCommand::Budget(None) => {
                 let text = self.budget_text();
                 self.say(&turn_id, text);
@@ -248,6 +253,70 @@ impl SessionActor {
         let text = self.budget_text();
         self.say(&turn_id, text);
         self.finish_command(turn_id, None)
+    }
+
+    /// `/context`: the parts of what the next request sends, each as about a quarter of its
+    /// bytes in tokens, against the model's window and the last request's measured size.
+    fn context_text(&self) -> String {
+        let tokens = |bytes: usize| bytes.div_ceil(4) as u64;
+        let shown = |n: u64| {
+            if n >= 1000 {
+                format!("{:.1}k", n as f64 / 1000.0)
+            } else {
+                n.to_string()
+            }
+        };
+        let prefix = self.history.prefix.as_ref();
+        let instructions = prefix.map_or(0, |p| tokens(p.instructions.len()));
+        let environment = prefix.map_or(0, |p| {
+            tokens(p.environment.len() + p.git.as_deref().map_or(0, str::len))
+        });
+        let memory = prefix.map_or(0, |p| tokens(p.memory.as_deref().map_or(0, str::len)));
+        let definitions = self.env.tools.definitions();
+        let tool_bytes = serde_json::to_string(&definitions).map_or(0, |t| t.len());
+        let tools = tokens(tool_bytes);
+        let messages = self.history.messages();
+        let message_bytes = serde_json::to_string(&messages).map_or(0, |m| m.len());
+        let conversation = tokens(message_bytes);
+        let total = instructions + environment + memory + tools + conversation;
+        let model = &self.journal.record.model;
+        let window = self.env.catalog.info(model).map(|i| i.context_window);
+        let mut out = match window {
+            Some(w) => format!(
+                "context: about {} of {} tokens ({:.0}%)",
+                shown(total),
+                shown(w),
+                100.0 * total as f64 / w.max(1) as f64
+            ),
+            None => format!("context: about {} tokens", shown(total)),
+        };
+        if self.history.last_context_tokens > 0 {
+            out.push_str(&format!(
+                "; the last request measured {}",
+                shown(self.history.last_context_tokens)
+            ));
+        }
+        let rows = [
+            ("system prompt", instructions),
+            ("environment and git", environment),
+            ("memory files (CLAUDE.md)", memory),
+            (&*format!("tools ({})", definitions.len()), tools),
+            (
+                &*format!("conversation ({} messages)", messages.len()),
+                conversation,
+            ),
+        ];
+        for (part, n) in rows {
+            out.push_str(&format!("\n  {part:<28} {:>7}", shown(n)));
+        }
+        if let Some(w) = window {
+            out.push_str(&format!(
+                "\n  {:<28} {:>7}",
+                "free",
+                shown(w.saturating_sub(total))
+            ));
+        }
+        out
     }
 
     fn cost_text(&self) -> String {

@@ -638,6 +638,21 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
             .as_str()
             .is_some_and(|m| m.contains("session cost $"))
     );
+    // What fills the window, by part, against the model's window.
+    let events = run_turn(&mut c, &session, "/context")?;
+    let said = of_type(&events, "notice")[0]["data"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    for part in [
+        "context: about ",
+        "system prompt",
+        "tools (",
+        "conversation (2 messages)",
+        "free",
+    ] {
+        assert!(said.contains(part), "{part:?} in {said}");
+    }
 
     let events = run_turn(&mut c, &session, "# the tests live in tests/all")?;
     assert!(
