@@ -75,10 +75,10 @@ struct Cli {
     #[arg(long, value_name = "N")]
     max_turns: Option<u32>,
     /// Allow these without asking (permission rules: `Bash(git diff:*)`, `Edit`).
-    #[arg(long = "allowedTools", alias = "allowed-tools", value_name = "RULES", num_args = 1.., value_delimiter = ',')]
+    #[arg(long = "allowedTools", alias = "allowed-tools", value_name = "RULES", num_args = 1..)]
     allowed_tools: Vec<String>,
     /// Tools the model does not get.
-    #[arg(long = "disallowedTools", alias = "disallowed-tools", value_name = "TOOLS", num_args = 1.., value_delimiter = ',')]
+    #[arg(long = "disallowedTools", alias = "disallowed-tools", value_name = "TOOLS", num_args = 1..)]
     disallowed_tools: Vec<String>,
     /// Only these tools (names, comma-separated); "" for none, "default" for all.
     #[arg(long, value_name = "TOOLS")]
@@ -392,8 +392,8 @@ fn turn_options(
 ) -> anyhow::Result<tether_proto::TurnOptions> {
     Ok(tether_proto::TurnOptions {
         max_turns: cli.max_turns,
-        allowed_tools: cli.allowed_tools.clone(),
-        disallowed_tools: cli.disallowed_tools.clone(),
+        allowed_tools: rule_list(&cli.allowed_tools),
+        disallowed_tools: rule_list(&cli.disallowed_tools),
         tools: cli.tools.as_deref().and_then(tool_list),
         fallback_model: cli.fallback_model.clone(),
         mcp_config: mcp_servers(&cli.mcp_config)?,
@@ -448,11 +448,46 @@ fn settings_flag(arg: Option<&str>) -> anyhow::Result<Option<serde_json::Value>>
     Ok(Some(v))
 }
 
-/// `--agents` JSON (an object of agents by name).
+/// `--allowedTools` / `--disallowedTools` rules as claude takes them: separate arguments, or
+/// one argument of rules separated by commas or spaces — never inside a rule's parentheses
+/// (`"Bash(git add:*) Edit"` is two rules).
+fn rule_list(values: &[String]) -> Vec<String> {
+    let mut rules = Vec::new();
+    for value in values {
+        let mut depth = 0usize;
+        let mut current = String::new();
+        for c in value.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            if depth == 0 && (c == ',' || c.is_whitespace()) {
+                if !current.trim().is_empty() {
+                    rules.push(current.trim().to_owned());
+                }
+                current.clear();
+            } else {
+                current.push(c);
+            }
+        }
+        if !current.trim().is_empty() {
+            rules.push(current.trim().to_owned());
+        }
+    }
+    rules
+}
+
+/// `--agents`: an object of agents by name, as JSON or a file holding it.
 fn agents_flag(arg: Option<&str>) -> anyhow::Result<Option<serde_json::Value>> {
     let Some(arg) = arg else { return Ok(None) };
-    let v: serde_json::Value =
-        serde_json::from_str(arg).map_err(|e| anyhow::anyhow!("--agents: not valid JSON: {e}"))?;
+    let text = if arg.trim_start().starts_with(['{', '[']) {
+        arg.to_owned()
+    } else {
+        read_flag_file("--agents", std::path::Path::new(arg))?
+    };
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("--agents: not valid JSON: {e}"))?;
     if !v.is_object() {
         anyhow::bail!("--agents: expected an object of agents by name");
     }
@@ -664,5 +699,20 @@ fn main() -> ExitCode {
             eprintln!("tether: {}", connection::describe(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rules_split_at_commas_and_spaces_but_not_inside_parentheses() {
+        let given =
+            |v: &[&str]| super::rule_list(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            given(&["Bash(git add:*) Edit,Read", "Bash(npm run test:*)"]),
+            ["Bash(git add:*)", "Edit", "Read", "Bash(npm run test:*)"]
+        );
+        assert_eq!(given(&["Bash(a, b)"]), ["Bash(a, b)"]);
+        assert!(given(&[" , "]).is_empty());
     }
 }

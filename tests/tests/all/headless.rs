@@ -115,7 +115,7 @@ fn print_mode_rejects_bad_options_with_the_daemons_reason() -> anyhow::Result<()
             "tether: options.maxTurns must be at least 1\n",
         ),
         (
-            vec!["-p", "hi", "--allowedTools", "Read,Bash(git diff"],
+            vec!["-p", "hi", "--allowedTools", "Read Bash(git diff"],
             "tether: options.allowedTools: \"Bash(git diff\" is not a rule: missing the closing parenthesis\n",
         ),
     ] {
@@ -563,7 +563,10 @@ fn agents_given_with_the_flag_run_with_their_prompt_and_bad_json_is_refused() ->
         "tools": ["Read"],
     }})
     .to_string();
-    let out = daemon.run_tether(&["-p", "check it", "--agents", &agents])?;
+    // As a file, which claude also takes.
+    let file = daemon.dir.path().join("agents.json");
+    std::fs::write(&file, &agents)?;
+    let out = daemon.run_tether(&["-p", "check it", "--agents", &file.display().to_string()])?;
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8(out.stdout)?, "Checked.\n");
     let child = &fake.server.message_requests()[1].body;
