@@ -16,6 +16,9 @@ use std::time::Duration;
 use tether_proto::{EventKind, StopReason, TokenUsage, TurnError};
 use tokio_util::sync::CancellationToken;
 
+/// Overloaded answers in a row before a turn with a fallback model switches to it.
+const OVERLOADED_BEFORE_FALLBACK: u32 = 3;
+
 /// Counts the bytes written to it, and keeps none.
 struct Counted(u64);
 
@@ -441,6 +444,12 @@ impl Turn {
             request.system = self.ctx.system.clone();
             request.tools = tools.clone();
             self.ctx.net.catalog.shape(&mut request, &self.ctx.policy);
+            // With another model to fall back to, three overloaded answers in a row are enough
+            // (as in Claude Code), not the whole retry budget.
+            let fallback = self.ctx.limits.fallback_model.as_deref();
+            if fallback.is_some_and(|f| self.ctx.net.catalog.resolve(f) != model_id) {
+                request.overloaded_limit = Some(OVERLOADED_BEFORE_FALLBACK);
+            }
             let request = request.with_cache_breakpoints(self.ctx.policy.prefix_ttl);
             // Held until the reply is counted (or the attempt fails).
             let reserved = match self.reserve(&request) {

@@ -176,6 +176,7 @@ impl AnthropicClient {
         let (url, body) = self.target(request)?;
         let betas = request.beta_header();
         let mut retry = 0u32;
+        let mut overloaded = 0u32;
         let mut reauthenticated = false;
         loop {
             let mut streamed = false;
@@ -235,7 +236,15 @@ impl AnthropicClient {
                 b.invalidate().await;
                 continue;
             }
-            if !error.is_retryable() || retry >= self.config.retry.max_retries {
+            overloaded = if error.is_overloaded() {
+                overloaded + 1
+            } else {
+                0
+            };
+            if !error.is_retryable()
+                || retry >= self.config.retry.max_retries
+                || request.overloaded_limit.is_some_and(|l| overloaded >= l)
+            {
                 return Err(error);
             }
             let delay = self.config.retry.delay(retry, &error);

@@ -210,6 +210,10 @@ pub struct MessagesRequest {
     /// The `anthropic-beta` features this request uses (a header, not part of the body).
     #[serde(skip)]
     pub betas: Vec<String>,
+    /// Overloaded answers in a row after which the request gives up instead of retrying on (a
+    /// fallback model waits; Claude Code switches after 3). `None`: retried like any error.
+    #[serde(skip)]
+    pub overloaded_limit: Option<u32>,
 }
 
 /// Block types that accept a `cache_control` breakpoint.
@@ -273,6 +277,7 @@ impl MessagesRequest {
             context_management: None,
             stream: true,
             betas: Vec::new(),
+            overloaded_limit: None,
         }
     }
 

@@ -435,6 +435,37 @@ fn claude_codes_flags_skip_permissions_and_name_the_session() -> anyhow::Result<
     Ok(())
 }
 
+#[test]
+fn a_model_overloaded_three_times_in_a_row_gives_way_to_the_fallback() -> anyhow::Result<()> {
+    // Retryable overloaded answers (no `x-should-retry: false`), the server asking for no wait.
+    let overloaded =
+        || Step::error(529, "overloaded_error", "Overloaded").header("retry-after", "0");
+    let fake = Fake::start(Script::of([
+        overloaded(),
+        overloaded(),
+        overloaded(),
+        Step::text("from the fallback"),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let out = daemon.run_tether(&["-p", "hi", "--fallback-model", "haiku"])?;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8(out.stdout)?, "from the fallback\n");
+    let models: Vec<String> = fake
+        .server
+        .message_requests()
+        .iter()
+        .filter(|r| r.body["tools"].is_array())
+        .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(models.len(), 4, "{models:?}");
+    assert!(models[..3].iter().all(|m| m == &models[0]), "{models:?}");
+    assert!(
+        models[3].contains("haiku"),
+        "the fourth asks the fallback: {models:?}"
+    );
+    Ok(())
+}
+
 /// claude's `--tools`, `--fallback-model` and `--max-budget-usd`, and the result's
 /// `duration_api_ms`.
 #[test]
