@@ -526,15 +526,36 @@ impl ModelCatalog {
         }
     }
 
+    /// The model a turn asks for when the session's model is `name` in a session that is
+    /// `planning` or not: `opusplan` plans with `opus` and works with `sonnet`; any other name
+    /// is itself.
+    pub fn for_mode<'a>(&self, name: &'a str, planning: bool) -> &'a str {
+        match (name.trim(), planning) {
+            ("opusplan", true) => "opus",
+            ("opusplan", false) => "sonnet",
+            _ => name,
+        }
+    }
+
     /// The model a session uses when none was chosen: the configured one, else `sonnet`.
     pub fn default_model(&self) -> &str {
         self.default_model.as_deref().unwrap_or("sonnet")
     }
 
     /// The API model id for an alias or id (`sonnet` → `claude-sonnet-5-5`, `opus[1m]` →
-    /// `claude-opus-5-5[1m]`); ids pass through.
+    /// `claude-opus-5-5[1m]`); ids pass through. Claude Code's names for a choice: `best` is
+    /// `opus`, `default` the configured model of new sessions, `opusplan` `sonnet` (and `opus`
+    /// while planning: [`Self::for_mode`]).
     pub fn resolve(&self, name: &str) -> String {
         let name = name.trim();
+        match name {
+            "best" => return self.resolve("opus"),
+            "opusplan" => return self.resolve("sonnet"),
+            "default" if self.default_model() != "default" => {
+                return self.resolve(self.default_model());
+            }
+            _ => {}
+        }
         let (base, long) = match name.strip_suffix(LONG_CONTEXT_SUFFIX) {
             Some(b) => (b, LONG_CONTEXT_SUFFIX),
             None => (name, ""),
@@ -841,6 +862,23 @@ mod tests {
             ..ModelCatalog::default()
         };
         assert_eq!(o.resolve("haiku"), "my-haiku");
+    }
+
+    #[test]
+    fn claude_codes_names_for_a_choice_resolve() {
+        let c = ModelCatalog::from_env(Some("haiku".into()));
+        assert_eq!(c.resolve("best"), c.resolve("opus"));
+        assert_eq!(c.resolve("default"), "claude-haiku-5-5");
+        assert_eq!(c.resolve("opusplan"), c.resolve("sonnet"));
+        assert_eq!(c.for_mode("opusplan", true), "opus");
+        assert_eq!(c.for_mode("opusplan", false), "sonnet");
+        assert_eq!(c.for_mode("haiku", true), "haiku");
+        for name in ["best", "default", "opusplan"] {
+            assert!(c.check(name).is_ok(), "{name}");
+        }
+        // A configured default that says `default` does not loop.
+        let odd = ModelCatalog::from_env(Some("default".into()));
+        assert_eq!(odd.resolve("default"), "default");
     }
 
     #[test]

@@ -436,7 +436,13 @@ impl SessionActor {
             let message = format!("the prompt was blocked by a UserPromptSubmit hook: {reason}");
             return self.refuse(turn_id, "prompt_blocked", message);
         }
-        let mut model = self.journal.record.model.clone();
+        // `opusplan`: opus for a turn that starts planning, sonnet otherwise.
+        let planning = self.journal.record.permission_mode == tether_proto::PermissionMode::Plan;
+        let mut model = self
+            .env
+            .catalog
+            .for_mode(&self.journal.record.model, planning)
+            .to_owned();
         // The Task tool offers the project's and the user's agent types, and the turn's own.
         let agents = prepared.agents.with_flag(request.options.agents.as_ref());
         for problem in agents.problems.clone() {

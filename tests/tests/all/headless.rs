@@ -436,6 +436,43 @@ fn claude_codes_flags_skip_permissions_and_name_the_session() -> anyhow::Result<
 }
 
 #[test]
+fn opusplan_plans_with_opus_and_works_with_sonnet_and_best_is_opus() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("A plan."),
+        Step::text("Done."),
+        Step::text("Best."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    for args in [
+        vec![
+            "-p",
+            "plan it",
+            "--model",
+            "opusplan",
+            "--permission-mode",
+            "plan",
+        ],
+        vec!["-p", "do it", "--model", "opusplan"],
+        vec!["-p", "your best", "--model", "best"],
+    ] {
+        let out = daemon.run_tether(&args)?;
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let models: Vec<String> = fake
+        .server
+        .message_requests()
+        .iter()
+        .filter(|r| r.body["tools"].is_array())
+        .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(models.len(), 3, "{models:?}");
+    assert!(models[0].contains("opus"), "{models:?}");
+    assert!(models[1].contains("sonnet"), "{models:?}");
+    assert!(models[2].contains("opus"), "{models:?}");
+    Ok(())
+}
+
+#[test]
 fn a_model_overloaded_three_times_in_a_row_gives_way_to_the_fallback() -> anyhow::Result<()> {
     // Retryable overloaded answers (no `x-should-retry: false`), the server asking for no wait.
     let overloaded =
