@@ -81,6 +81,8 @@ pub struct View {
     asked: HashMap<String, String>,
     /// Open permission requests: request id → the call that waits for it.
     waiting: HashMap<String, String>,
+    /// The text the model wrote in the latest turn (what `/copy` copies).
+    reply: String,
     /// The latest folded tool results: the call's header and every line.
     folds: std::collections::VecDeque<(String, Vec<String>)>,
     /// A subscription's replay is being shown (until its `replay_complete`): who came and went
@@ -324,6 +326,7 @@ impl View {
             previewed: HashSet::new(),
             asked: HashMap::new(),
             waiting: HashMap::new(),
+            reply: String::new(),
             folds: Default::default(),
             replaying: true,
         }
@@ -465,12 +468,25 @@ impl View {
         lines.into_iter().map(|l| fit_visible(&l, width)).collect()
     }
 
+    /// The text the model wrote in the latest turn, its blocks a blank line apart.
+    pub fn last_reply(&self) -> &str {
+        &self.reply
+    }
+
     /// Keeps track of what the live area shows.
     fn track(&mut self, ev: &Event) {
         let ts = humantime::parse_rfc3339_weak(ev.ts.trim_end_matches('Z')).ok();
         match &ev.kind {
             EventKind::TurnStarted { .. } => {
                 self.turn_since = ts.or_else(|| Some(std::time::SystemTime::now()));
+                self.reply.clear();
+            }
+            EventKind::AssistantBlockCompleted { block, .. } if block["type"] == "text" => {
+                if !self.reply.is_empty() {
+                    self.reply.push_str("\n\n");
+                }
+                self.reply
+                    .push_str(block["text"].as_str().unwrap_or_default());
             }
             EventKind::TurnEnded { .. } => {
                 self.turn_since = None;

@@ -45,6 +45,11 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
     ),
     ("/usage", "tokens and cost of this session (as /cost)"),
     (
+        "/memory",
+        "/memory [user]: edit the project's CLAUDE.md (or yours) in $EDITOR",
+    ),
+    ("/copy", "copy the model's last reply to the clipboard"),
+    (
         "/doctor",
         "check the socket, the daemon, credentials and configuration",
     ),
@@ -280,6 +285,33 @@ impl Repl {
                 }
             }
             "/usage" => return self.send_text("/cost").await,
+            "/memory" => {
+                let file = if arg == "user" {
+                    match std::env::var_os("HOME") {
+                        Some(home) => std::path::PathBuf::from(home).join(".claude/CLAUDE.md"),
+                        None => {
+                            self.say(&s.error("no HOME: the user's memory file has no place"));
+                            self.edit();
+                            return Ok(false);
+                        }
+                    }
+                } else {
+                    std::path::Path::new(&self.cwd).join("CLAUDE.md")
+                };
+                self.say(&memory_edited(&file, s));
+            }
+            "/copy" => {
+                let reply = self.view.last_reply().to_owned();
+                if reply.trim().is_empty() {
+                    self.say(&s.dim("nothing to copy yet: the model has not written anything"));
+                } else {
+                    let how = copy_to_clipboard(&reply);
+                    self.say(&s.dim(&format!(
+                        "copied the last reply ({} characters) {how}",
+                        reply.chars().count()
+                    )));
+                }
+            }
             "/diff" => {
                 let text = diff_of(&self.cwd, s);
                 self.print(&text);
@@ -651,4 +683,58 @@ fn diff_of(dir: &str, style: crate::style::Style) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `/memory`: opens `file` in the user's editor with the terminal as it started (created with
+/// its folder when missing); what to say after.
+fn memory_edited(file: &std::path::Path, style: crate::style::Style) -> String {
+    if let Some(dir) = file.parent()
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        return style.error(&format!("cannot create {}: {e}", dir.display()));
+    }
+    let mut editor = super::editor::external_editor();
+    editor.arg(file);
+    let ran = super::quiet::cooked(|| editor.status());
+    match ran {
+        Ok(status) if status.success() => style.dim(&format!(
+            "{} saved; the model reads it from the next turn",
+            file.display()
+        )),
+        Ok(status) => style.error(&format!("the editor ended with {status}")),
+        Err(e) => style.error(&format!("the editor could not start: {e} (set $EDITOR)")),
+    }
+}
+
+/// Puts `text` on the clipboard: through the terminal (OSC 52, which reaches the user's own
+/// clipboard over SSH and in tmux with `set-clipboard on`), and through `wl-copy` or `xclip`
+/// when one is installed; says how.
+fn copy_to_clipboard(text: &str) -> &'static str {
+    use base64::Engine;
+    use std::io::Write;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+    let mut out = std::io::stdout();
+    let _ = write!(out, "\x1b]52;c;{encoded}\x07");
+    let _ = out.flush();
+    for (program, args) in [
+        ("wl-copy", &[][..]),
+        ("xclip", &["-selection", "clipboard"][..]),
+    ] {
+        let Ok(mut child) = std::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        else {
+            continue;
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(text.as_bytes());
+        }
+        if child.wait().is_ok_and(|s| s.success()) {
+            return "to the clipboard";
+        }
+    }
+    "through the terminal (OSC 52)"
 }

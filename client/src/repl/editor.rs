@@ -76,7 +76,7 @@ pub fn history_file(data_dir: &Path, cwd: &str) -> PathBuf {
 
 /// The editor Ctrl+G opens the prompt in: `$VISUAL`, else `$EDITOR` (either may carry
 /// arguments, as `code --wait`), else `vi`.
-fn external_editor() -> std::process::Command {
+pub(super) fn external_editor() -> std::process::Command {
     let line = std::env::var("VISUAL")
         .ok()
         .filter(|v| !v.trim().is_empty())

@@ -458,6 +458,26 @@ fn the_commands_people_type_and_ctrl_g() -> anyhow::Result<()> {
     a.send("\r")?;
     a.want("Got the edited prompt.")?;
     crate::pty::turn_request(&fake, "a prompt written in the editor")?;
+    a.want("› ")?;
+    // /copy puts the reply on the clipboard through the terminal.
+    a.send_line("/copy")?;
+    a.want("copied the last reply (22 characters)")?;
+    let encoded = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode("Got the edited prompt.")
+    };
+    assert!(
+        a.printed_after("/copy")
+            .contains(&format!("\x1b]52;c;{encoded}\x07")),
+        "no OSC 52 copy"
+    );
+    // /memory opens the project's CLAUDE.md in the editor.
+    a.send_line("/memory")?;
+    a.want("CLAUDE.md saved")?;
+    assert_eq!(
+        std::fs::read_to_string(daemon.workdir().join("CLAUDE.md"))?,
+        "a prompt written in the editor"
+    );
     Ok(())
 }
 
