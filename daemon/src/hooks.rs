@@ -155,6 +155,8 @@ struct Entry {
     event: HookEvent,
     matcher: Option<String>,
     actions: Vec<Action>,
+    /// Where it was configured (a settings file, config.toml, `--settings`, the SDK).
+    source: String,
 }
 
 /// Asks the SDK program that started a turn to run one of its hook callbacks: its answer
@@ -374,6 +376,7 @@ impl Hooks {
                     event,
                     matcher,
                     actions,
+                    source: source.to_owned(),
                 });
             }
         }
@@ -412,6 +415,7 @@ impl Hooks {
                         .map(str::to_owned)
                         .filter(|m| !m.is_empty() && m != "*"),
                     actions,
+                    source: "the SDK program".to_owned(),
                 });
             }
         }
@@ -421,6 +425,34 @@ impl Hooks {
     /// Tells `watcher` of every run from now on.
     pub fn watched_by(&mut self, watcher: std::sync::Arc<dyn Watcher>) {
         self.watcher = Some(watcher);
+    }
+
+    /// Every hook, one line each — event, matcher, what it runs, where it was configured —
+    /// then the problems of the files they came from (`/hooks`).
+    pub fn describe(&self) -> String {
+        let mut lines: Vec<String> = self
+            .entries
+            .iter()
+            .flat_map(|e| {
+                let matcher = e
+                    .matcher
+                    .as_deref()
+                    .map(|m| format!(" [{m}]"))
+                    .unwrap_or_default();
+                e.actions.iter().map(move |a| {
+                    let runs = match a {
+                        Action::Command(c) => c.command.clone(),
+                        Action::Callback { id, .. } => format!("callback {id}"),
+                    };
+                    format!("{}{matcher}: {runs}  ({})", e.event, e.source)
+                })
+            })
+            .collect();
+        if lines.is_empty() {
+            lines.push("no hooks (settings files' \"hooks\", tether's [hooks])".into());
+        }
+        lines.extend(self.problems.iter().map(|p| format!("! {p}")));
+        lines.join("\n")
     }
 
     /// Whether any hook listens to `event`.

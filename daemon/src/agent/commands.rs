@@ -21,6 +21,10 @@ pub enum SlashCommand {
     Cost,
     /// `/context`: what fills the context window, by part.
     Context,
+    /// `/agents`: the sub-agent types the Agent tool offers.
+    Agents,
+    /// `/hooks`: the hooks in effect and where each comes from.
+    Hooks,
     /// `/budget [amount]`: show or set the session's budget in USD (`0` or `off`: no cap).
     Budget(Option<String>),
     /// `/sandbox`: whether Bash runs in the OS sandbox, and how.
@@ -48,7 +52,8 @@ pub enum SlashCommand {
 
 /// The built-in commands, for error messages and completion.
 pub const BUILTIN: &[&str] = &[
-    "clear", "compact", "model", "effort", "cost", "context", "budget", "sandbox",
+    "clear", "compact", "model", "effort", "cost", "context", "agents", "hooks", "budget",
+    "sandbox",
 ];
 
 /// Reads the command in `input`, if its first text item is one. Custom commands are looked up
@@ -83,6 +88,8 @@ pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<Sla
         "effort" => SlashCommand::Effort(arg),
         "cost" => SlashCommand::Cost,
         "context" => SlashCommand::Context,
+        "agents" => SlashCommand::Agents,
+        "hooks" => SlashCommand::Hooks,
         "budget" => SlashCommand::Budget(arg),
         "sandbox" => SlashCommand::Sandbox,
         // A project's or user's command of the same name wins over a built-in prompt.
@@ -219,6 +226,11 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
         ),
         ("cost", "tokens and cost of this session"),
         ("context", "what fills the context window, by part"),
+        (
+            "agents",
+            "the sub-agent types the Agent tool offers, and where each is defined",
+        ),
+        ("hooks", "the hooks in effect, and where each is configured"),
         (
             "budget",
             "[amount]: show or set the most this session may spend, in USD (0: no cap)",
@@ -469,6 +481,16 @@ mod tests {
                 (
                     "context",
                     "what fills the context window, by part",
+                    "builtin"
+                ),
+                (
+                    "agents",
+                    "the sub-agent types the Agent tool offers, and where each is defined",
+                    "builtin"
+                ),
+                (
+                    "hooks",
+                    "the hooks in effect, and where each is configured",
                     "builtin"
                 ),
                 (

@@ -42,6 +42,7 @@ impl SessionActor {
                 self.say(&turn_id, text);
                 self.finish_command(turn_id, None)
             }
+            SlashCommand::Agents | SlashCommand::Hooks => self.listing(turn_id, command),
             SlashCommand::Budget(None) => {
                 let text = self.budget_text();
                 self.say(&turn_id, text);
@@ -253,6 +254,35 @@ impl SessionActor {
         let text = self.budget_text();
         self.say(&turn_id, text);
         self.finish_command(turn_id, None)
+    }
+
+    /// `/agents` and `/hooks`: read from the session's files in a task (they may be many),
+    /// then said.
+    fn listing(&mut self, turn_id: TurnId, command: SlashCommand) {
+        let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let configured = self.env.config_hooks.clone();
+        let Some(tx) = self.me.upgrade() else { return };
+        self.tasks.spawn(async move {
+            let text = tokio::task::spawn_blocking(move || match command {
+                SlashCommand::Hooks => {
+                    crate::hooks::Hooks::load(&cwd, home.as_deref(), configured.as_ref()).describe()
+                }
+                _ => {
+                    let found = crate::tools::agents::load(&cwd, home.as_deref());
+                    let mut lines: Vec<String> = found
+                        .agents
+                        .iter()
+                        .map(|a| format!("{} ({}): {}", a.name, a.source, a.description))
+                        .collect();
+                    lines.extend(found.problems.iter().map(|p| format!("! {p}")));
+                    lines.join("\n")
+                }
+            })
+            .await
+            .unwrap_or_else(|e| format!("could not read them: {e}"));
+            let _ = tx.send(Command::Answered { turn_id, text });
+        });
     }
 
     /// `/context`: the parts of what the next request sends, each as about a quarter of its

@@ -653,6 +653,20 @@ fn slash_commands_and_memory_notes_are_handled_by_the_daemon() -> anyhow::Result
     ] {
         assert!(said.contains(part), "{part:?} in {said}");
     }
+    // The agent types, and the hooks in effect with where each comes from.
+    let events = run_turn(&mut c, &session, "/agents")?;
+    let said = of_type(&events, "notice")[0]["data"]["message"].to_string();
+    assert!(said.contains("general-purpose (built-in)"), "{said}");
+    std::fs::create_dir_all(daemon.workdir().join(".claude"))?;
+    std::fs::write(
+        daemon.workdir().join(".claude/settings.json"),
+        json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "echo checked"}]}]}})
+            .to_string(),
+    )?;
+    let events = run_turn(&mut c, &session, "/hooks")?;
+    let said = of_type(&events, "notice")[0]["data"]["message"].to_string();
+    assert!(said.contains("PreToolUse [Bash]: echo checked"), "{said}");
+    assert!(said.contains("settings.json"), "{said}");
 
     let events = run_turn(&mut c, &session, "# the tests live in tests/all")?;
     assert!(
