@@ -173,6 +173,19 @@ pub fn wrap_text(text: &str, width: usize) -> Vec<String> {
     out
 }
 
+/// Whether `kind` prints a line aside from the reply being streamed (it leaves its paragraph
+/// open).
+fn aside(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::ClientAttached { .. }
+            | EventKind::ClientDetached { .. }
+            | EventKind::SessionConfigured { .. }
+            | EventKind::Notice { .. }
+            | EventKind::BackgroundShellEnded { .. }
+    )
+}
+
 /// A line of a program's output as one terminal row shows it: what follows the last `\r` (a
 /// progress bar's latest state), without escape sequences or control characters, tabs as
 /// spaces — so the live area's height is what it counts.
@@ -605,9 +618,11 @@ impl View {
             _ => {}
         }
         // The paragraph being streamed ends only before something that prints: an event that
-        // shows nothing (a generated title, say) leaves it open.
+        // shows nothing (a generated title, say) leaves it open, and so does a line aside from
+        // the reply (who came or went, a setting changed, a notice), printed above it: a word
+        // in the middle of its row is never cut by it.
         let out = self.event_text(ev, turn);
-        if out.is_empty() {
+        if out.is_empty() || aside(&ev.kind) {
             return out;
         }
         let mut closed = self.close_text();

@@ -667,3 +667,57 @@ fn an_event_that_prints_nothing_does_not_split_the_streaming_paragraph() {
     let shown: String = events.iter().map(|e| view.feed(e)).collect();
     assert_eq!(shown, "Haiku here.\n");
 }
+
+#[test]
+fn a_notice_while_a_paragraph_streams_never_cuts_a_word_of_it() {
+    let mut v = View::new(Style::plain(40), Some(ConnectionId(1)));
+    v.live = true;
+    let mut shown = String::new();
+    let ts = "2026-12-01T10:00:00.000Z";
+    for (seq, kind) in [
+        (
+            1,
+            EventKind::AssistantBlockStarted {
+                index: 0,
+                kind: "text".into(),
+                block: json!({"type": "text", "text": ""}),
+            },
+        ),
+        (
+            2,
+            EventKind::TextDelta {
+                index: 0,
+                text: "alpha beta gam".into(),
+            },
+        ),
+        (
+            3,
+            EventKind::ClientAttached {
+                client: other(),
+                role: tether_proto::Role::Observer,
+            },
+        ),
+        (
+            4,
+            EventKind::TextDelta {
+                index: 0,
+                text: "ma delta\n".into(),
+            },
+        ),
+        (
+            5,
+            EventKind::AssistantBlockCompleted {
+                index: 0,
+                block: json!({"type": "text", "text": "alpha beta gamma delta\n"}),
+            },
+        ),
+    ] {
+        let mut ev = at(seq, ts, kind);
+        v.replaying = false;
+        ev.seq = Some(seq);
+        shown.push_str(&v.feed(&ev));
+    }
+    assert!(shown.contains("joined as observer"), "{shown}");
+    assert!(shown.contains("alpha beta gamma delta"), "{shown}");
+    assert!(!shown.contains("gam\n"), "{shown}");
+}
