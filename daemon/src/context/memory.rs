@@ -1,7 +1,9 @@
-//! Memory files: `~/.claude/CLAUDE.md`, then from the repository root (or only the working
-//! directory outside a repository) down to the working directory: `CLAUDE.md`,
-//! `.claude/CLAUDE.md`, `CLAUDE.local.md`, `AGENTS.md`. `@relative/path` imports inside them are
-//! inlined up to 4 hops deep; cycles are ignored.
+//! Memory files: `~/.claude/CLAUDE.md` and `~/.claude/rules/*.md`, then from the repository root
+//! (or only the working directory outside a repository) down to the working directory:
+//! `CLAUDE.md`, `.claude/CLAUDE.md`, `CLAUDE.local.md`, `AGENTS.md`, `.claude/rules/*.md`. A rule
+//! file whose frontmatter has `paths:` is for those files only and is not loaded here (its
+//! frontmatter is never part of the text). `@relative/path` imports inside them are inlined up
+//! to 4 hops deep; cycles are ignored.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -33,6 +35,7 @@ pub fn load(cwd: &Path, repo_root: Option<&Path>, home: Option<&Path>) -> Vec<Me
     let mut seen = HashSet::new();
     if let Some(home) = home {
         read(&home.join(".claude/CLAUDE.md"), &mut seen, &mut out);
+        rules(&home.join(".claude/rules"), &mut seen, &mut out);
     }
     let top = repo_root.filter(|r| cwd.starts_with(r)).unwrap_or(cwd);
     let mut dirs: Vec<&Path> = cwd.ancestors().take_while(|d| d.starts_with(top)).collect();
@@ -41,8 +44,37 @@ pub fn load(cwd: &Path, repo_root: Option<&Path>, home: Option<&Path>) -> Vec<Me
         for name in NAMES {
             read(&dir.join(name), &mut seen, &mut out);
         }
+        rules(&dir.join(".claude/rules"), &mut seen, &mut out);
     }
     out
+}
+
+/// The `*.md` rule files of `dir`, by name, that apply everywhere (no `paths:`).
+fn rules(dir: &Path, seen: &mut HashSet<PathBuf>, out: &mut Vec<Memory>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    files.sort();
+    for path in files {
+        let Some(text) = read_capped(&path) else {
+            continue;
+        };
+        let (front, body) = super::frontmatter::split_lenient(&text);
+        if front.list("paths").is_some_and(|p| !p.is_empty()) {
+            continue;
+        }
+        let canonical = path.canonicalize().unwrap_or_else(|_| path.clone());
+        if !seen.insert(canonical) {
+            continue;
+        }
+        let text = inline_imports(&path, body, seen, 1);
+        out.push(Memory { path, text });
+    }
 }
 
 /// One memory file on its own (no imports), if it exists.
@@ -158,6 +190,27 @@ mod tests {
             ]
         );
         assert!(got[1].text.contains("tabs not spaces"), "{}", got[1].text);
+        // Rules: those for every file are read (without their frontmatter), path-scoped ones not.
+        let rules = root.join(".claude/rules");
+        std::fs::create_dir_all(&rules).expect("mkdir");
+        std::fs::write(
+            rules.join("b-testing.md"),
+            "---\ndescription: x\n---\nrun the tests\n",
+        )
+        .expect("w");
+        std::fs::write(
+            rules.join("a-api.md"),
+            "---\npaths: src/api/**\n---\napi only\n",
+        )
+        .expect("w");
+        let with_rules = load(&sub, Some(root), Some(&home));
+        let texts: Vec<&str> = with_rules.iter().map(|m| m.text.as_str()).collect();
+        assert!(texts.contains(&"run the tests\n"), "{texts:?}");
+        assert!(!texts.iter().any(|t| t.contains("api only")), "{texts:?}");
+        assert!(
+            !texts.iter().any(|t| t.contains("description")),
+            "{texts:?}"
+        );
         assert_eq!(
             got[1].text.matches("root rules").count(),
             1,
