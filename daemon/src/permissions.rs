@@ -443,15 +443,14 @@ const SHELL_KEYWORDS: [&str; 17] = [
     "esac", "function", "{", "}", "!",
 ];
 
-/// Whether what `command` runs is decided only as it runs: a loop or condition (its parts are
-/// syntax around commands that may run many times or not at all), or a program named by a
-/// variable or a substitution.
-pub fn decided_as_it_runs(command: &str, parts: &[String]) -> bool {
+/// Whether `parts` are a loop, a condition or a function rather than simple commands: their
+/// commands may run many times or not at all, so what runs is decided only as it runs.
+fn compound_syntax(parts: &[String]) -> bool {
     parts.iter().any(|part| {
         part.split_whitespace()
             .next()
             .is_some_and(|first| SHELL_KEYWORDS.contains(&first) || first.ends_with("()"))
-    }) || shell::program_is_expansion(command)
+    })
 }
 
 /// The rules an `allow_session` / `allow_always` answer adds for this call: for a compound
@@ -464,12 +463,13 @@ pub fn suggest_rules(call: &Call<'_>, rules: &RuleSet) -> Vec<String> {
     let roots = roots_of(rules, call);
     let cmd = call.input["command"].as_str().unwrap_or("");
     let scan = shell::scan(cmd);
-    if !scan.understood || decided_as_it_runs(cmd, &scan.parts) {
+    let expansion = shell::program_is_expansion(cmd);
+    if !scan.understood || expansion || compound_syntax(&scan.parts) {
         // Its parts are not the commands it will run: only exactly this command can be
         // allowed, and not even that when a `*` would make the rule a pattern, or when a
         // variable or a substitution names the program (the rule would allow whatever it
         // names next time).
-        if cmd.contains('*') || shell::program_is_expansion(cmd) {
+        if cmd.contains('*') || expansion {
             return Vec::new();
         }
         return vec![format!("Bash({})", cmd.trim())];

@@ -313,7 +313,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         .with_ansi_colors(setup.color)
         .use_bracketed_paste(true)
         .with_external_printer(setup.printer)
-        .with_transient_prompt(Box::new(super::prompt::Sent))
+        .with_transient_prompt(Box::new(TetherPrompt::sent()))
         .with_buffer_editor(external_editor(), prompt_file(&setup.history))
         .with_poll_interval(std::time::Duration::from_millis(50))
         .with_break_signal(breaking.clone())
@@ -331,7 +331,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
             }
         }));
     let prompt = TetherPrompt {
-        status: setup.status,
+        status: Some(setup.status),
         color: setup.color,
     };
     let (tx, rx) = std::sync::mpsc::channel::<Command>();

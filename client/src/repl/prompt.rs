@@ -57,12 +57,23 @@ impl Status {
 }
 
 /// The input prompt: the status on a row of its own above the input (never beside it, where a
-/// long line would run under it), then `› `.
+/// long line would run under it), then `› `. Without a status it is the prompt a sent line
+/// keeps in the transcript (`› ` and the text).
 pub struct TetherPrompt {
-    /// Shared with the event loop.
-    pub status: Arc<Mutex<Status>>,
+    /// Shared with the event loop (`None`: a sent line's prompt).
+    pub status: Option<Arc<Mutex<Status>>>,
     /// Whether to colour (the modes that skip questions stand out).
     pub color: bool,
+}
+
+impl TetherPrompt {
+    /// The prompt a sent line keeps: no status row.
+    pub fn sent() -> Self {
+        Self {
+            status: None,
+            color: false,
+        }
+    }
 }
 
 /// The colour a permission mode's name has in the status row: the ones that ask less stand
@@ -85,16 +96,16 @@ fn columns() -> usize {
 
 impl Prompt for TetherPrompt {
     fn render_prompt_left(&self) -> Cow<'_, str> {
-        let status = self
-            .status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let Some(status) = &self.status else {
+            return Cow::Borrowed("");
+        };
+        let status = status.lock().unwrap_or_else(|p| p.into_inner());
         let mut line = status.line();
         if let Some(colour) = mode_colour(&status.mode).filter(|_| self.color) {
             let named = format!(" · {} ·", status.mode);
             line = line.replacen(&named, &format!(" · {colour}{}\x1b[90m ·", status.mode), 1);
         }
+        drop(status);
         // One row whatever the width: the editor and the erasure after a break count on it.
         let line = crate::view::fit_visible(&line, columns().saturating_sub(1).max(10));
         Cow::Owned(format!("{line}\n"))
@@ -127,30 +138,6 @@ pub const INDICATOR: &str = "› ";
 pub const OVER_STATUS: &str = "\x1b[1A\r\x1b[2K";
 /// What starts each further line of a multi-line input.
 pub const CONTINUATION: &str = "  ";
-
-/// The prompt a sent line keeps in the transcript: `› ` and the text, no status.
-pub struct Sent;
-
-impl Prompt for Sent {
-    fn render_prompt_left(&self) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn render_prompt_right(&self) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn render_prompt_indicator(&self, _mode: PromptEditMode) -> Cow<'_, str> {
-        Cow::Borrowed(INDICATOR)
-    }
-    fn render_prompt_multiline_indicator(&self) -> Cow<'_, str> {
-        Cow::Borrowed(CONTINUATION)
-    }
-    fn render_prompt_history_search_indicator(&self, _search: PromptHistorySearch) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn get_indicator_color(&self) -> reedline::Color {
-        reedline::Color::Default
-    }
-}
 
 /// How many rows above the cursor a prompt of `status_rows` status rows and an input whose
 /// text before the cursor is `before` takes at `cols` columns: what to erase when the editor

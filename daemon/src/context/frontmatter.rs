@@ -4,6 +4,21 @@
 
 use yaml_rust2::{Yaml, YamlLoader};
 
+/// The `*.md` files of `dir`, by name (none when it cannot be read): the definition and rule
+/// files these blocks head.
+pub fn markdown_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<std::path::PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// A frontmatter block's fields.
 #[derive(Debug, Default, Clone)]
 pub struct Frontmatter {

@@ -51,16 +51,7 @@ pub fn load(cwd: &Path, repo_root: Option<&Path>, home: Option<&Path>) -> Vec<Me
 
 /// The `*.md` rule files of `dir`, by name, that apply everywhere (no `paths:`).
 fn rules(dir: &Path, seen: &mut HashSet<PathBuf>, out: &mut Vec<Memory>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut files: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    files.sort();
-    for path in files {
+    for path in super::frontmatter::markdown_files(dir) {
         let Some(text) = read_capped(&path) else {
             continue;
         };

@@ -174,16 +174,7 @@ pub fn load(cwd: &Path, home: Option<&Path>) -> Found {
     ];
     for (dir, source) in dirs {
         let Some(dir) = dir else { continue };
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut files: Vec<_> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "md"))
-            .collect();
-        files.sort();
-        for path in files {
+        for path in frontmatter::markdown_files(&dir) {
             match read(&path, source) {
                 Ok(def) => found.add(def),
                 Err(problem) => found.problems.push(format!("{}:{problem}", path.display())),

@@ -5,6 +5,16 @@ use serde_json::{Value, json};
 use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake};
 
+/// The model each turn request asked (title requests, which carry no tools, left out).
+fn turn_models(fake: &Fake) -> Vec<String> {
+    fake.server
+        .message_requests()
+        .iter()
+        .filter(|r| r.body["tools"].is_array())
+        .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// Runs `tether ARGS`, which must fail; returns what it said on stderr.
 fn refused(daemon: &Daemon, args: &[&str]) -> anyhow::Result<String> {
     let out = daemon.run_tether(args)?;
@@ -458,13 +468,7 @@ fn opusplan_plans_with_opus_and_works_with_sonnet_and_best_is_opus() -> anyhow::
         let out = daemon.run_tether(&args)?;
         assert!(out.status.success(), "{args:?}: {out:?}");
     }
-    let models: Vec<String> = fake
-        .server
-        .message_requests()
-        .iter()
-        .filter(|r| r.body["tools"].is_array())
-        .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let models = turn_models(&fake);
     assert_eq!(models.len(), 3, "{models:?}");
     assert!(models[0].contains("opus"), "{models:?}");
     assert!(models[1].contains("sonnet"), "{models:?}");
@@ -487,13 +491,7 @@ fn a_model_overloaded_three_times_in_a_row_gives_way_to_the_fallback() -> anyhow
     let out = daemon.run_tether(&["-p", "hi", "--fallback-model", "haiku"])?;
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8(out.stdout)?, "from the fallback\n");
-    let models: Vec<String> = fake
-        .server
-        .message_requests()
-        .iter()
-        .filter(|r| r.body["tools"].is_array())
-        .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let models = turn_models(&fake);
     assert_eq!(models.len(), 4, "{models:?}");
     assert!(models[..3].iter().all(|m| m == &models[0]), "{models:?}");
     assert!(
