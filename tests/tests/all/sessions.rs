@@ -90,15 +90,21 @@ fn pruned_deltas_are_announced_by_a_snapshot_and_completed_blocks_stay() -> anyh
 }
 
 /// Waits for the session's `session_configured` that sets a title and returns the title.
-fn title_event(c: &mut Ndjson) -> anyhow::Result<String> {
-    loop {
+/// The title a turn's session is given, read with the turn's events up to its end: the title
+/// is made in the background, so it may come before or after `turn_ended`.
+fn title_of_turn(c: &mut Ndjson) -> anyhow::Result<String> {
+    let (mut title, mut ended) = (None, false);
+    while title.is_none() || !ended {
         let e = c.next_event()?;
-        if e["type"] == "session_configured"
+        if e["type"] == "turn_ended" {
+            ended = true;
+        } else if e["type"] == "session_configured"
             && let Some(t) = e["data"]["title"].as_str()
         {
-            return Ok(t.to_owned());
+            title = Some(t.to_owned());
         }
     }
+    title.context("a title")
 }
 
 fn title_rule(times: usize, step: Step) -> Rule {
@@ -130,8 +136,7 @@ fn untitled_sessions_are_named_by_the_fast_model_or_after_their_prompt() -> anyh
         .to_owned();
     c.watch(&first)?;
     c.start_turn(&first, "the login test fails one run in ten, find out why")?;
-    assert_eq!(title_event(&mut c)?, "Fix the flaky login test");
-    c.events_until("turn_ended")?;
+    assert_eq!(title_of_turn(&mut c)?, "Fix the flaky login test");
     let title_request = fake
         .server
         .message_requests()
@@ -155,12 +160,11 @@ fn untitled_sessions_are_named_by_the_fast_model_or_after_their_prompt() -> anyh
         &second,
         "\n  rename every handler in the rpc module so that the names say which method each one serves",
     )?;
-    let fallback = title_event(&mut c)?;
+    let fallback = title_of_turn(&mut c)?;
     assert_eq!(
         fallback, "rename every handler in the rpc module so that the names…",
         "a failed title request keeps the prompt, shortened"
     );
-    c.events_until("turn_ended")?;
 
     // A given title is never replaced.
     let titled = c.new_session_in(&cwd)?;
