@@ -21,6 +21,7 @@ pub mod rpc;
 pub mod sandbox;
 pub mod session;
 pub mod settings;
+pub mod snapshots;
 pub mod store;
 pub mod telemetry;
 pub mod tools;

@@ -1,0 +1,514 @@
+//! Workspace snapshots: the working tree recorded as a git commit after every call of a tool
+//! that changes files, and put back by `/rewind`.
+//!
+//! Each workspace root (a repository's top, or the session's directory when it is not in one)
+//! has a shadow repository under the daemon's data directory, shared by the sessions that work
+//! there (so a file is stored once); each session has its own index file in it (the stat cache
+//! that keeps an unchanged large tree cheap) and its own ref, `refs/sessions/<id>`, whose
+//! commits chain one snapshot to the next. What goes in: tracked files and untracked files
+//! that are not ignored (the tree's `.gitignore` files, the repository's `info/exclude`, the
+//! user's global excludes), minus the deny-list (secrets, whatever `.gitignore` says).
+//!
+//! Invariant: nothing here writes to the user's repository: not its index, HEAD, branches,
+//! stash, reflog or objects. A snapshot that cannot be taken is an error the caller turns into
+//! a notice; it never fails the tool call it follows.
+
+use git2::{IndexAddOption, ObjectType, Oid, Repository, Signature};
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The deny-list when the configuration names none: files that hold secrets.
+pub const DEFAULT_DENY: &[&str] = &[
+    ".env*",
+    "*.pem",
+    "*.key",
+    "id_*",
+    ".claude/settings.local.json",
+];
+
+/// Why a snapshot or a restore could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The files changed since the last snapshot are more than the cap.
+    #[error(
+        "the files changed since the last snapshot are over {cap} MB (snapshots.max_mb); this state is not recorded"
+    )]
+    OverCap {
+        /// The cap, in MB.
+        cap: u64,
+    },
+    /// The directory is one tether does not record (a home or root directory outside a
+    /// repository).
+    #[error("{0}")]
+    Refused(String),
+    /// git could not read or write something.
+    #[error("{what}: {source}")]
+    Git {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: git2::Error,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A snapshot named in the log is not in the shadow repository.
+    #[error("snapshot {0} is not in this machine's snapshot store")]
+    Missing(String),
+}
+
+fn git(what: impl Into<String>) -> impl FnOnce(git2::Error) -> SnapshotError {
+    let what = what.into();
+    move |source| SnapshotError::Git { what, source }
+}
+
+/// What every snapshot of this daemon follows: where shadow repositories live, what is kept
+/// out, how much one snapshot may add.
+#[derive(Debug)]
+pub struct Policy {
+    dir: PathBuf,
+    names: GlobSet,
+    paths: GlobSet,
+    max_bytes: u64,
+}
+
+impl Policy {
+    /// Shadow repositories under `dir`; `deny` globs (a pattern without `/` matches a file's
+    /// name anywhere, one with `/` its path from the root); at most `max_mb` of changed files
+    /// per snapshot. A pattern that is not a glob is an error naming it.
+    pub fn new(dir: PathBuf, deny: &[String], max_mb: u64) -> Result<Self, String> {
+        let mut names = GlobSetBuilder::new();
+        let mut paths = GlobSetBuilder::new();
+        for pattern in deny {
+            let glob = Glob::new(pattern)
+                .map_err(|e| format!("snapshots.deny: {pattern:?} is not a glob: {e}"))?;
+            if pattern.contains('/') {
+                paths.add(glob);
+            } else {
+                names.add(glob);
+            }
+        }
+        let build = |b: GlobSetBuilder| b.build().map_err(|e| format!("snapshots.deny: {e}"));
+        Ok(Self {
+            dir,
+            names: build(names)?,
+            paths: build(paths)?,
+            max_bytes: max_mb.saturating_mul(1024 * 1024),
+        })
+    }
+
+    /// Whether `path` (relative to the root) is kept out of every snapshot.
+    pub fn denied(&self, path: &Path) -> bool {
+        self.paths.is_match(path)
+            || path
+                .components()
+                .any(|c| self.names.is_match(Path::new(c.as_os_str())))
+    }
+}
+
+/// One snapshot: a commit of the shadow repository and its tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// The commit.
+    pub commit: String,
+    /// Its tree (equal trees: equal working trees).
+    pub tree: String,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Files put back as they were (or removed, where they did not exist then).
+    pub restored: Vec<String>,
+    /// Files tether changed that were also edited outside tether since, left as they are.
+    pub kept: Vec<String>,
+    /// Files changed outside tether since the last snapshot, not touched.
+    pub outside: Vec<String>,
+    /// The snapshot of the tree after the restore.
+    pub after: Option<Taken>,
+}
+
+/// A session's snapshots: its shadow repository, index and ref, opened on first use.
+#[derive(Debug)]
+pub struct Shadow {
+    policy: Arc<Policy>,
+    session: String,
+    start: PathBuf,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    open: Option<Open>,
+    /// The turn whose first snapshot-before has been taken.
+    before_for: Option<String>,
+    /// The last failure told, so the same one is told once.
+    told: Option<String>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("root", &self.open.as_ref().map(|o| &o.root))
+            .field("before_for", &self.before_for)
+            .finish()
+    }
+}
+
+struct Open {
+    repo: Repository,
+    root: PathBuf,
+    refname: String,
+}
+
+impl Shadow {
+    /// The snapshots of session `session`, whose directory is `start`.
+    pub fn new(policy: Arc<Policy>, session: &str, start: PathBuf) -> Self {
+        Self {
+            policy,
+            session: session.to_owned(),
+            start,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The directory snapshots record (opening the shadow repository if needed).
+    pub fn root(&self) -> Result<PathBuf, SnapshotError> {
+        let mut state = self.state();
+        Ok(self.open(&mut state)?.root.clone())
+    }
+
+    /// Whether the snapshot before the first change of turn `turn` is still to take (and marks
+    /// it taken).
+    pub fn first_of_turn(&self, turn: &str) -> bool {
+        let mut state = self.state();
+        if state.before_for.as_deref() == Some(turn) {
+            return false;
+        }
+        state.before_for = Some(turn.to_owned());
+        true
+    }
+
+    /// `message`, unless it is the failure told last (then `None`); a success clears it.
+    pub fn tell_once(&self, outcome: Result<(), &SnapshotError>) -> Option<String> {
+        let mut state = self.state();
+        match outcome {
+            Ok(()) => {
+                state.told = None;
+                None
+            }
+            Err(e) => {
+                let text = e.to_string();
+                (state.told.as_deref() != Some(&text)).then(|| {
+                    state.told = Some(text.clone());
+                    text
+                })
+            }
+        }
+    }
+
+    fn open<'s>(&self, state: &'s mut State) -> Result<&'s Open, SnapshotError> {
+        if state.open.is_none() {
+            state.open = Some(self.open_now()?);
+        }
+        state
+            .open
+            .as_ref()
+            .ok_or_else(|| SnapshotError::Refused("the snapshot store is not open".into()))
+    }
+
+    fn open_now(&self) -> Result<Open, SnapshotError> {
+        let user = Repository::discover(&self.start).ok();
+        let root = match user.as_ref().and_then(|r| r.workdir()) {
+            Some(top) => top.to_path_buf(),
+            None => {
+                let home = std::env::var_os("HOME").map(PathBuf::from);
+                if self.start == Path::new("/") || home.as_deref() == Some(&self.start) {
+                    return Err(SnapshotError::Refused(format!(
+                        "{} is not in a git repository and is a home or root directory: tether does not snapshot it (so /rewind cannot restore files here)",
+                        self.start.display()
+                    )));
+                }
+                self.start.clone()
+            }
+        };
+        let root = root.canonicalize().map_err(|source| SnapshotError::Io {
+            path: root.clone(),
+            source,
+        })?;
+        let key = Oid::hash_object(ObjectType::Blob, root.as_os_str().as_encoded_bytes())
+            .map_err(git("naming the snapshot store"))?;
+        let dir = self.policy.dir.join(&key.to_string()[..16]);
+        let repo = match Repository::open_bare(&dir) {
+            Ok(repo) => repo,
+            Err(_) => Repository::init_bare(&dir).map_err(git(format!(
+                "creating the snapshot store {}",
+                dir.display()
+            )))?,
+        };
+        repo.set_workdir(&root, false)
+            .map_err(git("pointing the snapshot store at the workspace"))?;
+        // The user's own excludes, as git status would honour them.
+        let mut rules = String::from(".git\n");
+        if let Some(info) = user.as_ref().map(|u| u.path().join("info").join("exclude"))
+            && let Ok(text) = std::fs::read_to_string(info)
+        {
+            rules.push_str(&text);
+            rules.push('\n');
+        }
+        // Never the daemon's own files, should they lie under the root.
+        if let Ok(inside) = self
+            .policy
+            .dir
+            .canonicalize()
+            .unwrap_or_else(|_| self.policy.dir.clone())
+            .strip_prefix(&root)
+        {
+            rules.push_str(&format!("/{}\n", inside.display()));
+        }
+        repo.add_ignore_rule(&rules)
+            .map_err(git("reading the ignore rules"))?;
+        let mut index = git2::Index::open(&dir.join(format!("index-{}", self.session)))
+            .map_err(git("opening the session's snapshot index"))?;
+        repo.set_index(&mut index)
+            .map_err(git("opening the session's snapshot index"))?;
+        Ok(Open {
+            repo,
+            root,
+            refname: format!("refs/sessions/{}", self.session),
+        })
+    }
+
+    /// Records the working tree now, with `message`: a new commit whose parent is the
+    /// session's previous snapshot, or that snapshot itself when nothing changed.
+    pub fn take(&self, message: &str) -> Result<Taken, SnapshotError> {
+        let mut state = self.state();
+        let open = self.open(&mut state)?;
+        take(open, &self.policy, message)
+    }
+
+    /// The tree of snapshot `commit`.
+    pub fn tree_of(&self, commit: &str) -> Result<String, SnapshotError> {
+        let mut state = self.state();
+        let open = self.open(&mut state)?;
+        Ok(find_commit(&open.repo, commit)?.tree_id().to_string())
+    }
+
+    /// Puts back the files tether changed between snapshot `to` and snapshot `last` (the last
+    /// one the log names) as they were at `to`. A file also changed outside tether since `last`
+    /// is kept as it is, unless `overwrite`. Then records the result.
+    pub fn restore(
+        &self,
+        to: &str,
+        last: &str,
+        overwrite: bool,
+        message: &str,
+    ) -> Result<Restored, SnapshotError> {
+        let mut state = self.state();
+        let open = self.open(&mut state)?;
+        let repo = &open.repo;
+        let target = find_commit(repo, to)?
+            .tree()
+            .map_err(git("reading a snapshot"))?;
+        let last = find_commit(repo, last)?
+            .tree()
+            .map_err(git("reading a snapshot"))?;
+        let now = take(open, &self.policy, "before a rewind")?;
+        let now = repo
+            .find_tree(Oid::from_str(&now.tree).map_err(git("reading a snapshot"))?)
+            .map_err(git("reading a snapshot"))?;
+        let changed = changed_paths(repo, &target, &last)?;
+        let outside = changed_paths(repo, &last, &now)?;
+        let mut done = Restored::default();
+        for path in &changed {
+            if outside.contains(path) && !overwrite {
+                done.kept.push(path.clone());
+                continue;
+            }
+            put_back(repo, &open.root, &target, path)?;
+            done.restored.push(path.clone());
+        }
+        done.outside = outside.difference(&changed).cloned().collect();
+        done.after = Some(take(open, &self.policy, message)?);
+        Ok(done)
+    }
+}
+
+fn find_commit<'r>(repo: &'r Repository, id: &str) -> Result<git2::Commit<'r>, SnapshotError> {
+    Oid::from_str(id)
+        .ok()
+        .and_then(|oid| repo.find_commit(oid).ok())
+        .ok_or_else(|| SnapshotError::Missing(id.to_owned()))
+}
+
+fn take(open: &Open, policy: &Policy, message: &str) -> Result<Taken, SnapshotError> {
+    let repo = &open.repo;
+    let mut index = repo.index().map_err(git("opening the snapshot index"))?;
+    let mut added: u64 = 0;
+    let mut over = false;
+    let mut denied: Vec<PathBuf> = Vec::new();
+    let mut each = |path: &Path, _spec: &[u8]| -> i32 {
+        if policy.denied(path) {
+            denied.push(path.to_path_buf());
+            return 1;
+        }
+        if let Ok(meta) = std::fs::symlink_metadata(open.root.join(path)) {
+            added += meta.len();
+            if added > policy.max_bytes {
+                over = true;
+                return -1;
+            }
+        }
+        0
+    };
+    let scanned = index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut each));
+    if let Err(e) = scanned {
+        // Forget what this scan put in the index.
+        let _ = index.read(true);
+        if over {
+            return Err(SnapshotError::OverCap {
+                cap: policy.max_bytes / (1024 * 1024),
+            });
+        }
+        return Err(SnapshotError::Git {
+            what: "reading the working tree".into(),
+            source: e,
+        });
+    }
+    // A file the deny-list covers is never kept, even if an earlier list let it in.
+    for path in denied {
+        let _ = index.remove_path(&path);
+    }
+    let tree = index
+        .write_tree()
+        .map_err(git("writing the snapshot's tree"))?;
+    index.write().map_err(git("saving the snapshot index"))?;
+    let parent = repo
+        .refname_to_id(&open.refname)
+        .ok()
+        .and_then(|id| repo.find_commit(id).ok());
+    if let Some(parent) = &parent
+        && parent.tree_id() == tree
+    {
+        return Ok(Taken {
+            commit: parent.id().to_string(),
+            tree: tree.to_string(),
+        });
+    }
+    let tree_obj = repo.find_tree(tree).map_err(git("reading the tree"))?;
+    let who = Signature::now("tether", "tether@localhost").map_err(git("signing"))?;
+    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+    let commit = repo
+        .commit(
+            Some(&open.refname),
+            &who,
+            &who,
+            message,
+            &tree_obj,
+            &parents,
+        )
+        .map_err(git("writing the snapshot"))?;
+    Ok(Taken {
+        commit: commit.to_string(),
+        tree: tree.to_string(),
+    })
+}
+
+/// The paths that differ between two trees.
+fn changed_paths(
+    repo: &Repository,
+    from: &git2::Tree<'_>,
+    to: &git2::Tree<'_>,
+) -> Result<BTreeSet<String>, SnapshotError> {
+    let diff = repo
+        .diff_tree_to_tree(Some(from), Some(to), None)
+        .map_err(git("comparing snapshots"))?;
+    Ok(diff
+        .deltas()
+        .flat_map(|d| [d.old_file().path(), d.new_file().path()])
+        .flatten()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect())
+}
+
+/// Makes `path` under `root` what it is in `tree`: its contents and mode, or no file.
+fn put_back(
+    repo: &Repository,
+    root: &Path,
+    tree: &git2::Tree<'_>,
+    path: &str,
+) -> Result<(), SnapshotError> {
+    let file = root.join(path);
+    let io = |source| SnapshotError::Io {
+        path: file.clone(),
+        source,
+    };
+    let entry = match tree.get_path(Path::new(path)) {
+        Ok(entry) => entry,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => {
+            match std::fs::remove_file(&file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(e)),
+            }
+            // Folders the change made, now empty, go too.
+            let mut dir = file.parent();
+            while let Some(d) = dir.filter(|d| d.starts_with(root) && *d != root) {
+                if std::fs::remove_dir(d).is_err() {
+                    break;
+                }
+                dir = d.parent();
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(git(format!("reading {path} from a snapshot"))(e)),
+    };
+    // A submodule's commit is not a file tether can write back.
+    if entry.kind() != Some(ObjectType::Blob) {
+        return Ok(());
+    }
+    let blob = repo
+        .find_blob(entry.id())
+        .map_err(git(format!("reading {path} from a snapshot")))?;
+    if let Some(parent) = file.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(&file)
+        && (meta.file_type().is_symlink() || meta.is_dir())
+    {
+        if meta.is_dir() {
+            std::fs::remove_dir_all(&file).map_err(io)?;
+        } else {
+            std::fs::remove_file(&file).map_err(io)?;
+        }
+    }
+    match entry.filemode() {
+        0o120000 => {
+            use std::os::unix::ffi::OsStrExt;
+            let target = std::ffi::OsStr::from_bytes(blob.content());
+            let _ = std::fs::remove_file(&file);
+            std::os::unix::fs::symlink(target, &file).map_err(io)?;
+        }
+        mode => {
+            std::fs::write(&file, blob.content()).map_err(io)?;
+            use std::os::unix::fs::PermissionsExt;
+            let perm = if mode == 0o100755 { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(perm)).map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+//! The shadow repository against real git repositories: what a snapshot holds, what it never
+//! touches, and what a restore puts back.
+
+use super::*;
+use std::process::Command;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .expect("git runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn policy(data: &Path) -> Arc<Policy> {
+    let deny: Vec<String> = DEFAULT_DENY.iter().map(|s| s.to_string()).collect();
+    Arc::new(Policy::new(data.join("snapshots"), &deny, 1).expect("policy"))
+}
+
+/// A repository with one commit, an ignored file, an untracked one and two secrets.
+fn repo() -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
+    let work = tempfile::tempdir().expect("tmp");
+    let data = tempfile::tempdir().expect("tmp");
+    let root = work.path().join("r");
+    std::fs::create_dir_all(root.join("src")).expect("mkdir");
+    git(&root, &["init", "-q", "-b", "main"]);
+    std::fs::write(root.join("src/a.rs"), "one\n").expect("write");
+    std::fs::write(root.join(".gitignore"), "target/\n").expect("write");
+    git(&root, &["add", "."]);
+    git(&root, &["commit", "-q", "-m", "first"]);
+    std::fs::create_dir_all(root.join("target")).expect("mkdir");
+    std::fs::write(root.join("target/out.bin"), "built").expect("write");
+    std::fs::write(root.join("notes.txt"), "untracked\n").expect("write");
+    std::fs::write(root.join(".env"), "TOKEN=1").expect("write");
+    std::fs::write(root.join("src/server.pem"), "KEY").expect("write");
+    (work, data, root)
+}
+
+fn files(shadow: &Shadow, taken: &Taken) -> Vec<String> {
+    let mut state = shadow.state();
+    let open = shadow.open(&mut state).expect("open");
+    let tree = open
+        .repo
+        .find_tree(Oid::from_str(&taken.tree).expect("oid"))
+        .expect("tree");
+    let mut out = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
+        if e.kind() == Some(ObjectType::Blob) {
+            out.push(format!("{dir}{}", e.name().unwrap_or("?")));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .expect("walk");
+    out
+}
+
+#[test]
+fn a_snapshot_holds_tracked_and_untracked_files_but_no_ignored_file_or_secret() {
+    let (_w, data, root) = repo();
+    let shadow = Shadow::new(policy(data.path()), "s1", root.join("src"));
+    let taken = shadow.take("after Edit").expect("snapshot");
+    assert_eq!(
+        files(&shadow, &taken),
+        [".gitignore", "notes.txt", "src/a.rs"],
+        "the root is the repository's top, ignored files and secrets stay out"
+    );
+    // Unchanged: the same commit, no new object.
+    assert_eq!(shadow.take("again").expect("snapshot"), taken);
+    std::fs::write(root.join("src/a.rs"), "two\n").expect("write");
+    let next = shadow.take("after Edit").expect("snapshot");
+    assert_ne!(next.tree, taken.tree);
+    assert_ne!(next.commit, taken.commit);
+}
+
+#[test]
+fn snapshots_never_touch_the_users_index_head_branches_or_reflog() {
+    let (_w, data, root) = repo();
+    std::fs::write(root.join("src/a.rs"), "staged\n").expect("write");
+    git(&root, &["add", "src/a.rs"]);
+    std::fs::write(root.join("src/a.rs"), "staged then changed\n").expect("write");
+    let before = (
+        git(&root, &["status", "--porcelain"]),
+        std::fs::read(root.join(".git/index")).expect("index"),
+        git(&root, &["rev-parse", "HEAD"]),
+        git(&root, &["reflog"]),
+        git(&root, &["branch", "-a"]),
+        git(&root, &["stash", "list"]),
+        git(&root, &["count-objects"]),
+    );
+    let shadow = Shadow::new(policy(data.path()), "s1", root.clone());
+    shadow.take("one").expect("snapshot");
+    std::fs::write(root.join("new.txt"), "x").expect("write");
+    shadow.take("two").expect("snapshot");
+    std::fs::remove_file(root.join("new.txt")).expect("rm");
+    let after = (
+        git(&root, &["status", "--porcelain"]),
+        std::fs::read(root.join(".git/index")).expect("index"),
+        git(&root, &["rev-parse", "HEAD"]),
+        git(&root, &["reflog"]),
+        git(&root, &["branch", "-a"]),
+        git(&root, &["stash", "list"]),
+        git(&root, &["count-objects"]),
+    );
+    assert_eq!(before, after);
+}
+
+#[test]
+fn a_restore_puts_back_what_tether_changed_and_keeps_edits_made_outside() {
+    let (_w, data, root) = repo();
+    let shadow = Shadow::new(policy(data.path()), "s1", root.clone());
+    let start = shadow.take("before").expect("snapshot");
+    // What "tether" did: an edit, a new file in a new folder, a deletion, an executable.
+    std::fs::write(root.join("src/a.rs"), "changed\n").expect("write");
+    std::fs::create_dir_all(root.join("new/deep")).expect("mkdir");
+    std::fs::write(root.join("new/deep/b.rs"), "b\n").expect("write");
+    std::fs::remove_file(root.join("notes.txt")).expect("rm");
+    std::fs::write(root.join("notes2.txt"), "n\n").expect("write");
+    let last = shadow.take("after").expect("snapshot");
+    // Someone edits notes2.txt by hand, and another file tether never touched.
+    std::fs::write(root.join("notes2.txt"), "by hand\n").expect("write");
+    std::fs::write(root.join("mine.txt"), "mine\n").expect("write");
+    let done = shadow
+        .restore(&start.commit, &last.commit, false, "rewind")
+        .expect("restore");
+    assert_eq!(done.restored, ["new/deep/b.rs", "notes.txt", "src/a.rs"]);
+    assert_eq!(done.kept, ["notes2.txt"]);
+    assert_eq!(done.outside, ["mine.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/a.rs")).expect("a"),
+        "one\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).expect("notes"),
+        "untracked\n"
+    );
+    assert!(!root.join("new").exists(), "the folders the change made are gone");
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes2.txt")).expect("n2"),
+        "by hand\n"
+    );
+    assert!(root.join(".env").exists(), "a secret is never touched");
+    // Overwriting: the hand edit goes too.
+    let done = shadow
+        .restore(&start.commit, &last.commit, true, "rewind")
+        .expect("restore");
+    assert!(done.restored.contains(&"notes2.txt".to_owned()));
+    assert!(!root.join("notes2.txt").exists());
+}
+
+#[test]
+fn a_directory_that_is_not_a_repository_is_recorded_and_a_home_directory_is_refused() {
+    let work = tempfile::tempdir().expect("tmp");
+    let data = tempfile::tempdir().expect("tmp");
+    std::fs::write(work.path().join("a.txt"), "a").expect("write");
+    let shadow = Shadow::new(policy(data.path()), "s1", work.path().to_path_buf());
+    let taken = shadow.take("one").expect("snapshot");
+    assert_eq!(files(&shadow, &taken), ["a.txt"]);
+    let shadow = Shadow::new(policy(data.path()), "s2", PathBuf::from("/"));
+    let err = shadow.take("one").expect_err("refused");
+    assert!(err.to_string().contains("not in a git repository"), "{err}");
+}
+
+#[test]
+fn over_the_cap_no_snapshot_is_made_and_the_next_one_still_works() {
+    let (_w, data, root) = repo();
+    let shadow = Shadow::new(policy(data.path()), "s1", root.clone());
+    let first = shadow.take("one").expect("snapshot");
+    std::fs::write(root.join("big.bin"), vec![7u8; 2 * 1024 * 1024]).expect("write");
+    let err = shadow.take("two").expect_err("over the cap");
+    assert!(err.to_string().contains("over 1 MB"), "{err}");
+    assert_eq!(
+        shadow.tell_once(Err(&err)).as_deref(),
+        Some(err.to_string().as_str())
+    );
+    assert_eq!(shadow.tell_once(Err(&err)), None, "told once");
+    std::fs::remove_file(root.join("big.bin")).expect("rm");
+    std::fs::write(root.join("small.txt"), "s").expect("write");
+    let third = shadow.take("three").expect("snapshot");
+    assert_ne!(third.tree, first.tree);
+    assert!(files(&shadow, &third).contains(&"small.txt".to_owned()));
+}
+
+#[test]
+fn the_deny_list_matches_names_anywhere_and_paths_from_the_root() {
+    let p = policy(Path::new("/tmp"));
+    for yes in [
+        ".env",
+        ".env.local",
+        "a/b/.env.production",
+        "keys/server.pem",
+        "x.key",
+        "home/id_ed25519",
+        ".claude/settings.local.json",
+    ] {
+        assert!(p.denied(Path::new(yes)), "{yes}");
+    }
+    for no in ["src/env.rs", "a.pem.txt", "keys.rs", ".claude/settings.json"] {
+        assert!(!p.denied(Path::new(no)), "{no}");
+    }
+}
