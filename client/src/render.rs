@@ -64,6 +64,36 @@ pub fn clock(ts: &str) -> &str {
     ts.get(11..19).unwrap_or(ts)
 }
 
+/// What a rewind did, in one line: where it went, what it put back, what it left alone.
+pub fn rewound(
+    to_turn: u64,
+    code: bool,
+    conversation: bool,
+    restored: &[String],
+    kept: &[String],
+) -> String {
+    let what = match (code, conversation) {
+        (true, true) => "files and conversation",
+        (true, false) => "files",
+        _ => "conversation",
+    };
+    let mut line = format!("⟲ rewound to before turn {to_turn} ({what})");
+    if code {
+        line.push_str(&match restored.len() {
+            0 => "; no file to put back".to_owned(),
+            1 => format!("; put back {}", restored[0]),
+            n => format!("; put back {n} files"),
+        });
+    }
+    if !kept.is_empty() {
+        line.push_str(&format!(
+            "; kept as edited outside tether: {}",
+            kept.join(", ")
+        ));
+    }
+    line
+}
+
 /// One line describing an event.
 pub fn event_line(ev: &Event) -> String {
     let seq = ev
@@ -221,6 +251,21 @@ fn detail(kind: &EventKind) -> String {
         EventKind::ToolCall { name, input, .. } => format!("▶ {name} {input}"),
         EventKind::ToolProgress { chunk, .. } => chunk.trim_end().to_owned(),
         EventKind::BackgroundShellEnded { message, .. } => format!("◆ {message}"),
+        EventKind::Rewound {
+            to_turn,
+            code,
+            conversation,
+            restored,
+            kept,
+            by,
+            ..
+        } => {
+            let line = rewound(*to_turn, *code, *conversation, restored, kept);
+            match by {
+                Some(b) => format!("{line} — by {}", client(b)),
+                None => line,
+            }
+        }
         EventKind::ShellCommand {
             command,
             stdout,

@@ -718,6 +718,7 @@ impl View {
                 content,
                 is_error,
                 details,
+                ..
             } => {
                 // Parallel calls finish in any order: a result that does not follow its own
                 // header says whose it is.
@@ -893,6 +894,24 @@ impl View {
             }
             EventKind::BackgroundShellEnded { message, .. } => {
                 out.push_str(&format!("{}\n", s.dim(&format!("◆ {message}"))))
+            }
+            EventKind::Rewound {
+                to_turn,
+                code,
+                conversation,
+                restored,
+                kept,
+                by,
+                ..
+            } => {
+                let mine = self.mine(by);
+                let who = by
+                    .as_ref()
+                    .filter(|_| !mine)
+                    .map(|b| format!(" — by {}", render::client(b)))
+                    .unwrap_or_default();
+                let line = render::rewound(*to_turn, *code, *conversation, restored, kept);
+                out.push_str(&format!("{}\n", s.warn(&format!("{line}{who}"))));
             }
             // `!command`: what it printed, folded as a tool's output is.
             EventKind::ShellCommand {

@@ -269,6 +269,24 @@ const KEYS: &[Key] = &[
         doc: "rotated log files kept",
     },
     Key {
+        name: "snapshots.enabled",
+        env: &["TETHER_SNAPSHOTS"],
+        default: "true",
+        doc: "record the working tree after each tool call that changes files, for /rewind (kept under the data directory, never in the project's .git)",
+    },
+    Key {
+        name: "snapshots.max_mb",
+        env: &["TETHER_SNAPSHOTS_MAX_MB"],
+        default: "100",
+        doc: "the most one snapshot may add, in MB of changed files; over it that state is not recorded (a notice says so)",
+    },
+    Key {
+        name: "snapshots.deny",
+        env: &["TETHER_SNAPSHOTS_DENY"],
+        default: "[\".env*\", \"*.pem\", \"*.key\", \"id_*\", \".claude/settings.local.json\"]",
+        doc: "files kept out of every snapshot whatever .gitignore says: globs matching a name anywhere, or a path from the root when they hold a /",
+    },
+    Key {
         name: "cluster.nats",
         env: &["TETHER_CLUSTER_NATS"],
         default: "\"\"",
@@ -476,7 +494,7 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
     );
     match (&default, value) {
         (_, toml::Value::String(s)) if off_ok && s == "off" => Ok(()),
-        (_, toml::Value::Array(urls)) if key.name == "cluster.nats" => {
+        (_, toml::Value::Array(urls)) if matches!(key.name, "cluster.nats" | "snapshots.deny") => {
             if urls.iter().all(toml::Value::is_str) {
                 Ok(())
             } else {

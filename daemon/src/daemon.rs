@@ -218,7 +218,18 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
     if let Some(t) = config.duration("tool_timeout") {
         limits.tool_timeout = t;
     }
+    let snapshots = if config.flag("snapshots.enabled") {
+        let deny = config.list("snapshots.deny");
+        let max_mb = config.number("snapshots.max_mb").unwrap_or(100.0).max(0.0) as u64;
+        Some(Arc::new(
+            crate::snapshots::Policy::new(data_dir.join("snapshots"), &deny, max_mb)
+                .map_err(DaemonError::Io)?,
+        ))
+    } else {
+        None
+    };
     Ok(TurnEnv {
+        snapshots,
         llm,
         catalog: ModelCatalog::from_env(config.string("model")).with_prices(
             config

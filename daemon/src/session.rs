@@ -17,6 +17,7 @@ mod presence;
 mod recovery;
 mod registry;
 mod retention;
+mod rewind;
 mod sandboxing;
 mod turns;
 
@@ -53,6 +54,9 @@ pub enum SessionError {
     /// A turn is running and the request asked not to queue.
     #[error("a turn is already running in this session (use mode \"queue\" to run after it)")]
     Busy,
+    /// A rewind was asked for that cannot be done, with why.
+    #[error("cannot rewind: {0}")]
+    CannotRewind(String),
     /// An observer tried to act.
     #[error("this client is attached as an observer and cannot act on the session")]
     NotController,
@@ -145,6 +149,8 @@ pub struct TurnEnv {
     /// config.toml's `[hooks]` table (as JSON, in the settings files' shape) and the file's
     /// name, handed to every hook load.
     pub config_hooks: Option<(serde_json::Value, String)>,
+    /// How sessions record their working tree (`[snapshots]`); `None`: they do not.
+    pub snapshots: Option<Arc<crate::snapshots::Policy>>,
 }
 
 /// What a new session starts with.

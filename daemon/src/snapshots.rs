@@ -19,15 +19,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// The deny-list when the configuration names none: files that hold secrets.
-pub const DEFAULT_DENY: &[&str] = &[
-    ".env*",
-    "*.pem",
-    "*.key",
-    "id_*",
-    ".claude/settings.local.json",
-];
-
 /// Why a snapshot or a restore could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -342,6 +333,33 @@ impl Shadow {
         done.outside = outside.difference(&changed).cloned().collect();
         done.after = Some(take(open, &self.policy, message)?);
         Ok(done)
+    }
+}
+
+/// A turn's handle on its session's snapshots.
+#[derive(Debug, Clone)]
+pub struct TurnSnapshots {
+    /// The session's snapshots.
+    pub shadow: Arc<Shadow>,
+    /// The turn's id (the snapshot before its first change is taken once).
+    pub turn: String,
+}
+
+impl TurnSnapshots {
+    /// The snapshot before the turn's first call that changes files; `None` for later calls.
+    pub async fn before(&self, label: String) -> Option<Result<Taken, SnapshotError>> {
+        if !self.shadow.first_of_turn(&self.turn) {
+            return None;
+        }
+        Some(self.take(label).await)
+    }
+
+    /// Records the working tree now (off the async threads: it reads the whole tree).
+    pub async fn take(&self, label: String) -> Result<Taken, SnapshotError> {
+        let shadow = self.shadow.clone();
+        tokio::task::spawn_blocking(move || shadow.take(&label))
+            .await
+            .unwrap_or_else(|e| Err(SnapshotError::Refused(format!("the snapshot stopped: {e}"))))
     }
 }
 

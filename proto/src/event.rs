@@ -9,7 +9,7 @@
 use crate::ids::{Epoch, Seq, SessionId, TurnId};
 use crate::types::{
     ClientRef, InputItem, PermissionDecision, PermissionMode, Role, SessionStatus, TokenUsage,
-    TurnError,
+    TurnError, WorkspaceSnapshot,
 };
 use crate::vocab::{DetachReason, NoticeLevel, RecoveryAction, ShellState, StopReason};
 use serde::{Deserialize, Serialize};
@@ -259,6 +259,11 @@ pub enum EventKind {
         /// Extra detail for clients only (e.g. an Edit's unified diff); never sent to the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         details: Option<Value>,
+        /// The working tree as the call left it, for a tool that changes files (Edit, Write,
+        /// MultiEdit, NotebookEdit, Bash, Task); none when snapshots are off or it could not be
+        /// taken (a notice says why).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<WorkspaceSnapshot>,
     },
     /// A background shell (Bash `run_in_background`) ended: it exited, was killed, or was lost
     /// because the daemon stopped while it ran (then it is killed at the next start if it still
@@ -275,6 +280,33 @@ pub enum EventKind {
         exit_code: Option<i32>,
         /// What happened, in words.
         message: String,
+    },
+    /// The session was rewound to just before turn `to_turn` (numbered from 1 in the order
+    /// turns started): its files (`code`), its conversation, or both. Nothing is deleted from
+    /// the log; the turns after it stay in the transcript, and the model no longer sees them
+    /// when the conversation was rewound.
+    Rewound {
+        /// The turn the session went back to the start of.
+        to_turn: u64,
+        /// Whether files were put back.
+        code: bool,
+        /// Whether the conversation went back.
+        conversation: bool,
+        /// Files put back as they were (or removed, where they did not exist then).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        restored: Vec<String>,
+        /// Files tether changed that were also edited outside tether since: left as they are.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        kept: Vec<String>,
+        /// Files edited outside tether since the last snapshot, not touched.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        outside: Vec<String>,
+        /// The working tree after the rewind (a snapshot commit).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<String>,
+        /// Who rewound.
+        #[serde(default)]
+        by: Option<ClientRef>,
     },
     /// A command the user ran in the session's directory (`!command` at the prompt), without
     /// the model: what it printed goes into the conversation with the next prompt.
@@ -544,6 +576,7 @@ impl EventKind {
             Self::ToolResult { .. } => "tool_result",
             Self::BackgroundShellEnded { .. } => "background_shell_ended",
             Self::ShellCommand { .. } => "shell_command",
+            Self::Rewound { .. } => "rewound",
             Self::PlanUpdated { .. } => "plan_updated",
             Self::TurnRecovered { .. } => "turn_recovered",
             Self::PermissionRequested { .. } => "permission_requested",

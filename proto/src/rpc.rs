@@ -115,6 +115,26 @@ pub trait TetherRpc {
         format: Option<crate::vocab::ExportFormat>,
     ) -> RpcResult<SessionExport>;
 
+    /// The turns a session can be rewound to, oldest first: those still in its conversation.
+    #[method(name = "session/checkpoints", param_kind = map)]
+    async fn session_checkpoints(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+    ) -> RpcResult<Vec<Checkpoint>>;
+
+    /// Rewinds a session to just before turn `toTurn`: its files as tether's snapshots
+    /// recorded them, its conversation, or both (`restore`, default both). A file edited
+    /// outside tether since the last snapshot is kept as it is unless `overwrite`. Refused
+    /// while a turn runs. Logs a `rewound` event; nothing is deleted from the log.
+    #[method(name = "session/rewind", param_kind = map, with_extensions)]
+    async fn session_rewind(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        #[argument(rename = "toTurn")] to_turn: u64,
+        restore: Option<RewindScope>,
+        overwrite: Option<bool>,
+    ) -> RpcResult<RewindResult>;
+
     /// Starts a turn; its progress arrives as events.
     #[method(name = "turn/start", param_kind = map, with_extensions)]
     async fn turn_start(

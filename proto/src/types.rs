@@ -1024,3 +1024,67 @@ pub struct McpChanged {
     /// What was done, for people.
     pub message: String,
 }
+
+/// The working tree as a tool call left it: a commit of the daemon's snapshot store (never of
+/// the user's repository).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct WorkspaceSnapshot {
+    /// The snapshot's commit.
+    pub commit: String,
+    /// Its tree: equal trees, equal working trees.
+    pub tree: String,
+    /// The working tree just before the call, when this is the turn's first call that changes
+    /// files (what `/rewind` restores to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+}
+
+/// A turn a session can be rewound to (`session/checkpoints`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    /// The turn, numbered from 1 in the order turns started.
+    pub turn: u64,
+    /// Its prompt, as typed (the first 200 characters).
+    pub prompt: String,
+    /// Whether tether changed files in it or after it (so `code` has something to restore).
+    pub files: bool,
+    /// Whether the conversation can go back to it (not before a `/clear` or `/compact`).
+    pub conversation: bool,
+}
+
+/// What `session/rewind` puts back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RewindScope {
+    /// Files and conversation.
+    #[default]
+    Both,
+    /// The files only.
+    Code,
+    /// The conversation only.
+    Conversation,
+}
+
+/// Result of `session/rewind`: the `rewound` event's data, and the prompt of the turn rewound
+/// to (a client offers it for editing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RewindResult {
+    /// The turn the session went back to the start of.
+    pub to_turn: u64,
+    /// Its prompt.
+    pub prompt: String,
+    /// Whether files were put back.
+    pub code: bool,
+    /// Whether the conversation went back.
+    pub conversation: bool,
+    /// Files put back.
+    pub restored: Vec<String>,
+    /// Files tether changed that were also edited outside tether since: left as they are.
+    pub kept: Vec<String>,
+    /// Files edited outside tether since the last snapshot, not touched.
+    pub outside: Vec<String>,
+    /// The seq of the `rewound` event.
+    pub seq: u64,
+}

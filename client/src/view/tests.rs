@@ -102,6 +102,7 @@ fn turn() -> Vec<Event> {
                 content: json!("The file /p/Makefile has been edited."),
                 is_error: false,
                 details: Some(json!({"path": "/p/Makefile", "diff": "--- a/Makefile\n+++ b/Makefile\n@@ -1,2 +1,3 @@\n build:\n-\tcc main.c\n+\tcc -O2 main.c\n+all: build\n"})),
+                snapshot: None,
             },
         ),
         at(
@@ -129,6 +130,7 @@ fn turn() -> Vec<Event> {
                 content: json!("cc -O2 main.c\nline 2\nline 3\nline 4\nline 5\nline 6\n"),
                 is_error: false,
                 details: None,
+                snapshot: None,
             },
         ),
         at(
@@ -441,6 +443,7 @@ fn parallel_results_say_which_call_they_answer() {
                 content: json!(text),
                 is_error: false,
                 details: None,
+                snapshot: None,
             },
         )
     };
@@ -496,6 +499,7 @@ fn the_plan_is_shown_with_each_items_state() {
                 content: json!("Task list updated: 3 items, 1 completed"),
                 is_error: false,
                 details: None,
+                snapshot: None,
             },
         ),
     ];

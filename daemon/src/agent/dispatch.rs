@@ -10,7 +10,7 @@ use crate::tools::{Spent, SubagentRunner, ToolContext, ToolOutput};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use tether_proto::EventKind;
+use tether_proto::{EventKind, WorkspaceSnapshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -126,6 +126,16 @@ impl Dispatch<'_> {
         id: &str,
         out: ToolOutput,
     ) -> Result<(), SinkError> {
+        self.result_with(history, id, out, None).await
+    }
+
+    async fn result_with(
+        &self,
+        history: &mut History,
+        id: &str,
+        out: ToolOutput,
+        snapshot: Option<WorkspaceSnapshot>,
+    ) -> Result<(), SinkError> {
         self.record(
             history,
             EventKind::ToolResult {
@@ -133,6 +143,7 @@ impl Dispatch<'_> {
                 content: out.content,
                 is_error: out.is_error,
                 details: out.details,
+                snapshot,
             },
         )
         .await
@@ -179,7 +190,8 @@ impl Dispatch<'_> {
     }
 
     async fn run_batch(&self, batch: Vec<Call>, history: &mut History) -> Result<bool, SinkError> {
-        let mut running: JoinSet<(String, ToolOutput)> = JoinSet::new();
+        let mut running: JoinSet<(String, ToolOutput, Option<WorkspaceSnapshot>)> =
+            JoinSet::new();
         let mut unanswered: Vec<String> = Vec::new();
         for mut call in batch {
             // Write-ahead: the call is durable before it runs.
@@ -291,6 +303,20 @@ impl Dispatch<'_> {
                     .await?;
                 continue;
             }
+            // The working tree before the turn's first change, for /rewind.
+            let snapshots = tool
+                .changes_files()
+                .then(|| self.ctx.snapshots.clone())
+                .flatten();
+            let mut before = None;
+            if let Some(s) = &snapshots
+                && let Some(taken) = s.before(format!("before {} {}", tool.name(), call.id)).await
+            {
+                match taken {
+                    Ok(t) => before = Some(t.commit),
+                    Err(e) => snapshot_failed(&*self.sink, s, &e, tool.name()),
+                }
+            }
             let sink = self.sink.clone();
             let emit_sink = self.sink.clone();
             let id = call.id.clone();
@@ -393,13 +419,28 @@ impl Dispatch<'_> {
                         text.push_str(&format!("\n\n{}", extra.join("\n")));
                     }
                 }
+                // Before the result is committed, so the result names the tree it left.
+                let mut snapshot = None;
+                if let Some(s) = &snapshots {
+                    match s.take(format!("after {name} {id}")).await {
+                        Ok(t) => {
+                            s.shadow.tell_once(Ok(()));
+                            snapshot = Some(WorkspaceSnapshot {
+                                commit: t.commit,
+                                tree: t.tree,
+                                before,
+                            });
+                        }
+                        Err(e) => snapshot_failed(&*hook_sink, s, &e, &name),
+                    }
+                }
                 let outcome = if out.is_error { "error" } else { "ok" };
                 let took = started.elapsed();
                 let span = tracing::Span::current();
                 span.record("outcome", outcome);
                 span.record("duration_ms", took.as_millis() as u64);
                 crate::telemetry::tool_finished(&name, took, outcome);
-                (id, out)
+                (id, out, snapshot)
             };
             running.spawn(tracing::Instrument::instrument(task, span));
         }
@@ -415,9 +456,9 @@ impl Dispatch<'_> {
                     loop {
                         tokio::select! {
                             j = running.join_next() => match j {
-                                Some(Ok((id, out))) => {
+                                Some(Ok((id, out, snapshot))) => {
                                     unanswered.retain(|u| *u != id);
-                                    self.result(history, &id, out).await?;
+                                    self.result_with(history, &id, out, snapshot).await?;
                                 }
                                 Some(Err(_)) => {}
                                 None => break,
@@ -429,9 +470,9 @@ impl Dispatch<'_> {
                 }
             };
             match joined {
-                Some(Ok((id, out))) => {
+                Some(Ok((id, out, snapshot))) => {
                     unanswered.retain(|u| *u != id);
-                    self.result(history, &id, out).await?;
+                    self.result_with(history, &id, out, snapshot).await?;
                 }
                 Some(Err(e)) if e.is_panic() => {
                     tracing::error!("a tool panicked: {e}");
@@ -449,5 +490,24 @@ impl Dispatch<'_> {
             self.result(history, &id, ToolOutput::error(msg)).await?;
         }
         Ok(cancelled)
+    }
+}
+
+/// Tells the session once why its working tree was not recorded (the same reason is not told
+/// again until a snapshot succeeds).
+fn snapshot_failed(
+    sink: &dyn TurnSink,
+    snapshots: &crate::snapshots::TurnSnapshots,
+    e: &crate::snapshots::SnapshotError,
+    tool: &str,
+) {
+    tracing::warn!("no workspace snapshot around a {tool} call: {e}");
+    if let Some(why) = snapshots.shadow.tell_once(Err(e)) {
+        sink.send(EventKind::Notice {
+            level: tether_proto::NoticeLevel::Warning,
+            message: format!(
+                "the working tree was not recorded after this {tool} call, so /rewind cannot restore it: {why}"
+            ),
+        });
     }
 }

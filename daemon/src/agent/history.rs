@@ -51,6 +51,26 @@ pub struct History {
     /// `!command` ran): the next prompt says it first.
     #[serde(default)]
     notes: Vec<String>,
+    /// Where the conversation stood as each turn began, for a rewind to it; emptied by
+    /// `/clear` and compaction, which leave nothing before them to go back to.
+    #[serde(default)]
+    marks: Vec<Mark>,
+    /// Turns started, numbered as a rewind numbers them.
+    #[serde(default)]
+    turns_started: u64,
+}
+
+/// The conversation as one turn began.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Mark {
+    turn: u64,
+    messages: usize,
+    /// How many blocks the last message had (the turn's prompt may have joined it).
+    last_blocks: Option<usize>,
+    interrupted: Option<Cow<'static, str>>,
+    notes: Vec<String>,
+    told: Told,
+    context_tokens: u64,
 }
 
 /// A session's prompt prefix, as logged.
@@ -135,6 +155,16 @@ impl History {
     pub fn apply(&mut self, event: &EventKind) {
         match event {
             EventKind::TurnStarted { content, .. } => {
+                self.turns_started += 1;
+                self.marks.push(Mark {
+                    turn: self.turns_started,
+                    messages: self.messages.len(),
+                    last_blocks: self.messages.last().map(|m| m.content.len()),
+                    interrupted: self.interrupted.clone(),
+                    notes: self.notes.clone(),
+                    told: self.told.clone(),
+                    context_tokens: self.last_context_tokens,
+                });
                 self.pending.clear();
                 if let Some(marker) = self.interrupted.take() {
                     self.push(Role::User, vec![json!({"type": "text", "text": marker})]);
@@ -204,7 +234,28 @@ impl History {
             } => self.notes.push(format!(
                 "<system-reminder>{message}. Read what it printed with BashOutput (bash_id {shell_id}).</system-reminder>"
             )),
+            EventKind::Rewound {
+                to_turn,
+                conversation: true,
+                ..
+            } => {
+                let Some(at) = self.marks.iter().position(|m| m.turn == *to_turn) else {
+                    return;
+                };
+                let mark = self.marks[at].clone();
+                self.marks.truncate(at);
+                self.messages.truncate(mark.messages);
+                if let (Some(n), Some(last)) = (mark.last_blocks, self.messages.last_mut()) {
+                    Arc::make_mut(&mut last.content).truncate(n);
+                }
+                self.pending.clear();
+                self.interrupted = mark.interrupted;
+                self.notes = mark.notes;
+                self.told = mark.told;
+                self.last_context_tokens = mark.context_tokens;
+            }
             EventKind::HistoryCleared {} => {
+                self.marks.clear();
                 self.messages.clear();
                 self.pending.clear();
                 self.last_context_tokens = 0;
@@ -245,6 +296,7 @@ impl History {
                 tokens_after,
                 ..
             } => {
+                self.marks.clear();
                 self.messages.clear();
                 self.pending.clear();
                 self.last_context_tokens = *tokens_after;
@@ -273,6 +325,12 @@ impl History {
                 content: Arc::new(content),
             }),
         }
+    }
+
+    /// Whether the conversation can go back to just before turn `turn` (it began after the
+    /// last `/clear` or compaction).
+    pub fn can_rewind_to(&self, turn: u64) -> bool {
+        self.marks.iter().any(|m| m.turn == turn)
     }
 
     /// Whether nothing has been said yet.
@@ -412,6 +470,7 @@ mod tests {
             content: json!("ok"),
             is_error: false,
             details: None,
+            snapshot: None,
         }
     }
 

@@ -52,6 +52,9 @@ pub struct TurnContext {
     pub structured: Option<Arc<crate::tools::structured::StructuredOutput>>,
     /// The session's spending cap, if it has one.
     pub budget: Option<Arc<super::Budget>>,
+    /// Where the working tree is recorded after calls that change files (none: snapshots are
+    /// off, or this is a sub-agent, whose parent's Task call is snapshotted).
+    pub snapshots: Option<crate::snapshots::TurnSnapshots>,
 }
 
 impl TurnContext {
@@ -143,6 +146,8 @@ impl TurnContext {
             structured: None,
             // Its requests count toward the session's cap.
             budget: self.budget.clone(),
+            // The parent's Task call is snapshotted when the child is done.
+            snapshots: None,
         }
     }
 

@@ -33,6 +33,8 @@ const PASSED_ON: &[&str] = &[
     "session/compact",
     "session/export",
     "session/commands",
+    "session/checkpoints",
+    "session/rewind",
     "turn/start",
     "turn/cancel",
     "permission/respond",

@@ -62,7 +62,7 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
         SessionError::NotController => ErrorCode::NotController,
         SessionError::RequestNotFound(_) => ErrorCode::RequestNotFound,
         SessionError::BudgetReached { .. } => ErrorCode::BudgetReached,
-        SessionError::AlreadyExists(_) => {
+        SessionError::AlreadyExists(_) | SessionError::CannotRewind(_) => {
             return ErrorObjectOwned::owned::<()>(INVALID_PARAMS_CODE, e.to_string(), None);
         }
     };
@@ -428,6 +428,35 @@ impl TetherRpcServer for RpcApi {
                 by,
                 command: Some(crate::agent::SlashCommand::Compact(instructions)),
             })
+            .await
+            .map_err(rpc_error)
+    }
+
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/checkpoints"))]
+    async fn session_checkpoints(&self, session_id: SessionId) -> RpcResult<Vec<Checkpoint>> {
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        handle.checkpoints().await.map_err(rpc_error)
+    }
+
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/rewind"))]
+    async fn session_rewind(
+        &self,
+        ext: &Extensions,
+        session_id: SessionId,
+        to_turn: u64,
+        restore: Option<RewindScope>,
+        overwrite: Option<bool>,
+    ) -> RpcResult<RewindResult> {
+        self.check_running()?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        let by = self.client(ext);
+        handle
+            .rewind(
+                to_turn,
+                restore.unwrap_or_default(),
+                overwrite.unwrap_or(false),
+                Some(by),
+            )
             .await
             .map_err(rpc_error)
     }

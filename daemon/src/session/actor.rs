@@ -173,6 +173,23 @@ pub(super) enum Command {
     Titled {
         title: String,
     },
+    /// `session/rewind`.
+    Rewind {
+        to_turn: u64,
+        scope: tether_proto::RewindScope,
+        overwrite: bool,
+        by: Option<ClientRef>,
+        reply: oneshot::Sender<Result<tether_proto::RewindResult, SessionError>>,
+    },
+    /// A rewind's files are back, or could not be put back.
+    Rewound {
+        rewinding: Box<super::rewind::Rewinding>,
+        restored: Option<Result<crate::snapshots::Restored, crate::snapshots::SnapshotError>>,
+    },
+    /// `session/checkpoints`.
+    Checkpoints {
+        reply: oneshot::Sender<Vec<tether_proto::Checkpoint>>,
+    },
     /// Ends (or resumes) a turn the log left open: the daemon stopped during it.
     RecoverOpenTurn {
         open: OpenTurn,
@@ -290,6 +307,29 @@ impl SessionHandle {
             .await?
     }
 
+    /// Rewinds the session to just before turn `to_turn` (`session/rewind`).
+    pub async fn rewind(
+        &self,
+        to_turn: u64,
+        scope: tether_proto::RewindScope,
+        overwrite: bool,
+        by: Option<ClientRef>,
+    ) -> Result<tether_proto::RewindResult, SessionError> {
+        self.call(|reply| Command::Rewind {
+            to_turn,
+            scope,
+            overwrite,
+            by,
+            reply,
+        })
+        .await?
+    }
+
+    /// The turns the session can be rewound to (`session/checkpoints`).
+    pub async fn checkpoints(&self) -> Result<Vec<tether_proto::Checkpoint>, SessionError> {
+        self.call(|reply| Command::Checkpoints { reply }).await
+    }
+
     /// The session's current metadata.
     pub async fn summary(&self) -> Result<SessionSummary, SessionError> {
         self.call(|reply| Command::Summary { reply }).await
@@ -374,6 +414,8 @@ pub(super) struct SessionActor {
     pub(super) ledger: Ledger,
     pub(super) env: Arc<TurnEnv>,
     pub(super) workspace: Arc<Workspace>,
+    /// The working tree's snapshots (none when they are off).
+    pub(super) shadow: Option<Arc<crate::snapshots::Shadow>>,
     /// Every task the actor started: turns, their preparation, titles, notification hooks.
     /// Dropping the actor aborts them.
     pub(super) tasks: JoinSet<()>,
@@ -431,7 +473,15 @@ pub(super) fn spawn(
         id: record.id.clone(),
         tx: tx.clone(),
     };
+    let shadow = env.snapshots.clone().map(|policy| {
+        Arc::new(crate::snapshots::Shadow::new(
+            policy,
+            &record.id.0,
+            std::path::PathBuf::from(&record.cwd),
+        ))
+    });
     let mut actor = SessionActor {
+        shadow,
         journal: Journal::new(record, store, log, epoch, loaded.head),
         presence: Presence::default(),
         broker: Broker::default(),
@@ -577,6 +627,18 @@ impl SessionActor {
                 let _ = reply.send(());
             }),
             Command::Rules { reply } => drop(reply.send(self.rules_report())),
+            Command::Rewind {
+                to_turn,
+                scope,
+                overwrite,
+                by,
+                reply,
+            } => self.rewind(to_turn, scope, overwrite, by, reply),
+            Command::Rewound {
+                rewinding,
+                restored,
+            } => self.rewound(*rewinding, restored),
+            Command::Checkpoints { reply } => drop(reply.send(self.checkpoints())),
             Command::StartTurn { request, reply } => drop(reply.send(self.request_turn(*request))),
             Command::CancelTurn { by, reply } => {
                 let observer = by.as_ref().is_some_and(|b| self.presence.observer_only(b));
@@ -899,6 +961,7 @@ impl SessionActor {
         let event = self.journal.append(kind, turn_id)?;
         self.history.apply(&event.kind);
         self.ledger.apply(&event.kind, event.turn_id.as_ref());
+        self.ledger.marks.apply(&event);
         Ok(())
     }
 

@@ -173,6 +173,7 @@ mod tests {
                 content: json!(long),
                 is_error: false,
                 details: None,
+                snapshot: None,
             },
             EventKind::ToolCall {
                 tool_call_id: "t2".into(),
@@ -184,6 +185,7 @@ mod tests {
                 content: json!("file does not exist: /p/README.md\n```\nfenced\n```"),
                 is_error: true,
                 details: None,
+                snapshot: None,
             },
             block(json!({"type": "text", "text": "The `all` target is missing.\n\n- add it\n- rerun"})),
             ended("end_turn", None),

@@ -123,6 +123,16 @@ impl Journal {
         self.committed
     }
 
+    /// Seq of the last appended event (durable once the batch is).
+    pub fn head(&self) -> Seq {
+        self.head
+    }
+
+    /// The session's log, for reading.
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
     /// Why the session is read-only, if it is.
     pub fn broken(&self) -> Option<&str> {
         self.broken.as_deref()

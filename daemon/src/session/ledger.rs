@@ -34,6 +34,9 @@ pub struct Ledger {
     open: BTreeMap<String, OpenRequest>,
     resolved: HashMap<String, (PermissionDecision, Option<ClientRef>)>,
     session_rules: Vec<String>,
+    /// The turns and the snapshots around them, for rewinding.
+    #[serde(default)]
+    pub(super) marks: super::rewind::TurnMarks,
 }
 
 impl Ledger {

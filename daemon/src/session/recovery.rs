@@ -79,7 +79,7 @@ pub(super) fn interrupted_outcome() -> TurnOutcome {
 /// A load that replays more events than this past the session's checkpoint writes a new one.
 const CHECKPOINT_AFTER: Seq = 256;
 /// The checkpoint format; one of another version is ignored and the log replayed whole.
-const CHECKPOINT_VERSION: u32 = 2;
+const CHECKPOINT_VERSION: u32 = 3;
 
 /// Turns a session starts by itself in a row (for background shells that ended) before it
 /// waits for a person.
@@ -125,6 +125,7 @@ pub(super) fn replay(
         track(&mut loaded, &event);
         loaded.history.apply(&event.kind);
         loaded.ledger.apply(&event.kind, event.turn_id.as_ref());
+        loaded.ledger.marks.apply(&event);
     }
     // A damaged log keeps being replayed whole, so its notice is never lost.
     if head - from > CHECKPOINT_AFTER && loaded.damaged.is_empty() {
@@ -233,6 +234,7 @@ impl SessionActor {
                     content: serde_json::json!("interrupted: the daemon stopped while this tool was running; it was not run again"),
                     is_error: true,
                     details: None,
+                    snapshot: None,
                 },
                 at(),
             );
@@ -446,6 +448,7 @@ mod tests {
                     content: serde_json::json!("ok"),
                     is_error: false,
                     details: None,
+                    snapshot: None,
                 },
             ),
             event(

@@ -615,6 +615,7 @@ mod tests {
             policy: Default::default(),
             cache_ttl: None,
             config_hooks: None,
+            snapshots: None,
         })
     }
 

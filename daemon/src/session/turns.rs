@@ -94,6 +94,8 @@ impl Running {
 pub(super) struct Turns {
     running: Option<Running>,
     queue: VecDeque<Queued>,
+    /// A rewind is putting files back: prompts wait for it as for a running turn.
+    rewinding: bool,
 }
 
 impl Turns {
@@ -119,9 +121,19 @@ impl Turns {
             })
     }
 
-    /// Whether no turn runs or waits.
+    /// Whether no turn runs or waits (and no rewind is under way).
     pub fn is_idle(&self) -> bool {
-        self.running.is_none() && self.queue.is_empty()
+        self.running.is_none() && self.queue.is_empty() && !self.rewinding
+    }
+
+    /// Whether a turn runs, waits, or a rewind is under way.
+    pub fn is_busy(&self) -> bool {
+        !self.is_idle()
+    }
+
+    /// Marks a rewind under way (prompts queue behind it) or done.
+    pub fn set_rewinding(&mut self, rewinding: bool) {
+        self.rewinding = rewinding;
     }
 
     /// The running turn's id.
@@ -228,7 +240,7 @@ pub enum Preparation {
     Failed(String),
 }
 
-fn text_of(input: &[InputItem]) -> String {
+pub(super) fn text_of(input: &[InputItem]) -> String {
     input
         .iter()
         .filter_map(|i| match i {
@@ -291,7 +303,7 @@ impl SessionActor {
             self.wakeups = 0;
         }
         let turn_id = TurnId(uuid::Uuid::new_v4().to_string());
-        let busy = self.turns.running.is_some();
+        let busy = self.turns.running.is_some() || self.turns.rewinding;
         if busy && request.mode == BusyMode::Reject {
             return Err(SessionError::Busy);
         }
@@ -313,7 +325,7 @@ impl SessionActor {
     /// Starts the next queued turns while none runs; at the budget, only the commands among
     /// them (the prompts wait for the budget to be raised).
     pub(super) fn start_next(&mut self) {
-        while self.turns.running.is_none() {
+        while self.turns.running.is_none() && !self.turns.rewinding {
             let next = if self.ledger.budget_reached {
                 let command = self
                     .turns

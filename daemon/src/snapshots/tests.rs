@@ -17,6 +17,15 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The configuration's default deny-list.
+const DEFAULT_DENY: &[&str] = &[
+    ".env*",
+    "*.pem",
+    "*.key",
+    "id_*",
+    ".claude/settings.local.json",
+];
+
 fn policy(data: &Path) -> Arc<Policy> {
     let deny: Vec<String> = DEFAULT_DENY.iter().map(|s| s.to_string()).collect();
     Arc::new(Policy::new(data.join("snapshots"), &deny, 1).expect("policy"))

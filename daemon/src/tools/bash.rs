@@ -69,6 +69,10 @@ impl Tool for Bash {
         false
     }
 
+    fn changes_files(&self) -> bool {
+        true
+    }
+
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let command = input["command"].as_str().unwrap_or_default().to_owned();

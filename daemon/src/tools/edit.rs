@@ -220,6 +220,10 @@ impl Tool for Edit {
         false
     }
 
+    fn changes_files(&self) -> bool {
+        true
+    }
+
     fn changes_file<'a>(&self, input: &'a Value) -> Option<&'a str> {
         input["file_path"].as_str()
     }
@@ -272,6 +276,10 @@ impl Tool for MultiEdit {
 
     fn is_read_only(&self) -> bool {
         false
+    }
+
+    fn changes_files(&self) -> bool {
+        true
     }
 
     fn changes_file<'a>(&self, input: &'a Value) -> Option<&'a str> {

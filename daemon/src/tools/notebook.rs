@@ -182,6 +182,10 @@ impl Tool for NotebookEdit {
         false
     }
 
+    fn changes_files(&self) -> bool {
+        true
+    }
+
     fn changes_file<'a>(&self, input: &'a Value) -> Option<&'a str> {
         input["notebook_path"].as_str()
     }

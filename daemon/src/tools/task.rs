@@ -63,6 +63,10 @@ impl Tool for Task {
         true
     }
 
+    fn changes_files(&self) -> bool {
+        true
+    }
+
     fn run<'a>(&'a self, input: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
             let Some(runner) = ctx.subagents.clone() else {

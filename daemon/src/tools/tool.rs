@@ -208,6 +208,11 @@ pub trait Tool: Send + Sync + 'static {
     fn input_schema(&self) -> Value;
     /// Whether it only reads (read-only calls of one reply run in parallel).
     fn is_read_only(&self) -> bool;
+    /// Whether a call may change files in the workspace: the working tree is snapshotted
+    /// after it (and before the turn's first such call).
+    fn changes_files(&self) -> bool {
+        false
+    }
     /// The existing file a call would change, which must have been read first: checked before
     /// anyone is asked to allow the call, and again as it runs.
     fn changes_file<'a>(&self, _input: &'a Value) -> Option<&'a str> {

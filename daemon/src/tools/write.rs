@@ -34,6 +34,10 @@ impl Tool for Write {
         false
     }
 
+    fn changes_files(&self) -> bool {
+        true
+    }
+
     fn changes_file<'a>(&self, input: &'a Value) -> Option<&'a str> {
         input["file_path"].as_str()
     }

@@ -180,6 +180,7 @@ impl Setup {
                 prompt_tool: None,
                 structured: None,
                 budget: None,
+                snapshots: None,
             }),
             cancel: CancellationToken::new(),
             subagents: None,
