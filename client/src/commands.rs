@@ -221,6 +221,74 @@ pub async fn budget(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `tether rewind ID`: lists the turns a session can go back to; with `to`, rewinds it to just
+/// before that turn (`scope`: files, conversation or both).
+pub async fn rewind(
+    socket: &Path,
+    out: Output,
+    id: &str,
+    to: Option<u64>,
+    scope: tether_proto::RewindScope,
+    overwrite: bool,
+) -> anyhow::Result<ExitCode> {
+    let conn = connection::connect(socket, true, ClientKind::Script).await?;
+    let session = resolve(&conn, id).await?.session_id;
+    let Some(to) = to else {
+        let points = conn
+            .client
+            .session_checkpoints(session.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", connection::call_error(&e)))?;
+        if out.json {
+            print_json(&points)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        if points.is_empty() {
+            println!("{session}: no turns to rewind to yet");
+        }
+        for p in &points {
+            let marks = match (p.files, p.conversation) {
+                (true, true) => "files, conversation",
+                (true, false) => "files",
+                (false, true) => "conversation",
+                (false, false) => "-",
+            };
+            let prompt = p.prompt.lines().next().unwrap_or("");
+            println!("{:>4}  {marks:<20}  {prompt}", p.turn);
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let done = conn
+        .client
+        .session_rewind(session.clone(), to, Some(scope), Some(overwrite))
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", connection::call_error(&e)))?;
+    if out.json {
+        print_json(&done)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{}",
+        render::rewound(
+            done.to_turn,
+            done.code,
+            done.conversation,
+            &done.restored,
+            &done.kept,
+        )
+    );
+    for file in &done.restored {
+        println!("  put back  {file}");
+    }
+    for file in &done.kept {
+        println!("  kept      {file} (edited outside tether; --overwrite puts it back too)");
+    }
+    for file in &done.outside {
+        println!("  untouched {file} (edited outside tether)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Finds the session whose id is `id` or starts with it.
 pub async fn resolve(conn: &Connection, id: &str) -> anyhow::Result<SessionSummary> {
     if let Ok(snapshot) = conn.client.session_get(SessionId(id.to_owned())).await {

@@ -255,6 +255,27 @@ enum Cmd {
         /// The new budget in USD (e.g. 5 or 2.50; 0 removes the cap).
         amount: Option<String>,
     },
+    /// Rewind a session to just before one of its turns: its files (as tether's snapshots
+    /// recorded them), its conversation, or both. Without --to, lists the turns.
+    Rewind {
+        /// Session id or a unique prefix of one.
+        id: String,
+        /// The turn to go back to the start of (numbered from 1, as the list shows them).
+        #[arg(long)]
+        to: Option<u64>,
+        /// Put back the files only.
+        #[arg(long, conflicts_with_all = ["conversation", "both"])]
+        code: bool,
+        /// Rewind the conversation only.
+        #[arg(long, conflicts_with = "both")]
+        conversation: bool,
+        /// Both (the default).
+        #[arg(long)]
+        both: bool,
+        /// Also put back files edited outside tether since (they are kept by default).
+        #[arg(long)]
+        overwrite: bool,
+    },
     /// Follow a session's events as they happen (Ctrl+C detaches).
     Attach {
         /// Session id or a unique prefix of one.
@@ -656,6 +677,23 @@ fn main() -> ExitCode {
             }) => commands::approve(&socket, out, &token, &decision, message).await,
             Some(Cmd::Budget { id, amount }) => {
                 commands::budget(&socket, out, &id, amount.as_deref()).await
+            }
+            Some(Cmd::Rewind {
+                id,
+                to,
+                code,
+                conversation,
+                both: _,
+                overwrite,
+            }) => {
+                let scope = if code {
+                    tether_proto::RewindScope::Code
+                } else if conversation {
+                    tether_proto::RewindScope::Conversation
+                } else {
+                    tether_proto::RewindScope::Both
+                };
+                commands::rewind(&socket, out, &id, to, scope, overwrite).await
             }
             Some(Cmd::Attach { id, observe, since }) => {
                 if repl::wants_interactive(out) && since == "0" {

@@ -1054,7 +1054,9 @@ pub struct Checkpoint {
 }
 
 /// What `session/rewind` puts back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum RewindScope {
     /// Files and conversation.

@@ -190,8 +190,7 @@ impl Dispatch<'_> {
     }
 
     async fn run_batch(&self, batch: Vec<Call>, history: &mut History) -> Result<bool, SinkError> {
-        let mut running: JoinSet<(String, ToolOutput, Option<WorkspaceSnapshot>)> =
-            JoinSet::new();
+        let mut running: JoinSet<(String, ToolOutput, Option<WorkspaceSnapshot>)> = JoinSet::new();
         let mut unanswered: Vec<String> = Vec::new();
         for mut call in batch {
             // Write-ahead: the call is durable before it runs.
@@ -310,7 +309,9 @@ impl Dispatch<'_> {
                 .flatten();
             let mut before = None;
             if let Some(s) = &snapshots
-                && let Some(taken) = s.before(format!("before {} {}", tool.name(), call.id)).await
+                && let Some(taken) = s
+                    .before(format!("before {} {}", tool.name(), call.id))
+                    .await
             {
                 match taken {
                     Ok(t) => before = Some(t.commit),

@@ -301,10 +301,13 @@ impl SessionActor {
                 prompt_tool: options.permission_prompt_tool.clone(),
                 structured: None,
                 budget,
-                snapshots: self.shadow.clone().map(|shadow| crate::snapshots::TurnSnapshots {
-                    shadow,
-                    turn: turn_id.0.clone(),
-                }),
+                snapshots: self
+                    .shadow
+                    .clone()
+                    .map(|shadow| crate::snapshots::TurnSnapshots {
+                        shadow,
+                        turn: turn_id.0.clone(),
+                    }),
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),
             mcp: Mcp {

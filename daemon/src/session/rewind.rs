@@ -10,9 +10,7 @@
 use super::SessionError;
 use super::actor::{Command, SessionActor};
 use serde::{Deserialize, Serialize};
-use tether_proto::{
-    Checkpoint, ClientRef, Event, EventKind, InputItem, RewindResult, RewindScope,
-};
+use tether_proto::{Checkpoint, ClientRef, Event, EventKind, InputItem, RewindResult, RewindScope};
 use tokio::sync::oneshot;
 
 /// One turn, as a rewind sees it.
@@ -294,16 +292,17 @@ impl SessionActor {
         match self.try_emit(event, None) {
             Ok(()) => {
                 let seq = self.journal.head();
-                self.journal.reply_after_commit(reply, move || RewindResult {
-                    to_turn,
-                    prompt,
-                    code,
-                    conversation,
-                    restored: restored.restored,
-                    kept: restored.kept,
-                    outside: restored.outside,
-                    seq,
-                });
+                self.journal
+                    .reply_after_commit(reply, move || RewindResult {
+                        to_turn,
+                        prompt,
+                        code,
+                        conversation,
+                        restored: restored.restored,
+                        kept: restored.kept,
+                        outside: restored.outside,
+                        seq,
+                    });
             }
             Err(e) => {
                 let _ = reply.send(Err(e));

@@ -147,7 +147,10 @@ fn a_restore_puts_back_what_tether_changed_and_keeps_edits_made_outside() {
         std::fs::read_to_string(root.join("notes.txt")).expect("notes"),
         "untracked\n"
     );
-    assert!(!root.join("new").exists(), "the folders the change made are gone");
+    assert!(
+        !root.join("new").exists(),
+        "the folders the change made are gone"
+    );
     assert_eq!(
         std::fs::read_to_string(root.join("notes2.txt")).expect("n2"),
         "by hand\n"
@@ -208,7 +211,12 @@ fn the_deny_list_matches_names_anywhere_and_paths_from_the_root() {
     ] {
         assert!(p.denied(Path::new(yes)), "{yes}");
     }
-    for no in ["src/env.rs", "a.pem.txt", "keys.rs", ".claude/settings.json"] {
+    for no in [
+        "src/env.rs",
+        "a.pem.txt",
+        "keys.rs",
+        ".claude/settings.json",
+    ] {
         assert!(!p.denied(Path::new(no)), "{no}");
     }
 }

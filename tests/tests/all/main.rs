@@ -19,6 +19,7 @@ mod permissions;
 mod providers;
 mod pty;
 mod remote;
+mod rewind;
 mod sandbox;
 mod screen;
 mod sdk;
