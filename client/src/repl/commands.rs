@@ -85,6 +85,10 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
     ),
     ("/export", "/export [file]: Markdown transcript"),
     ("/fork", "a copy of this session to try something else"),
+    (
+        "/rewind",
+        "/rewind [turn] [code|conversation|both]: go back to just before a turn (also Esc Esc)",
+    ),
     ("/quit", "detach (the session stays in the daemon)"),
 ];
 
@@ -179,7 +183,8 @@ impl Repl {
                      · Shift+Tab cycles the permission mode · Ctrl+T shows thinking · Ctrl+O expands output \
                      · Ctrl+G edits the prompt in $EDITOR \
                      · Ctrl+V pastes a clipboard image \
-                     · Esc, Ctrl+C or /cancel stops a turn · Ctrl+D detaches";
+                     · Esc, Ctrl+C or /cancel stops a turn · Esc Esc clears the line, or at an empty one rewinds \
+                     · Ctrl+D detaches";
                 for line in crate::view::wrap_text(keys, s.width) {
                     out.push_str(&line);
                     out.push('\n');
@@ -497,6 +502,7 @@ impl Repl {
                 self.switch_as(summary.session_id, role).await?;
                 return Ok(false);
             }
+            "/rewind" => self.rewind(&arg).await,
             "/fork" => {
                 let forked = self
                     .conn
@@ -624,6 +630,158 @@ const DIFF_LINES: usize = 400;
 
 /// `/diff`: the uncommitted changes in `dir` — what git shows against HEAD, tracked files
 /// only, then the untracked files by name — coloured as the permission prompt colours a diff.
+impl Repl {
+    /// `/rewind`: a picker of the conversation's turns, then of what to restore; `/rewind N
+    /// [code|conversation|both]` goes straight there. A rewound conversation puts the turn's
+    /// prompt back at the prompt, to change and send again.
+    async fn rewind(&mut self, arg: &str) {
+        use tether_proto::RewindScope;
+        let s = self.style;
+        if self.busy() {
+            self.say(&s.error("a turn is running: stop it first (Esc or /cancel), then rewind"));
+            return;
+        }
+        let mut words = arg.split_whitespace();
+        let chosen = match words.next() {
+            Some(n) => {
+                let scope = match words.next() {
+                    None | Some("both") => Some(RewindScope::Both),
+                    Some("code") => Some(RewindScope::Code),
+                    Some("conversation") => Some(RewindScope::Conversation),
+                    Some(_) => None,
+                };
+                match (n.parse::<u64>(), scope) {
+                    (Ok(turn), Some(scope)) => Some((turn, scope)),
+                    _ => {
+                        self.say(&s.error("/rewind [turn] [code|conversation|both]"));
+                        return;
+                    }
+                }
+            }
+            None => match self.pick_rewind().await {
+                Ok(chosen) => chosen,
+                Err(e) => {
+                    self.say(&s.error(&format!("✗ {e}")));
+                    return;
+                }
+            },
+        };
+        let Some((turn, scope)) = chosen else {
+            return;
+        };
+        let done = match self
+            .conn
+            .client
+            .session_rewind(self.session.id.clone(), turn, Some(scope), Some(false))
+            .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                self.say(&s.error(&format!("✗ {}", connection::call_error(&e))));
+                return;
+            }
+        };
+        for file in &done.outside {
+            self.say(&s.dim(&format!(
+                "  {file} was edited outside tether and is left as it is"
+            )));
+        }
+        if done.conversation && !done.prompt.trim().is_empty() {
+            // Back at the prompt, to change and send again (or clear with Esc Esc).
+            let _ = self
+                .to_editor
+                .send(super::editor::Command::Prefill(done.prompt.clone()));
+        }
+    }
+
+    /// The two menus of `/rewind`: which turn, then what to restore.
+    async fn pick_rewind(&mut self) -> anyhow::Result<Option<(u64, tether_proto::RewindScope)>> {
+        use tether_proto::RewindScope;
+        let s = self.style;
+        let points = self
+            .conn
+            .client
+            .session_checkpoints(self.session.id.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", connection::call_error(&e)))?;
+        if points.is_empty() {
+            self.say(&s.dim("nothing to rewind to yet: this conversation has no turns"));
+            return Ok(None);
+        }
+        // The last nine, so a digit picks any of them; older ones by number.
+        let shown: Vec<tether_proto::Checkpoint> = points
+            .iter()
+            .skip(points.len().saturating_sub(9))
+            .cloned()
+            .collect();
+        if shown.len() < points.len() {
+            self.say(&s.dim(&format!(
+                "(turns 1 to {} too: /rewind N)",
+                shown[0].turn - 1
+            )));
+        }
+        let items: Vec<String> = shown
+            .iter()
+            .map(|p| {
+                let prompt = p.prompt.lines().next().unwrap_or("").trim();
+                let prompt = if prompt.is_empty() {
+                    "(no text)"
+                } else {
+                    prompt
+                };
+                let can = match (p.files, p.conversation) {
+                    (true, true) => "files and conversation",
+                    (true, false) => "files only",
+                    (false, true) => "conversation; no file changed since",
+                    (false, false) => "nothing to restore",
+                };
+                format!("{prompt}  {}", s.dim(&format!("(turn {}; {can})", p.turn)))
+            })
+            .collect();
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let last = items.len() - 1;
+        let picked = tokio::task::spawn_blocking(move || {
+            super::prompt::pick("Rewind to just before:", &items, last, s, &cancel)
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(point) = picked.and_then(|i| shown.get(i)) else {
+            return Ok(None);
+        };
+        let mut options: Vec<(&str, RewindScope)> = Vec::new();
+        if point.files && point.conversation {
+            options.push(("Restore code and conversation", RewindScope::Both));
+        }
+        if point.conversation {
+            options.push(("Restore conversation", RewindScope::Conversation));
+        }
+        if point.files {
+            options.push(("Restore code", RewindScope::Code));
+        }
+        if options.is_empty() {
+            self.say(&s.dim(&format!(
+                "turn {} has nothing to restore: no file changed since, and the conversation was compacted after it",
+                point.turn
+            )));
+            return Ok(None);
+        }
+        let mut labels: Vec<String> = options.iter().map(|(l, _)| (*l).to_owned()).collect();
+        labels.push("Never mind".into());
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let title = format!("Turn {}: restore", point.turn);
+        let picked = tokio::task::spawn_blocking(move || {
+            super::prompt::pick(&title, &labels, 0, s, &cancel)
+        })
+        .await
+        .ok()
+        .flatten();
+        Ok(picked
+            .and_then(|i| options.get(i))
+            .map(|(_, scope)| (point.turn, *scope)))
+    }
+}
+
 fn diff_of(dir: &str, style: crate::style::Style) -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")

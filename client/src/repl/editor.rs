@@ -1,7 +1,7 @@
 //! The line editor on its own thread (reedline blocks): history per project, multi-line input
 //! (Alt+Enter, or a line ending in `\`), Tab completion of `/commands` and `@paths`, Shift+Tab
-//! for the next permission mode, Ctrl+T to show thinking, Ctrl+O to expand folded output, Esc to
-//! clear, folded pastes and Ctrl+V (see `paste.rs`). It reads one line each time it is asked, and
+//! for the next permission mode, Ctrl+T to show thinking, Ctrl+O to expand folded output, Esc Esc
+//! to clear the line (at an empty prompt: `/rewind`), folded pastes and Ctrl+V (see `paste.rs`). It reads one line each time it is asked, and
 //! lets go of the terminal when a turn starts (what was typed waits for the next prompt).
 
 use super::paste::{Keys, Pasted};
@@ -26,6 +26,8 @@ pub enum Command {
     Watch,
     /// Stop reading keys (a permission prompt takes the terminal); answers once stopped.
     Pause(std::sync::mpsc::Sender<()>),
+    /// Start the next line with this text (a rewound prompt, to edit and send again).
+    Prefill(String),
 }
 
 /// [`Setup::release`]: asked for.
@@ -105,6 +107,10 @@ const NEXT_MODE: &str = "\u{1}next-mode";
 const TOGGLE_THINKING: &str = "\u{1}toggle-thinking";
 /// Host command Ctrl+O sends.
 const EXPAND: &str = "\u{1}expand";
+/// Host command Esc sends (after closing a menu).
+const ESCAPE: &str = "\u{1}escape";
+/// Two Esc presses at an empty prompt within this open `/rewind`.
+const DOUBLE_ESCAPE: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// Completes `/commands` at the start of the line and `@paths` anywhere.
 struct Complete {
@@ -257,6 +263,14 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         ]),
     );
     keys.add_binding(
+        KeyModifiers::NONE,
+        KeyCode::Esc,
+        ReedlineEvent::Multiple(vec![
+            ReedlineEvent::Esc,
+            ReedlineEvent::ExecuteHostCommand(ESCAPE.into()),
+        ]),
+    );
+    keys.add_binding(
         KeyModifiers::SHIFT,
         KeyCode::BackTab,
         ReedlineEvent::ExecuteHostCommand(NEXT_MODE.into()),
@@ -281,14 +295,6 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
         KeyModifiers::ALT,
         KeyCode::Enter,
         ReedlineEvent::Edit(vec![reedline::EditCommand::InsertNewline]),
-    );
-    keys.add_binding(
-        KeyModifiers::NONE,
-        KeyCode::Esc,
-        ReedlineEvent::UntilFound(vec![
-            ReedlineEvent::Esc,
-            ReedlineEvent::Edit(vec![reedline::EditCommand::Clear]),
-        ]),
     );
     let pasted = setup.pasted.clone();
     let breaking = Arc::new(AtomicBool::new(false));
@@ -378,6 +384,10 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                         let _ = done.send(());
                         continue;
                     }
+                    Command::Prefill(text) => {
+                        ahead.partial = text;
+                        continue;
+                    }
                     Command::ReadLine => {
                         watching = false;
                         typed.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -395,7 +405,27 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                         std::mem::take(&mut ahead.partial),
                     )]);
                 }
-                let read = editor.read_line(&prompt);
+                // Esc closes a menu and stays at the prompt; twice at an empty one, it asks
+                // for `/rewind` (as Claude Code's Esc Esc).
+                let mut escaped: Option<std::time::Instant> = None;
+                let read = loop {
+                    let read = editor.read_line(&prompt);
+                    if !matches!(&read, Ok(Signal::HostCommand(c)) if c == ESCAPE) {
+                        break read;
+                    }
+                    let empty = editor.current_buffer_contents().trim().is_empty();
+                    if escaped.is_some_and(|at| at.elapsed() < DOUBLE_ESCAPE) {
+                        escaped = None;
+                        if empty {
+                            erase_prompt(&editor, "");
+                            break Ok(Signal::Success("/rewind".into()));
+                        }
+                        // With text: Esc Esc clears it.
+                        editor.run_edit_commands(&[reedline::EditCommand::Clear]);
+                        continue;
+                    }
+                    escaped = Some(std::time::Instant::now());
+                };
                 // The editor has let go of the terminal: quiet until the next prompt.
                 super::quiet::enter();
                 let got = match read {

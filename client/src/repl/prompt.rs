@@ -384,6 +384,87 @@ pub fn permission(
     })
 }
 
+/// A menu of `items` under `title`, one row each (cut to the terminal's width): arrows move,
+/// Enter or a digit picks, Esc or Ctrl+C leaves (`None`). It is erased when done.
+pub fn pick(
+    title: &str,
+    items: &[String],
+    mut selected: usize,
+    style: Style,
+    cancel: &AtomicBool,
+) -> Option<usize> {
+    if items.is_empty() {
+        return None;
+    }
+    let mut out = std::io::stdout();
+    let width = columns().saturating_sub(1).max(10);
+    let draw = |out: &mut std::io::Stdout, selected: usize| {
+        let _ = write!(out, "{}\r\n", style.bold(title));
+        for (i, item) in items.iter().enumerate() {
+            let row = crate::view::fit_visible(
+                &format!(
+                    "  {} {}. {item}",
+                    if i == selected { "❯" } else { " " },
+                    i + 1
+                ),
+                width,
+            );
+            let row = if i == selected { style.bold(&row) } else { row };
+            let _ = write!(out, "{row}\r\n");
+        }
+        let _ = write!(
+            out,
+            "{}\r\n",
+            style.dim("  ↑/↓ to move, Enter or a number to pick, Esc to leave")
+        );
+        let _ = out.flush();
+    };
+    let rows = u16::try_from(items.len() + 2).unwrap_or(u16::MAX);
+    if crossterm::terminal::enable_raw_mode().is_err() {
+        return None;
+    }
+    selected = selected.min(items.len() - 1);
+    draw(&mut out, selected);
+    let erase = |out: &mut std::io::Stdout| {
+        let _ = crossterm::execute!(
+            out,
+            crossterm::cursor::MoveUp(rows),
+            crossterm::terminal::Clear(crossterm::terminal::ClearType::FromCursorDown)
+        );
+    };
+    let choice = loop {
+        let Some(code) = next_key(cancel) else {
+            break None;
+        };
+        match code {
+            KeyCode::Esc => break None,
+            KeyCode::Enter => break Some(selected),
+            KeyCode::Char(c) => {
+                if let Some(d) = c
+                    .to_digit(10)
+                    .map(|d| d as usize)
+                    .filter(|d| (1..=items.len()).contains(d))
+                {
+                    break Some(d - 1);
+                }
+            }
+            KeyCode::Up | KeyCode::Down => {
+                selected = if code == KeyCode::Up {
+                    (selected + items.len() - 1) % items.len()
+                } else {
+                    (selected + 1) % items.len()
+                };
+                erase(&mut out);
+                draw(&mut out, selected);
+            }
+            _ => {}
+        }
+    };
+    erase(&mut out);
+    let _ = crossterm::terminal::disable_raw_mode();
+    choice
+}
+
 /// The next key, the terminal being in raw mode; `None` when `cancel` fires (answered
 /// elsewhere) or the terminal cannot be read. Ctrl+C reads as Esc.
 fn next_key(cancel: &AtomicBool) -> Option<KeyCode> {

@@ -256,3 +256,85 @@ fn a_rewind_is_refused_clearly_and_changes_nothing() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn the_terminal_picks_a_turn_restores_it_and_puts_its_prompt_back() -> anyhow::Result<()> {
+    use crate::pty::{tether, turn_messages};
+    let write = |file: &str| {
+        Step::text("Writing.").tool_use("Write", json!({"file_path": file, "content": "x"}))
+    };
+    let fake = Fake::start(
+        Script::of([
+            write("x.txt"),
+            Step::text("Wrote x."),
+            write("y.txt"),
+            Step::text("Wrote y."),
+            Step::text("Again, then."),
+        ])
+        .titling("Picker"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let dir = daemon.workdir();
+    let mut a = tether(&daemon, &["--permission-mode", "acceptEdits"])?;
+    a.want("› ")?;
+    a.send_line("make x")?;
+    a.want("Wrote x.")?;
+    a.send_line("make y")?;
+    a.want("Wrote y.")?;
+    a.want("› ")?;
+    assert!(dir.join("x.txt").exists() && dir.join("y.txt").exists());
+
+    a.send_line("/rewind")?;
+    a.until("the turns", |s| {
+        s.contains("Rewind to just before:")
+            && s.contains("1. make x  (turn 1; files and conversation)")
+            && s.contains("❯ 2. make y  (turn 2; files and conversation)")
+    })?;
+    // Up to the first turn, Enter; then what to restore: both, the first choice.
+    a.send("\x1b[A")?;
+    a.until("turn 1 selected", |s| s.contains("❯ 1. make x"))?;
+    a.send("\r")?;
+    a.until("what to restore", |s| {
+        s.contains("Turn 1: restore")
+            && s.contains("❯ 1. Restore code and conversation")
+            && s.contains("2. Restore conversation")
+            && s.contains("3. Restore code")
+            && s.contains("4. Never mind")
+    })?;
+    a.send("\r")?;
+    a.want("rewound to before turn 1 (files and conversation); put back 2 files")?;
+    a.until("the prompt is back", |s| s.contains("› make x"))?;
+    let screen = a.screen();
+    assert!(
+        !screen.contains("Rewind to just before:"),
+        "the picker is erased:\n{screen}"
+    );
+    assert!(!dir.join("x.txt").exists() && !dir.join("y.txt").exists());
+    // Sent again as it is: the model sees one first prompt, not three.
+    a.send("\r")?;
+    a.want("Again, then.")?;
+    let last = turn_messages(&fake).pop().context("the last turn")?;
+    assert_eq!(last.matches("make").count(), 1, "{last}");
+
+    // Esc Esc at an empty prompt opens the same picker; Esc leaves it.
+    a.want("› ")?;
+    let mut opened = false;
+    for _ in 0..3 {
+        a.send("\x1b")?;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        a.send("\x1b")?;
+        if a.until("the picker", |s| s.contains("Rewind to just before:"))
+            .is_ok()
+        {
+            opened = true;
+            break;
+        }
+    }
+    assert!(opened, "Esc Esc opens /rewind:\n{}", a.screen());
+    a.send("\x1b")?;
+    a.until("the picker is gone", |s| {
+        !s.contains("Rewind to just before:")
+    })?;
+    a.send_line("/quit")?;
+    a.exited()
+}
