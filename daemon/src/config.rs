@@ -494,6 +494,8 @@ fn check(key: &Key, value: &toml::Value) -> Result<(), String> {
     );
     match (&default, value) {
         (_, toml::Value::String(s)) if off_ok && s == "off" => Ok(()),
+        // A list may also be written as one comma-separated string.
+        (toml::Value::Array(_), toml::Value::String(_)) => Ok(()),
         (_, toml::Value::Array(urls)) if matches!(key.name, "cluster.nats" | "snapshots.deny") => {
             if urls.iter().all(toml::Value::is_str) {
                 Ok(())

@@ -101,3 +101,29 @@ fn bad_env_and_flags_are_refused() {
     assert_eq!(off.number("auto_compact_percent"), None);
     assert_eq!(off.duration("idle_unload"), None);
 }
+
+#[test]
+fn the_snapshot_deny_list_is_a_list_or_a_comma_separated_string() {
+    let none = env_of(&[]);
+    let c = Config::load(None, &none, &[]).expect("defaults");
+    assert_eq!(
+        c.list("snapshots.deny"),
+        [
+            ".env*",
+            "*.pem",
+            "*.key",
+            "id_*",
+            ".claude/settings.local.json"
+        ]
+    );
+    assert!(c.flag("snapshots.enabled"));
+    let (_d, path) = file("[snapshots]\ndeny = [\"*.secret\"]\nenabled = false\n");
+    let c = Config::load(Some(&path), &none, &[]).expect("valid");
+    assert_eq!(c.list("snapshots.deny"), ["*.secret"]);
+    assert!(!c.flag("snapshots.enabled"));
+    let env = env_of(&[("TETHER_SNAPSHOTS_DENY", ".env*, *.p12")]);
+    let c = Config::load(None, &env, &[]).expect("valid");
+    assert_eq!(c.list("snapshots.deny"), [".env*", "*.p12"]);
+    let err = Config::load(None, &none, &["snapshots.deny=3".into()]).expect_err("a number");
+    assert!(err.to_string().contains("snapshots.deny"), "{err}");
+}
