@@ -270,8 +270,12 @@ impl Shadow {
         }
         repo.add_ignore_rule(&rules)
             .map_err(git("reading the ignore rules"))?;
-        let mut index = git2::Index::open(&dir.join(format!("index-{}", self.session)))
-            .map_err(git("opening the session's snapshot index"))?;
+        let index_path = dir.join(format!("index-{}", self.session));
+        if !index_path.exists() {
+            seed_index(&dir, &index_path);
+        }
+        let mut index =
+            git2::Index::open(&index_path).map_err(git("opening the session's snapshot index"))?;
         repo.set_index(&mut index)
             .map_err(git("opening the session's snapshot index"))?;
         Ok(Open {
@@ -360,6 +364,22 @@ impl TurnSnapshots {
         tokio::task::spawn_blocking(move || shadow.take(&label))
             .await
             .unwrap_or_else(|e| Err(SnapshotError::Refused(format!("the snapshot stopped: {e}"))))
+    }
+}
+
+/// Starts a session's index as a copy of the newest one in the store, so its first snapshot
+/// finds the stat cache warm (a large tree is not read whole again). Any index is a valid start:
+/// the scan brings it to the working tree.
+fn seed_index(dir: &Path, to: &Path) {
+    let newest = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index-"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max();
+    if let Some((_, from)) = newest {
+        let _ = std::fs::copy(from, to);
     }
 }
 
