@@ -94,6 +94,18 @@ pub fn rewound(
     line
 }
 
+/// A working tree rebuilt on another node, in one line.
+pub fn restored(node: &str, cwd: &str, after_tool_call: Option<&str>) -> String {
+    match after_tool_call {
+        Some(id) => format!(
+            "◦ the session moved to {node}: its files were restored in {cwd} (as after tool call {id})"
+        ),
+        None => {
+            format!("◦ the session moved to {node}: it works in {cwd} (no file had changed yet)")
+        }
+    }
+}
+
 /// One line describing an event.
 pub fn event_line(ev: &Event) -> String {
     let seq = ev
@@ -266,6 +278,12 @@ fn detail(kind: &EventKind) -> String {
                 None => line,
             }
         }
+        EventKind::WorkspaceRestored {
+            node,
+            cwd,
+            after_tool_call,
+            ..
+        } => restored(node, cwd, after_tool_call.as_deref()),
         EventKind::ShellCommand {
             command,
             stdout,

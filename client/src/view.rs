@@ -913,6 +913,15 @@ impl View {
                 let line = render::rewound(*to_turn, *code, *conversation, restored, kept);
                 out.push_str(&format!("{}\n", s.warn(&format!("{line}{who}"))));
             }
+            EventKind::WorkspaceRestored {
+                node,
+                cwd,
+                after_tool_call,
+                ..
+            } => out.push_str(&format!(
+                "{}\n",
+                s.warn(&render::restored(node, cwd, after_tool_call.as_deref()))
+            )),
             // `!command`: what it printed, folded as a tool's output is.
             EventKind::ShellCommand {
                 command,

@@ -311,6 +311,12 @@ const KEYS: &[Key] = &[
         doc: "copies JetStream keeps of each log and record (at most the number of NATS servers)",
     },
     Key {
+        name: "cluster.workspaces",
+        env: &["TETHER_CLUSTER_WORKSPACES"],
+        default: "\"\"",
+        doc: "this node's own directory for working trees: a session whose directory lies elsewhere is rebuilt under it from the cluster's snapshots when this node takes it (empty: sessions use their directory as it is, e.g. on a shared filesystem)",
+    },
+    Key {
         name: "cluster.creds",
         env: &["TETHER_CLUSTER_CREDS"],
         default: "\"\"",

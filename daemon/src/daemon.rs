@@ -230,6 +230,10 @@ pub fn turn_env(config: &Config, data_dir: &std::path::Path) -> Result<TurnEnv, 
     };
     Ok(TurnEnv {
         snapshots,
+        workspaces: config
+            .string("cluster.workspaces")
+            .filter(|_| !config.list("cluster.nats").is_empty())
+            .map(std::path::PathBuf::from),
         llm,
         catalog: ModelCatalog::from_env(config.string("model")).with_prices(
             config

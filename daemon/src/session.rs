@@ -19,6 +19,7 @@ mod registry;
 mod retention;
 mod rewind;
 mod sandboxing;
+mod travel;
 mod turns;
 
 pub use actor::SessionHandle;
@@ -54,6 +55,9 @@ pub enum SessionError {
     /// A turn is running and the request asked not to queue.
     #[error("a turn is already running in this session (use mode \"queue\" to run after it)")]
     Busy,
+    /// This node could not rebuild the session's working tree, with why.
+    #[error("cannot run the session on this node: {0}")]
+    Workspace(String),
     /// A rewind was asked for that cannot be done, with why.
     #[error("cannot rewind: {0}")]
     CannotRewind(String),
@@ -151,6 +155,9 @@ pub struct TurnEnv {
     pub config_hooks: Option<(serde_json::Value, String)>,
     /// How sessions record their working tree (`[snapshots]`); `None`: they do not.
     pub snapshots: Option<Arc<crate::snapshots::Policy>>,
+    /// In a cluster, this node's directory for working trees it rebuilds
+    /// (`cluster.workspaces`).
+    pub workspaces: Option<std::path::PathBuf>,
 }
 
 /// What a new session starts with.

@@ -50,6 +50,9 @@ pub enum SnapshotError {
         /// Why.
         source: std::io::Error,
     },
+    /// The cluster's store did not take the snapshot.
+    #[error("the cluster's store did not take the snapshot: {0}")]
+    Upload(String),
     /// A snapshot named in the log is not in the shadow repository.
     #[error("snapshot {0} is not in this machine's snapshot store")]
     Missing(String),
@@ -111,6 +114,10 @@ pub struct Taken {
     pub commit: String,
     /// Its tree (equal trees: equal working trees).
     pub tree: String,
+    /// The snapshot before it, when this one is new (`None`: unchanged, or the first).
+    pub parent: Option<String>,
+    /// Whether this call made it (not the previous snapshot again).
+    pub created: bool,
 }
 
 /// What a restore did.
@@ -142,6 +149,8 @@ struct State {
     before_for: Option<String>,
     /// The last failure told, so the same one is told once.
     told: Option<String>,
+    /// The newest snapshot known to be in the cluster's store.
+    uploaded: Option<String>,
 }
 
 impl std::fmt::Debug for State {
@@ -340,6 +349,9 @@ impl Shadow {
     }
 }
 
+/// How long a tool's result may wait for its snapshot to reach the cluster's store.
+const UPLOAD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A turn's handle on its session's snapshots.
 #[derive(Debug, Clone)]
 pub struct TurnSnapshots {
@@ -347,6 +359,8 @@ pub struct TurnSnapshots {
     pub shadow: Arc<Shadow>,
     /// The turn's id (the snapshot before its first change is taken once).
     pub turn: String,
+    /// Where new snapshots go for other nodes (cluster mode).
+    pub packs: Option<Arc<dyn PackStore>>,
 }
 
 impl TurnSnapshots {
@@ -358,13 +372,84 @@ impl TurnSnapshots {
         Some(self.take(label).await)
     }
 
-    /// Records the working tree now (off the async threads: it reads the whole tree).
+    /// Records the working tree now (off the async threads: it reads the whole tree); in a
+    /// cluster, a new snapshot counts once its objects are in the cluster's store.
     pub async fn take(&self, label: String) -> Result<Taken, SnapshotError> {
         let shadow = self.shadow.clone();
-        tokio::task::spawn_blocking(move || shadow.take(&label))
+        let taken = tokio::task::spawn_blocking(move || shadow.take(&label))
             .await
-            .unwrap_or_else(|e| Err(SnapshotError::Refused(format!("the snapshot stopped: {e}"))))
+            .unwrap_or_else(|e| {
+                Err(SnapshotError::Refused(format!("the snapshot stopped: {e}")))
+            })?;
+        if let Some(packs) = &self.packs {
+            // A cluster that does not answer holds no tool result back for long: the snapshot
+            // then does not count, and the next one's pack carries its objects.
+            tokio::time::timeout(UPLOAD_PATIENCE, self.upload(packs.as_ref(), &taken))
+                .await
+                .map_err(|_| {
+                    SnapshotError::Upload(format!(
+                        "no answer within {}s",
+                        UPLOAD_PATIENCE.as_secs()
+                    ))
+                })??;
+        }
+        Ok(taken)
     }
+
+    /// Sends the objects of `taken` the cluster's store lacks, as one pack named after it
+    /// whose base is the newest snapshot the store has.
+    async fn upload(&self, packs: &dyn PackStore, taken: &Taken) -> Result<(), SnapshotError> {
+        let known = self.shadow.state().uploaded.clone();
+        if known.as_deref() == Some(taken.commit.as_str()) {
+            return Ok(());
+        }
+        if !taken.created && packs.has(taken.commit.clone()).await {
+            self.shadow.state().uploaded = Some(taken.commit.clone());
+            return Ok(());
+        }
+        let base = match (&taken.parent, known) {
+            (Some(parent), Some(known)) if *parent == known => Some(known),
+            (Some(parent), known) => {
+                if packs.has(parent.clone()).await {
+                    Some(parent.clone())
+                } else {
+                    known
+                }
+            }
+            (None, known) => known,
+        };
+        let shadow = self.shadow.clone();
+        let (commit, from) = (taken.commit.clone(), base.clone());
+        let pack = tokio::task::spawn_blocking(move || shadow.pack(&commit, from.as_deref()))
+            .await
+            .unwrap_or_else(|e| Err(SnapshotError::Refused(format!("packing stopped: {e}"))))?;
+        packs
+            .put(taken.commit.clone(), base, pack)
+            .await
+            .map_err(SnapshotError::Upload)?;
+        self.shadow.state().uploaded = Some(taken.commit.clone());
+        Ok(())
+    }
+}
+
+/// Where the cluster keeps snapshots: one pack per snapshot, holding its objects beyond its
+/// base's.
+pub trait PackStore: Send + Sync + std::fmt::Debug {
+    /// Stores the pack of `commit`, whose objects beyond those of `base` it holds.
+    fn put(
+        &self,
+        commit: String,
+        base: Option<String>,
+        pack: Vec<u8>,
+    ) -> futures::future::BoxFuture<'static, Result<(), String>>;
+    /// Whether the pack of `commit` is stored.
+    fn has(&self, commit: String) -> futures::future::BoxFuture<'static, bool>;
+    /// The pack of `commit` and its base; `Ok(None)` when it is not stored.
+    #[allow(clippy::type_complexity)]
+    fn get(
+        &self,
+        commit: String,
+    ) -> futures::future::BoxFuture<'static, Result<Option<(Vec<u8>, Option<String>)>, String>>;
 }
 
 /// Starts a session's index as a copy of the newest one in the store, so its first snapshot
@@ -442,6 +527,8 @@ fn take(open: &Open, policy: &Policy, message: &str) -> Result<Taken, SnapshotEr
         return Ok(Taken {
             commit: parent.id().to_string(),
             tree: tree.to_string(),
+            parent: None,
+            created: false,
         });
     }
     let tree_obj = repo.find_tree(tree).map_err(git("reading the tree"))?;
@@ -460,6 +547,8 @@ fn take(open: &Open, policy: &Policy, message: &str) -> Result<Taken, SnapshotEr
     Ok(Taken {
         commit: commit.to_string(),
         tree: tree.to_string(),
+        parent: parent.map(|p| p.id().to_string()),
+        created: true,
     })
 }
 
@@ -548,5 +637,6 @@ fn put_back(
     Ok(())
 }
 
+mod packs;
 #[cfg(test)]
 mod tests;

@@ -353,16 +353,23 @@ impl Store {
     /// with the daemon's `epoch`; in a cluster by taking its lease (waiting out a silent
     /// owner's) and copying what the shared log has beyond the local copy.
     ///
-    /// A node that cannot see the session's working directory `cwd` does not take it. (This is
-    /// where a working tree that travels with its session would be fetched.)
-    pub async fn claim(&self, id: &SessionId, epoch: u64, cwd: &str) -> Result<Claim, StoreError> {
+    /// A node that cannot see the session's working directory `cwd` does not take it; `None`:
+    /// the node rebuilds the working tree itself (`session/travel.rs`).
+    pub async fn claim(
+        &self,
+        id: &SessionId,
+        epoch: u64,
+        cwd: Option<&str>,
+    ) -> Result<Claim, StoreError> {
         match &self.cluster {
             None => Ok(Claim {
                 epoch,
                 lost: CancellationToken::new(),
             }),
             Some(cluster) => {
-                if !Path::new(cwd).is_dir() {
+                if let Some(cwd) = cwd
+                    && !Path::new(cwd).is_dir()
+                {
                     return Err(StoreError::CwdUnreachable {
                         session: id.clone(),
                         cwd: cwd.to_owned(),
@@ -376,6 +383,13 @@ impl Store {
                 })
             }
         }
+    }
+
+    /// Where workspace snapshots go for other nodes: the cluster's store (`None` on one
+    /// machine, where they stay in the data directory).
+    pub fn packs(&self) -> Option<std::sync::Arc<dyn crate::snapshots::PackStore>> {
+        let cluster = self.cluster.as_ref()?;
+        Some(std::sync::Arc::new(cluster.packs()))
     }
 
     /// Follows a session another node runs (`None` on one machine, where every session is

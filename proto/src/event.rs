@@ -308,6 +308,22 @@ pub enum EventKind {
         #[serde(default)]
         by: Option<ClientRef>,
     },
+    /// In a cluster: the node that took the session over rebuilt its working tree from the
+    /// snapshots (its own directory, under its `cluster.workspaces`): the session works there
+    /// from now on. The model is told with its next prompt.
+    WorkspaceRestored {
+        /// The node it now runs on.
+        node: String,
+        /// The session's directory there.
+        cwd: String,
+        /// The snapshot it was rebuilt from (`None`: no tool had changed a file yet, so the
+        /// directory starts empty).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<String>,
+        /// The tool call that left the tree in that state.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_tool_call: Option<String>,
+    },
     /// A command the user ran in the session's directory (`!command` at the prompt), without
     /// the model: what it printed goes into the conversation with the next prompt.
     ShellCommand {
@@ -577,6 +593,7 @@ impl EventKind {
             Self::BackgroundShellEnded { .. } => "background_shell_ended",
             Self::ShellCommand { .. } => "shell_command",
             Self::Rewound { .. } => "rewound",
+            Self::WorkspaceRestored { .. } => "workspace_restored",
             Self::PlanUpdated { .. } => "plan_updated",
             Self::TurnRecovered { .. } => "turn_recovered",
             Self::PermissionRequested { .. } => "permission_requested",

@@ -229,6 +229,20 @@ impl History {
             } => self.notes.push(format!(
                 "<bash-input>{command}</bash-input>\n<bash-stdout>{stdout}</bash-stdout><bash-stderr>{stderr}</bash-stderr>"
             )),
+            EventKind::WorkspaceRestored {
+                node,
+                cwd,
+                after_tool_call,
+                ..
+            } => {
+                let state = after_tool_call.as_ref().map_or_else(
+                    || "empty (no tool had changed a file yet)".to_owned(),
+                    |id| format!("at the state after tool call {id}"),
+                );
+                self.notes.push(format!(
+                    "<system-reminder>The session moved: its workspace was restored on host {node} in {cwd}, {state}. Work in {cwd} from now on. Ignored files such as build outputs were not carried, and any change a tool was making when the previous host stopped is gone.</system-reminder>"
+                ));
+            }
             EventKind::BackgroundShellEnded {
                 shell_id, message, ..
             } => self.notes.push(format!(

@@ -54,9 +54,10 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
         SessionError::Store(
             StoreError::OwnedElsewhere { .. } | StoreError::CwdUnreachable { .. },
         ) => ErrorCode::SessionElsewhere,
-        SessionError::Store(_) | SessionError::Commit(_) | SessionError::StorageFailed(_) => {
-            ErrorCode::Storage
-        }
+        SessionError::Store(_)
+        | SessionError::Commit(_)
+        | SessionError::StorageFailed(_)
+        | SessionError::Workspace(_) => ErrorCode::Storage,
         SessionError::Stopped(_) => ErrorCode::DaemonShuttingDown,
         SessionError::Busy => ErrorCode::SessionBusy,
         SessionError::NotController => ErrorCode::NotController,

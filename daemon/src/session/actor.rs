@@ -500,6 +500,9 @@ pub(super) fn spawn(
         left_by_script: false,
     };
     actor.broker.restore(loaded.recorded);
+    if let Some(restored) = loaded.restored {
+        actor.emit(restored);
+    }
     // The recovery runs before anything a client asks.
     if !loaded.damaged.is_empty() {
         actor.emit(EventKind::Notice {

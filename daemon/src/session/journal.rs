@@ -128,6 +128,11 @@ impl Journal {
         self.head
     }
 
+    /// The store the session is kept in.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The session's log, for reading.
     pub fn log(&self) -> &EventLog {
         &self.log

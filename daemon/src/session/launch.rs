@@ -307,6 +307,7 @@ impl SessionActor {
                     .map(|shadow| crate::snapshots::TurnSnapshots {
                         shadow,
                         turn: turn_id.0.clone(),
+                        packs: self.journal.store().packs(),
                     }),
             },
             notes: crate::context::project_memory(&self.env.data_dir, &cwd),

@@ -35,6 +35,10 @@ pub(super) struct Loaded {
     /// (request id → encoded answer): filled in by whoever loads the session.
     #[serde(skip)]
     pub recorded: std::collections::HashMap<String, Vec<u8>>,
+    /// The working tree this node rebuilt for the session as it took it (`workspace_restored`,
+    /// logged first).
+    #[serde(skip)]
+    pub restored: Option<EventKind>,
 }
 
 impl Loaded {
@@ -48,6 +52,7 @@ impl Loaded {
             damaged: Vec::new(),
             shells: Vec::new(),
             recorded: Default::default(),
+            restored: None,
         }
     }
 }

@@ -158,7 +158,7 @@ impl Sessions {
         if picked && (self.live().contains_key(&id) || self.store.session(&id)?.is_some()) {
             return Err(SessionError::AlreadyExists(id));
         }
-        let claim = self.store.claim(&id, self.epoch, &record.cwd).await?;
+        let claim = self.store.claim(&id, self.epoch, Some(&record.cwd)).await?;
         let handle = {
             // Checked again and taken under one lock, so two callers cannot both take an id.
             let mut live = self.live();
@@ -186,14 +186,39 @@ impl Sessions {
         let Some(stored) = self.store.session(id)? else {
             return Err(SessionError::NotFound(id.clone()));
         };
-        let claim = self.store.claim(id, self.epoch, &stored.cwd).await?;
-        let (record, log, mut loaded) = match self.load(stored) {
+        // A node with its own directory for working trees rebuilds one from elsewhere.
+        let restore = self.store.clustered()
+            && super::travel::needs_restore(self.env.workspaces.as_ref(), &stored.cwd);
+        let claim = self
+            .store
+            .claim(id, self.epoch, (!restore).then_some(stored.cwd.as_str()))
+            .await?;
+        let (mut record, log, mut loaded) = match self.load(stored) {
             Ok(loaded) => loaded,
             Err(e) => {
                 self.store.release(id, &claim).await;
                 return Err(e);
             }
         };
+        if let Some(root) = self.env.workspaces.as_ref().filter(|_| restore) {
+            let restored = super::travel::restore(
+                root,
+                self.store.node().as_deref().unwrap_or("this node"),
+                self.env.snapshots.clone(),
+                self.store.packs(),
+                &mut record,
+                &loaded,
+            )
+            .await;
+            match restored.and_then(|event| Ok((self.store.put_session(&record)?, event))) {
+                Ok(((), event)) => loaded.restored = Some(event),
+                Err(e) => {
+                    tracing::error!(session = %id, "{e}");
+                    self.store.release(id, &claim).await;
+                    return Err(e);
+                }
+            }
+        }
         // Answers given while an earlier owner held the session, which it did not log.
         for request_id in loaded.ledger.open_ids() {
             if let Some(answer) = self.store.recorded_answer(id, &request_id).await {
@@ -536,7 +561,10 @@ impl Sessions {
             ..record
         };
         // Held before its first write: in a cluster only the holder of a session writes it.
-        let claim = self.store.claim(&new_id, self.epoch, &forked.cwd).await?;
+        let claim = self
+            .store
+            .claim(&new_id, self.epoch, Some(&forked.cwd))
+            .await?;
         let events = copied
             .iter()
             .map(|(seq, json)| (*seq, json.as_slice(), false));
@@ -616,6 +644,7 @@ mod tests {
             cache_ttl: None,
             config_hooks: None,
             snapshots: None,
+            workspaces: None,
         })
     }
 

@@ -33,6 +33,9 @@ pub(super) struct TurnMarks {
     marks: Vec<Mark>,
     /// The last snapshot an event names.
     last: Option<String>,
+    /// The tool call that left the tree in that state (none after a rewind).
+    #[serde(default)]
+    last_call: Option<String>,
 }
 
 /// How much of a prompt the list keeps.
@@ -61,7 +64,9 @@ impl TurnMarks {
                 });
             }
             EventKind::ToolResult {
-                snapshot: Some(s), ..
+                snapshot: Some(s),
+                tool_call_id,
+                ..
             } => {
                 if let Some(m) = self.marks.last_mut()
                     && m.before.is_none()
@@ -69,6 +74,7 @@ impl TurnMarks {
                     m.before = s.before.clone().or_else(|| self.last.clone());
                 }
                 self.last = Some(s.commit.clone());
+                self.last_call = Some(tool_call_id.clone());
             }
             EventKind::Rewound {
                 to_turn,
@@ -78,6 +84,7 @@ impl TurnMarks {
             } => {
                 if let Some(s) = snapshot {
                     self.last = Some(s.clone());
+                    self.last_call = None;
                 }
                 if *conversation {
                     for m in self.marks.iter_mut().filter(|m| m.turn >= *to_turn) {
@@ -87,6 +94,11 @@ impl TurnMarks {
             }
             _ => {}
         }
+    }
+
+    /// The last snapshot an event names, and the tool call that made it.
+    pub fn last(&self) -> (Option<&str>, Option<&str>) {
+        (self.last.as_deref(), self.last_call.as_deref())
     }
 
     /// The snapshot the files go back to for a rewind to `turn`: the tree before the first

@@ -34,11 +34,13 @@ mod answers;
 mod followers;
 mod leases;
 mod names;
+mod packs;
 
 use answers::Answers;
 use followers::Followers;
 use leases::{Held, Leases};
 use names::{SHARDS, calls_subject, shard_of, subject, token};
+pub use packs::Packs;
 
 /// The header naming the seq of a message's first event.
 const SEQ_HEADER: &str = "Tether-Seq";
@@ -50,6 +52,7 @@ const META: &str = "tether-meta";
 const NODES: &str = "tether-nodes";
 const ANSWERS: &str = "tether-answers";
 const PRESENCE: &str = "tether-presence";
+const SNAPSHOTS: &str = "tether-snapshots";
 /// How long a recorded permission answer is kept (its owner logs it at once, or the next
 /// owner when it takes the session over).
 const ANSWERS_KEPT: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -83,6 +86,8 @@ pub(super) struct Cluster {
     followers: Arc<Followers>,
     /// What answers calls passed on to this node, once the daemon installed it.
     handler: tokio::sync::watch::Sender<Option<super::PassedOn>>,
+    /// The working trees' snapshots, as packs.
+    packs: Packs,
 }
 
 /// The buckets and streams of a cluster, as [`Cluster::prepare`] finds or makes them.
@@ -93,6 +98,7 @@ struct Prepared {
     answers: kv::Store,
     presence: kv::Store,
     logs: Vec<stream::Stream>,
+    packs: Packs,
 }
 
 /// One message of a commit, as it goes to the log.
@@ -154,6 +160,7 @@ impl Cluster {
             answers,
             presence,
             logs,
+            packs,
         } = loop {
             match Self::prepare(&js, settings).await {
                 Ok(ready) => break ready,
@@ -193,6 +200,7 @@ impl Cluster {
                 settings.lease_ttl,
             )),
             handler: tokio::sync::watch::Sender::new(None),
+            packs,
         })
     }
 
@@ -268,6 +276,18 @@ impl Cluster {
                 .map_err(|e| jetstream_down(&settings.urls, "the log streams", e))?;
             logs.push(log);
         }
+        let packs = match js.get_object_store(SNAPSHOTS).await {
+            Ok(store) => store,
+            Err(_) => js
+                .create_object_store(jetstream::object_store::Config {
+                    bucket: SNAPSHOTS.to_owned(),
+                    num_replicas: replicas,
+                    storage: stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| jetstream_down(&settings.urls, SNAPSHOTS, e))?,
+        };
         Ok(Prepared {
             records,
             leases,
@@ -275,7 +295,13 @@ impl Cluster {
             answers,
             presence,
             logs,
+            packs: Packs::new(packs),
         })
+    }
+
+    /// The working trees' snapshots.
+    pub fn packs(&self) -> Packs {
+        self.packs.clone()
     }
 
     /// Announces this node every third of the lease while it runs.

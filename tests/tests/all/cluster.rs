@@ -953,3 +953,125 @@ fn briefly(mut cmd: std::process::Command) -> anyhow::Result<std::process::Outpu
     }
     Ok(child.wait_with_output()?)
 }
+
+/// The tree of the files under `dir`, as git would hash them.
+fn tree_of(dir: &std::path::Path) -> anyhow::Result<String> {
+    let scratch = tempfile::tempdir()?;
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(scratch.path())
+            .arg("--work-tree")
+            .arg(dir)
+            .args(args)
+            .output()
+    };
+    let init = std::process::Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(scratch.path())
+        .output()?;
+    anyhow::ensure!(init.status.success(), "{init:?}");
+    let add = git(&["add", "-A"])?;
+    anyhow::ensure!(add.status.success(), "{add:?}");
+    let tree = git(&["write-tree"])?;
+    Ok(String::from_utf8(tree.stdout)?.trim().to_owned())
+}
+
+#[test]
+fn a_session_taken_over_on_another_host_gets_its_working_tree_back() -> anyhow::Result<()> {
+    let nats = NatsCluster::start(3)?;
+    let (_keep, base) = shared_dir()?;
+    // Each node has its own directory for working trees, as two hosts would.
+    let (root_a, root_b) = (base.join("host-a"), base.join("host-b"));
+    let project = root_a.join("project");
+    std::fs::create_dir_all(&project)?;
+    std::fs::create_dir_all(&root_b)?;
+    let fake = Fake::start(Script::of([
+        Step::text("Writing.").tool_use(
+            "Write",
+            json!({"file_path": project.join("one.txt"), "content": "one\n"}),
+        ),
+        Step::text("Now the slow part.").tool_use(
+            "Bash",
+            json!({"command": "printf half > two.txt; printf k > .env; echo started; sleep 30"}),
+        ),
+        Step::text("It was cut off."),
+        Step::text("Carrying on there."),
+    ]))?;
+    let env_for = |root: &std::path::Path| {
+        let mut env = fake.env();
+        env.push((
+            "TETHER_CLUSTER_WORKSPACES".to_owned(),
+            root.display().to_string(),
+        ));
+        env
+    };
+    let mut a = nats.node("a", env_for(&root_a), &base, TTL)?;
+    let b = nats.node("b", env_for(&root_b), &base, TTL)?;
+
+    let mut on_a = a.ndjson()?;
+    let session = on_a.new_session_in(&project)?;
+    on_a.watch(&session)?;
+    on_a.start_turn(&session, "write one, then the slow thing")?;
+    let seen = on_a.events_until("tool_progress")?;
+    let written = seen
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .context("the Write's result")?;
+    let snapshot = written["data"]["snapshot"].clone();
+    assert!(snapshot["tree"].is_string(), "{written}");
+    assert_eq!(std::fs::read_to_string(project.join("two.txt"))?, "half");
+    a.kill9()?;
+
+    // b takes the session over and rebuilds its working tree under its own directory.
+    let mut on_b = b.ndjson()?;
+    on_b.subscribe(&session, json!(0))?;
+    let mut events = on_b.events_until("replay_complete")?;
+    while !events.iter().any(|e| e["type"] == "turn_ended") {
+        events.push(on_b.next_event()?);
+    }
+    let restored = events
+        .iter()
+        .find(|e| e["type"] == "workspace_restored")
+        .context("workspace_restored")?;
+    let there = root_b.join(&session);
+    assert_eq!(restored["data"]["node"], "b");
+    assert_eq!(restored["data"]["cwd"], json!(there.display().to_string()));
+    assert_eq!(restored["data"]["snapshot"], snapshot["commit"]);
+    assert_eq!(
+        restored["data"]["afterToolCall"],
+        written["data"]["toolCallId"]
+    );
+    // The tree is the one the last committed result named: the cut Bash's file is not there,
+    // and no secret travelled.
+    assert_eq!(tree_of(&there)?, snapshot["tree"].as_str().context("tree")?);
+    assert_eq!(std::fs::read_to_string(there.join("one.txt"))?, "one\n");
+    assert!(!there.join("two.txt").exists());
+    assert!(!there.join(".env").exists());
+
+    // The session works there now, and the model is told.
+    on_b.start_turn(&session, "where are we?")?;
+    on_b.events_until("turn_ended")?;
+    let asked = fake
+        .server
+        .message_requests()
+        .last()
+        .context("a request")?
+        .body["messages"]
+        .to_string();
+    assert!(
+        asked.contains(&format!(
+            "its workspace was restored on host b in {}",
+            there.display()
+        )),
+        "{asked}"
+    );
+    let summary = on_b.call("session/get", json!({"sessionId": session}))?;
+    assert_eq!(
+        summary["cwd"],
+        json!(there.display().to_string()),
+        "{summary}"
+    );
+    fake.no_rejections();
+    Ok(())
+}
