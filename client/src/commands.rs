@@ -275,6 +275,7 @@ pub async fn rewind(
             done.conversation,
             &done.restored,
             &done.kept,
+            &done.failed,
         )
     );
     for file in &done.restored {

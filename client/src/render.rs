@@ -71,6 +71,7 @@ pub fn rewound(
     conversation: bool,
     restored: &[String],
     kept: &[String],
+    failed: &[String],
 ) -> String {
     let what = match (code, conversation) {
         (true, true) => "files and conversation",
@@ -90,6 +91,9 @@ pub fn rewound(
             "; kept as edited outside tether: {}",
             kept.join(", ")
         ));
+    }
+    if !failed.is_empty() {
+        line.push_str(&format!("; could not put back {}", failed.join("; ")));
     }
     line
 }
@@ -269,10 +273,11 @@ fn detail(kind: &EventKind) -> String {
             conversation,
             restored,
             kept,
+            failed,
             by,
             ..
         } => {
-            let line = rewound(*to_turn, *code, *conversation, restored, kept);
+            let line = rewound(*to_turn, *code, *conversation, restored, kept, failed);
             match by {
                 Some(b) => format!("{line} — by {}", client(b)),
                 None => line,

@@ -901,6 +901,7 @@ impl View {
                 conversation,
                 restored,
                 kept,
+                failed,
                 by,
                 ..
             } => {
@@ -910,7 +911,7 @@ impl View {
                     .filter(|_| !mine)
                     .map(|b| format!(" — by {}", render::client(b)))
                     .unwrap_or_default();
-                let line = render::rewound(*to_turn, *code, *conversation, restored, kept);
+                let line = render::rewound(*to_turn, *code, *conversation, restored, kept, failed);
                 out.push_str(&format!("{}\n", s.warn(&format!("{line}{who}"))));
             }
             EventKind::WorkspaceRestored {

@@ -15,7 +15,7 @@
 
 use git2::{IndexAddOption, ObjectType, Oid, Repository, Signature};
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -127,8 +127,10 @@ pub struct Restored {
     pub restored: Vec<String>,
     /// Files tether changed that were also edited outside tether since, left as they are.
     pub kept: Vec<String>,
-    /// Files changed outside tether since the last snapshot, not touched.
+    /// Files changed by someone else since, not touched.
     pub outside: Vec<String>,
+    /// Files that could not be put back, each with why.
+    pub failed: Vec<String>,
     /// The snapshot of the tree after the restore.
     pub after: Option<Taken>,
 }
@@ -309,13 +311,17 @@ impl Shadow {
         Ok(find_commit(&open.repo, commit)?.tree_id().to_string())
     }
 
-    /// Puts back the files tether changed between snapshot `to` and snapshot `last` (the last
-    /// one the log names) as they were at `to`. A file also changed outside tether since `last`
-    /// is kept as it is, unless `overwrite`. Then records the result.
+    /// Puts back the files tether changed since snapshot `to` as they were there. What tether
+    /// changed is what the snapshots in `made` (those its tool calls and rewinds recorded)
+    /// changed over their parents, on the chain from `to` to `last` (the last one the log
+    /// names); what changed between them (edits made between turns) and since `last` was
+    /// someone else's. A file someone else changed too is kept as it is, unless `overwrite`.
+    /// Then records the result.
     pub fn restore(
         &self,
         to: &str,
         last: &str,
+        made: &HashSet<String>,
         overwrite: bool,
         message: &str,
     ) -> Result<Restored, SnapshotError> {
@@ -325,28 +331,64 @@ impl Shadow {
         let target = find_commit(repo, to)?
             .tree()
             .map_err(git("reading a snapshot"))?;
-        let last = find_commit(repo, last)?
-            .tree()
-            .map_err(git("reading a snapshot"))?;
+        let tip = find_commit(repo, last)?;
+        let (mut ours, mut theirs) = (BTreeSet::new(), BTreeSet::new());
+        let mut at = tip.clone();
+        let mut reached = at.id() == target_commit(repo, to)?;
+        while !reached {
+            let Ok(parent) = at.parent(0) else { break };
+            let changed = changed_paths(
+                repo,
+                &parent.tree().map_err(git("reading a snapshot"))?,
+                &at.tree().map_err(git("reading a snapshot"))?,
+            )?;
+            if made.contains(&at.id().to_string()) {
+                ours.extend(changed);
+            } else {
+                theirs.extend(changed);
+            }
+            reached = parent.id().to_string() == to;
+            at = parent;
+        }
+        if !reached {
+            // Not on one chain (snapshots of another node): all the difference counts.
+            ours = changed_paths(
+                repo,
+                &target,
+                &tip.tree().map_err(git("reading a snapshot"))?,
+            )?;
+            theirs.clear();
+        }
         let now = take(open, &self.policy, "before a rewind")?;
         let now = repo
             .find_tree(Oid::from_str(&now.tree).map_err(git("reading a snapshot"))?)
             .map_err(git("reading a snapshot"))?;
-        let changed = changed_paths(repo, &target, &last)?;
-        let outside = changed_paths(repo, &last, &now)?;
+        theirs.extend(changed_paths(
+            repo,
+            &tip.tree().map_err(git("reading a snapshot"))?,
+            &now,
+        )?);
         let mut done = Restored::default();
-        for path in &changed {
-            if outside.contains(path) && !overwrite {
+        for path in &ours {
+            if theirs.contains(path) && !overwrite {
                 done.kept.push(path.clone());
                 continue;
             }
-            put_back(repo, &open.root, &target, path)?;
-            done.restored.push(path.clone());
+            match put_back(repo, &open.root, &target, path) {
+                Ok(()) => done.restored.push(path.clone()),
+                Err(e) => done.failed.push(format!("{path}: {e}")),
+            }
         }
-        done.outside = outside.difference(&changed).cloned().collect();
-        done.after = Some(take(open, &self.policy, message)?);
+        done.outside = theirs.difference(&ours).cloned().collect();
+        // The files are back whatever happens now; a failed record only leaves the next
+        // rewind counting them as changed by someone else.
+        done.after = take(open, &self.policy, message).ok();
         Ok(done)
     }
+}
+
+fn target_commit(repo: &Repository, id: &str) -> Result<Oid, SnapshotError> {
+    Ok(find_commit(repo, id)?.id())
 }
 
 /// How long a tool's result may wait for its snapshot to reach the cluster's store.
@@ -569,7 +611,9 @@ fn changed_paths(
         .collect())
 }
 
-/// Makes `path` under `root` what it is in `tree`: its contents and mode, or no file.
+/// Makes `path` under `root` what it is in `tree`: its contents and mode, or no file. A path
+/// whose folder now leads outside the root (a symlink), or where a folder now stands, is left
+/// alone with an error.
 fn put_back(
     repo: &Repository,
     root: &Path,
@@ -581,6 +625,21 @@ fn put_back(
         path: file.clone(),
         source,
     };
+    let refuse = |why: &str| io(std::io::Error::other(why.to_owned()));
+    // The deepest existing folder on the way must still be inside the root.
+    let mut existing = file.parent();
+    while let Some(dir) = existing.filter(|d| !d.exists()) {
+        existing = dir.parent();
+    }
+    if let Some(dir) = existing
+        && !dir.canonicalize().is_ok_and(|d| d.starts_with(root))
+    {
+        return Err(refuse("its folder now leads outside the working tree"));
+    }
+    let now = std::fs::symlink_metadata(&file).ok();
+    if now.as_ref().is_some_and(|m| m.is_dir()) {
+        return Err(refuse("a folder stands there now"));
+    }
     let entry = match tree.get_path(Path::new(path)) {
         Ok(entry) => entry,
         Err(e) if e.code() == git2::ErrorCode::NotFound => {
@@ -603,7 +662,7 @@ fn put_back(
     };
     // A submodule's commit is not a file tether can write back.
     if entry.kind() != Some(ObjectType::Blob) {
-        return Ok(());
+        return Err(refuse("a submodule is not put back"));
     }
     let blob = repo
         .find_blob(entry.id())
@@ -611,26 +670,32 @@ fn put_back(
     if let Some(parent) = file.parent() {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    if let Ok(meta) = std::fs::symlink_metadata(&file)
-        && (meta.file_type().is_symlink() || meta.is_dir())
-    {
-        if meta.is_dir() {
-            std::fs::remove_dir_all(&file).map_err(io)?;
-        } else {
-            std::fs::remove_file(&file).map_err(io)?;
-        }
-    }
+    use std::os::unix::fs::PermissionsExt;
     match entry.filemode() {
         0o120000 => {
             use std::os::unix::ffi::OsStrExt;
             let target = std::ffi::OsStr::from_bytes(blob.content());
-            let _ = std::fs::remove_file(&file);
+            if now.is_some() {
+                std::fs::remove_file(&file).map_err(io)?;
+            }
             std::os::unix::fs::symlink(target, &file).map_err(io)?;
         }
         mode => {
+            // A symlink there now is replaced, never written through.
+            if now.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+                std::fs::remove_file(&file).map_err(io)?;
+            }
+            let had = now
+                .filter(|m| m.is_file())
+                .map(|m| m.permissions().mode() & 0o7777);
             std::fs::write(&file, blob.content()).map_err(io)?;
-            use std::os::unix::fs::PermissionsExt;
-            let perm = if mode == 0o100755 { 0o755 } else { 0o644 };
+            // The file's own permissions, with the executable bits the snapshot says.
+            let base = had.unwrap_or(0o644) & !0o111;
+            let perm = if mode == 0o100755 {
+                base | ((base & 0o444) >> 2)
+            } else {
+                base
+            };
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(perm)).map_err(io)?;
         }
     }

@@ -301,6 +301,9 @@ pub enum EventKind {
         /// Files edited outside tether since the last snapshot, not touched.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         outside: Vec<String>,
+        /// Files that could not be put back, each with why (`path: reason`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        failed: Vec<String>,
         /// The working tree after the rewind (a snapshot commit).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         snapshot: Option<String>,

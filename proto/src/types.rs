@@ -1087,6 +1087,9 @@ pub struct RewindResult {
     pub kept: Vec<String>,
     /// Files edited outside tether since the last snapshot, not touched.
     pub outside: Vec<String>,
+    /// Files that could not be put back, each with why (`path: reason`).
+    #[serde(default)]
+    pub failed: Vec<String>,
     /// The seq of the `rewound` event.
     pub seq: u64,
 }

@@ -36,6 +36,10 @@ pub(super) struct TurnMarks {
     /// The tool call that left the tree in that state (none after a rewind).
     #[serde(default)]
     last_call: Option<String>,
+    /// The snapshots tether's own changes made (tool calls, rewinds), each with the number of
+    /// turns started when it was made: what a rewind may put back.
+    #[serde(default)]
+    made: Vec<(u64, String)>,
 }
 
 /// How much of a prompt the list keeps.
@@ -68,10 +72,20 @@ impl TurnMarks {
                 tool_call_id,
                 ..
             } => {
-                if let Some(m) = self.marks.last_mut()
-                    && m.before.is_none()
-                {
-                    m.before = s.before.clone().or_else(|| self.last.clone());
+                // The tree before the turn's first change: the snapshot taken for it (results
+                // of parallel calls may come in any order), else the last one before.
+                if let Some(m) = self.marks.last_mut() {
+                    match &s.before {
+                        Some(before) => m.before = Some(before.clone()),
+                        None if m.before.is_none() => m.before = self.last.clone(),
+                        None => {}
+                    }
+                }
+                // A call that changed nothing names the snapshot before it: not its making.
+                let unchanged =
+                    s.before.as_ref() == Some(&s.commit) || self.last.as_ref() == Some(&s.commit);
+                if !unchanged {
+                    self.made.push((self.marks.len() as u64, s.commit.clone()));
                 }
                 self.last = Some(s.commit.clone());
                 self.last_call = Some(tool_call_id.clone());
@@ -83,6 +97,7 @@ impl TurnMarks {
                 ..
             } => {
                 if let Some(s) = snapshot {
+                    self.made.push((self.marks.len() as u64, s.clone()));
                     self.last = Some(s.clone());
                     self.last_call = None;
                 }
@@ -108,6 +123,15 @@ impl TurnMarks {
             .iter()
             .filter(|m| m.turn >= turn)
             .find_map(|m| m.before.as_deref())
+    }
+
+    /// The snapshots tether made from turn `turn` on.
+    fn made_since(&self, turn: u64) -> std::collections::HashSet<String> {
+        self.made
+            .iter()
+            .filter(|(at, _)| *at >= turn)
+            .map(|(_, c)| c.clone())
+            .collect()
     }
 
     fn live(&self, turn: u64) -> Option<&Mark> {
@@ -195,7 +219,8 @@ impl SessionActor {
                             );
                         };
                         let last = self.ledger.marks.last.clone().unwrap_or_default();
-                        Some((shadow, target.to_owned(), last))
+                        let made = self.ledger.marks.made_since(to_turn);
+                        Some((shadow, target.to_owned(), last, made))
                     }
                 }
             } else {
@@ -233,10 +258,11 @@ impl SessionActor {
                         EventKind::TurnStarted { input, .. } => Some(prompt_of(&input)),
                         _ => None,
                     });
-                let restored = files.map(|(shadow, target, last)| {
+                let restored = files.map(|(shadow, target, last, made)| {
                     shadow.restore(
                         &target,
                         &last,
+                        &made,
                         overwrite,
                         &format!("after a rewind to turn {to_turn}"),
                     )
@@ -298,6 +324,7 @@ impl SessionActor {
             restored: restored.restored.clone(),
             kept: restored.kept.clone(),
             outside: restored.outside.clone(),
+            failed: restored.failed.clone(),
             snapshot: restored.after.as_ref().map(|t| t.commit.clone()),
             by,
         };
@@ -313,6 +340,7 @@ impl SessionActor {
                         restored: restored.restored,
                         kept: restored.kept,
                         outside: restored.outside,
+                        failed: restored.failed,
                         seq,
                     });
             }

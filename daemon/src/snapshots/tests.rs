@@ -79,7 +79,11 @@ fn a_snapshot_holds_tracked_and_untracked_files_but_no_ignored_file_or_secret() 
         "the root is the repository's top, ignored files and secrets stay out"
     );
     // Unchanged: the same commit, no new object.
-    assert_eq!(shadow.take("again").expect("snapshot"), taken);
+    let again = shadow.take("again").expect("snapshot");
+    assert_eq!(
+        (again.commit.as_str(), again.created),
+        (taken.commit.as_str(), false)
+    );
     std::fs::write(root.join("src/a.rs"), "two\n").expect("write");
     let next = shadow.take("after Edit").expect("snapshot");
     assert_ne!(next.tree, taken.tree);
@@ -133,8 +137,9 @@ fn a_restore_puts_back_what_tether_changed_and_keeps_edits_made_outside() {
     // Someone edits notes2.txt by hand, and another file tether never touched.
     std::fs::write(root.join("notes2.txt"), "by hand\n").expect("write");
     std::fs::write(root.join("mine.txt"), "mine\n").expect("write");
+    let made = HashSet::from([last.commit.clone()]);
     let done = shadow
-        .restore(&start.commit, &last.commit, false, "rewind")
+        .restore(&start.commit, &last.commit, &made, false, "rewind")
         .expect("restore");
     assert_eq!(done.restored, ["new/deep/b.rs", "notes.txt", "src/a.rs"]);
     assert_eq!(done.kept, ["notes2.txt"]);
@@ -158,7 +163,7 @@ fn a_restore_puts_back_what_tether_changed_and_keeps_edits_made_outside() {
     assert!(root.join(".env").exists(), "a secret is never touched");
     // Overwriting: the hand edit goes too.
     let done = shadow
-        .restore(&start.commit, &last.commit, true, "rewind")
+        .restore(&start.commit, &last.commit, &made, true, "rewind")
         .expect("restore");
     assert!(done.restored.contains(&"notes2.txt".to_owned()));
     assert!(!root.join("notes2.txt").exists());
@@ -219,4 +224,76 @@ fn the_deny_list_matches_names_anywhere_and_paths_from_the_root() {
     ] {
         assert!(!p.denied(Path::new(no)), "{no}");
     }
+}
+
+#[test]
+fn edits_made_between_tethers_changes_are_not_undone() {
+    let (_w, data, root) = repo();
+    let shadow = Shadow::new(policy(data.path()), "s1", root.clone());
+    let start = shadow.take("before turn 1").expect("snapshot");
+    // Turn 1: tether writes t1.txt.
+    std::fs::write(root.join("t1.txt"), "t1\n").expect("write");
+    let first = shadow.take("after Write").expect("snapshot");
+    // Between turns the user edits a.rs, adds their own file, and touches t1.txt.
+    std::fs::write(root.join("src/a.rs"), "by hand\n").expect("write");
+    std::fs::write(root.join("mine.txt"), "mine\n").expect("write");
+    std::fs::write(root.join("t1.txt"), "t1 and mine\n").expect("write");
+    let gap = shadow.take("before turn 2").expect("snapshot");
+    // Turn 2: tether writes t2.txt.
+    std::fs::write(root.join("t2.txt"), "t2\n").expect("write");
+    let second = shadow.take("after Write").expect("snapshot");
+    let made = HashSet::from([first.commit.clone(), second.commit.clone()]);
+    assert_ne!(gap.commit, first.commit);
+    let done = shadow
+        .restore(&start.commit, &second.commit, &made, false, "rewind")
+        .expect("restore");
+    assert_eq!(done.restored, ["t2.txt"]);
+    assert_eq!(done.kept, ["t1.txt"], "tether's file the user changed too");
+    assert_eq!(done.outside, ["mine.txt", "src/a.rs"]);
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/a.rs")).expect("a"),
+        "by hand\n",
+        "the user's edit between turns stays"
+    );
+    assert!(root.join("mine.txt").exists());
+    assert!(!root.join("t2.txt").exists());
+}
+
+#[test]
+fn a_restore_never_writes_through_a_symlinked_folder_and_keeps_a_files_own_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_w, data, root) = repo();
+    let outside = tempfile::tempdir().expect("tmp");
+    std::fs::create_dir_all(root.join("d")).expect("mkdir");
+    std::fs::write(root.join("d/x.txt"), "x\n").expect("write");
+    std::fs::write(root.join("private.txt"), "p\n").expect("write");
+    std::fs::set_permissions(
+        root.join("private.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .expect("chmod");
+    let shadow = Shadow::new(policy(data.path()), "s1", root.clone());
+    let start = shadow.take("before").expect("snapshot");
+    std::fs::write(root.join("d/x.txt"), "changed\n").expect("write");
+    std::fs::write(root.join("private.txt"), "changed\n").expect("write");
+    let last = shadow.take("after").expect("snapshot");
+    // Someone swaps the folder for a link to elsewhere.
+    std::fs::remove_dir_all(root.join("d")).expect("rm");
+    std::os::unix::fs::symlink(outside.path(), root.join("d")).expect("link");
+    let made = HashSet::from([last.commit.clone()]);
+    let done = shadow
+        .restore(&start.commit, &last.commit, &made, true, "rewind")
+        .expect("restore");
+    assert_eq!(done.restored, ["private.txt"]);
+    assert_eq!(done.failed.len(), 1, "{:?}", done.failed);
+    assert!(done.failed[0].starts_with("d/x.txt: "), "{:?}", done.failed);
+    assert!(
+        !outside.path().join("x.txt").exists(),
+        "nothing written outside"
+    );
+    let mode = std::fs::metadata(root.join("private.txt"))
+        .expect("meta")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
 }
