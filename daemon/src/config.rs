@@ -283,8 +283,8 @@ const KEYS: &[Key] = &[
     Key {
         name: "snapshots.deny",
         env: &["TETHER_SNAPSHOTS_DENY"],
-        default: "[\".env*\", \"*.pem\", \"*.key\", \"id_*\", \".claude/settings.local.json\"]",
-        doc: "files kept out of every snapshot whatever .gitignore says: globs matching a name anywhere, or a path from the root when they hold a /",
+        default: "[\".env*\", \"*.pem\", \"*.key\", \"id_rsa*\", \"id_dsa*\", \"id_ecdsa*\", \"id_ed25519*\", \".claude/settings.local.json\"]",
+        doc: "files kept out of every snapshot whatever .gitignore says: globs matching a file's name, or its path from the root when they hold a /",
     },
     Key {
         name: "cluster.nats",

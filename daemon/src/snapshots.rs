@@ -22,13 +22,16 @@ use std::sync::{Arc, Mutex};
 /// Why a snapshot or a restore could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    /// The files changed since the last snapshot are more than the cap.
+    /// Files left out of a snapshot to keep it under the cap (told as a notice; the snapshot
+    /// itself was taken).
     #[error(
-        "the files changed since the last snapshot are over {cap} MB (snapshots.max_mb); this state is not recorded"
+        "left out of the snapshot, as the changed files were over {cap} MB (snapshots.max_mb): {files}; /rewind cannot restore them"
     )]
-    OverCap {
+    LeftOut {
         /// The cap, in MB.
         cap: u64,
+        /// The files, each with its size.
+        files: String,
     },
     /// The directory is one tether does not record (a home or root directory outside a
     /// repository).
@@ -98,12 +101,10 @@ impl Policy {
         })
     }
 
-    /// Whether `path` (relative to the root) is kept out of every snapshot.
+    /// Whether `path` (relative to the root) is kept out of every snapshot: its file name
+    /// matches a name pattern, or its whole path a path pattern.
     pub fn denied(&self, path: &Path) -> bool {
-        self.paths.is_match(path)
-            || path
-                .components()
-                .any(|c| self.names.is_match(Path::new(c.as_os_str())))
+        self.paths.is_match(path) || path.file_name().is_some_and(|n| self.names.is_match(n))
     }
 }
 
@@ -118,6 +119,28 @@ pub struct Taken {
     pub parent: Option<String>,
     /// Whether this call made it (not the previous snapshot again).
     pub created: bool,
+    /// The largest changed files, left out to keep it under the cap, with their sizes.
+    pub left_out: Vec<(String, u64)>,
+}
+
+impl Shadow {
+    /// What to tell about the files `taken` left out, if it left any out.
+    pub fn left_out(&self, taken: &Taken) -> Option<SnapshotError> {
+        let cap_bytes = self.policy.max_bytes;
+        if taken.left_out.is_empty() {
+            return None;
+        }
+        let files = taken
+            .left_out
+            .iter()
+            .map(|(f, n)| format!("{f} ({:.1} MB)", *n as f64 / (1024.0 * 1024.0)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(SnapshotError::LeftOut {
+            cap: cap_bytes / (1024 * 1024),
+            files,
+        })
+    }
 }
 
 /// What a restore did.
@@ -282,6 +305,13 @@ impl Shadow {
         repo.add_ignore_rule(&rules)
             .map_err(git("reading the ignore rules"))?;
         let index_path = dir.join(format!("index-{}", self.session));
+        // Locks a killed daemon left would refuse every write: only this daemon writes these.
+        for lock in [
+            dir.join(format!("index-{}.lock", self.session)),
+            dir.join(format!("refs/sessions/{}.lock", self.session)),
+        ] {
+            let _ = std::fs::remove_file(lock);
+        }
         if !index_path.exists() {
             seed_index(&dir, &index_path);
         }
@@ -289,6 +319,18 @@ impl Shadow {
             git2::Index::open(&index_path).map_err(git("opening the session's snapshot index"))?;
         repo.set_index(&mut index)
             .map_err(git("opening the session's snapshot index"))?;
+        // What the deny-list names now is never kept, whatever an earlier list let in.
+        let denied: Vec<PathBuf> = index
+            .iter()
+            .map(|e| PathBuf::from(String::from_utf8_lossy(&e.path).into_owned()))
+            .filter(|p| self.policy.denied(p))
+            .collect();
+        if !denied.is_empty() {
+            for path in &denied {
+                let _ = index.remove_path(path);
+            }
+            let _ = index.write();
+        }
         Ok(Open {
             repo,
             root,
@@ -411,7 +453,12 @@ impl TurnSnapshots {
         if !self.shadow.first_of_turn(&self.turn) {
             return None;
         }
-        Some(self.take(label).await)
+        let taken = self.take(label).await;
+        if taken.is_err() {
+            // Tried again before the turn's next change.
+            self.shadow.state().before_for = None;
+        }
+        Some(taken)
     }
 
     /// Records the working tree now (off the async threads: it reads the whole tree); in a
@@ -502,7 +549,10 @@ fn seed_index(dir: &Path, to: &Path) {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("index-"))
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("index-") && !name.ends_with(".lock")
+        })
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .max();
     if let Some((_, from)) = newest {
@@ -520,36 +570,57 @@ fn find_commit<'r>(repo: &'r Repository, id: &str) -> Result<git2::Commit<'r>, S
 fn take(open: &Open, policy: &Policy, message: &str) -> Result<Taken, SnapshotError> {
     let repo = &open.repo;
     let mut index = repo.index().map_err(git("opening the snapshot index"))?;
-    let mut added: u64 = 0;
-    let mut over = false;
+    // First what changed, and how much: nothing is added yet.
+    let mut changed: Vec<(PathBuf, u64)> = Vec::new();
     let mut denied: Vec<PathBuf> = Vec::new();
-    let mut each = |path: &Path, _spec: &[u8]| -> i32 {
+    let mut look = |path: &Path, _spec: &[u8]| -> i32 {
         if policy.denied(path) {
             denied.push(path.to_path_buf());
-            return 1;
+        } else {
+            let size = std::fs::symlink_metadata(open.root.join(path)).map_or(0, |m| m.len());
+            changed.push((path.to_path_buf(), size));
         }
-        if let Ok(meta) = std::fs::symlink_metadata(open.root.join(path)) {
-            added += meta.len();
-            if added > policy.max_bytes {
-                over = true;
-                return -1;
-            }
-        }
-        0
+        1
     };
-    let scanned = index.add_all(["*"], IndexAddOption::DEFAULT, Some(&mut each));
-    if let Err(e) = scanned {
-        // Forget what this scan put in the index.
-        let _ = index.read(true);
-        if over {
-            return Err(SnapshotError::OverCap {
-                cap: policy.max_bytes / (1024 * 1024),
+    index
+        .add_all(["*"], IndexAddOption::DEFAULT, Some(&mut look))
+        .map_err(git("reading the working tree"))?;
+    // Over the cap, the largest files stay out until the rest fits.
+    let mut left_out: Vec<(String, u64)> = Vec::new();
+    let mut total: u64 = changed.iter().map(|(_, n)| n).sum();
+    if total > policy.max_bytes {
+        let mut by_size: Vec<&(PathBuf, u64)> = changed.iter().collect();
+        by_size.sort_by_key(|b| std::cmp::Reverse(b.1));
+        for (path, size) in by_size {
+            if total <= policy.max_bytes {
+                break;
+            }
+            total -= size;
+            left_out.push((path.to_string_lossy().into_owned(), *size));
+        }
+    }
+    let skip: HashSet<&str> = left_out.iter().map(|(p, _)| p.as_str()).collect();
+    // Then only those paths: the tree is not walked again.
+    let wanted: Vec<&Path> = changed
+        .iter()
+        .map(|(p, _)| p.as_path())
+        .filter(|p| !skip.contains(p.to_string_lossy().as_ref()))
+        .collect();
+    for path in wanted {
+        let present = std::fs::symlink_metadata(open.root.join(path)).is_ok();
+        let done = if present {
+            index.add_path(path)
+        } else {
+            index.remove_path(path)
+        };
+        if let Err(e) = done {
+            // Forget what this snapshot put in the index.
+            let _ = index.read(true);
+            return Err(SnapshotError::Git {
+                what: format!("reading {}", path.display()),
+                source: e,
             });
         }
-        return Err(SnapshotError::Git {
-            what: "reading the working tree".into(),
-            source: e,
-        });
     }
     // A file the deny-list covers is never kept, even if an earlier list let it in.
     for path in denied {
@@ -571,6 +642,7 @@ fn take(open: &Open, policy: &Policy, message: &str) -> Result<Taken, SnapshotEr
             tree: tree.to_string(),
             parent: None,
             created: false,
+            left_out,
         });
     }
     let tree_obj = repo.find_tree(tree).map_err(git("reading the tree"))?;
@@ -591,6 +663,7 @@ fn take(open: &Open, policy: &Policy, message: &str) -> Result<Taken, SnapshotEr
         tree: tree.to_string(),
         parent: parent.map(|p| p.id().to_string()),
         created: true,
+        left_out,
     })
 }
 

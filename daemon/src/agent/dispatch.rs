@@ -425,7 +425,10 @@ impl Dispatch<'_> {
                 if let Some(s) = &snapshots {
                     match s.take(format!("after {name} {id}")).await {
                         Ok(t) => {
-                            s.shadow.tell_once(Ok(()));
+                            match s.shadow.left_out(&t) {
+                                Some(e) => snapshot_failed(&*hook_sink, s, &e, &name),
+                                None => drop(s.shadow.tell_once(Ok(()))),
+                            }
                             snapshot = Some(WorkspaceSnapshot {
                                 commit: t.commit,
                                 tree: t.tree,
@@ -502,13 +505,19 @@ fn snapshot_failed(
     e: &crate::snapshots::SnapshotError,
     tool: &str,
 ) {
-    tracing::warn!("no workspace snapshot around a {tool} call: {e}");
+    tracing::warn!("workspace snapshot around a {tool} call: {e}");
     if let Some(why) = snapshots.shadow.tell_once(Err(e)) {
-        sink.send(EventKind::Notice {
-            level: tether_proto::NoticeLevel::Warning,
-            message: format!(
+        let message = match e {
+            crate::snapshots::SnapshotError::LeftOut { .. } => {
+                format!("after this {tool} call, some files were {why}")
+            }
+            _ => format!(
                 "the working tree was not recorded after this {tool} call, so /rewind cannot restore it: {why}"
             ),
+        };
+        sink.send(EventKind::Notice {
+            level: tether_proto::NoticeLevel::Warning,
+            message,
         });
     }
 }

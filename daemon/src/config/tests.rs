@@ -112,7 +112,10 @@ fn the_snapshot_deny_list_is_a_list_or_a_comma_separated_string() {
             ".env*",
             "*.pem",
             "*.key",
-            "id_*",
+            "id_rsa*",
+            "id_dsa*",
+            "id_ecdsa*",
+            "id_ed25519*",
             ".claude/settings.local.json"
         ]
     );

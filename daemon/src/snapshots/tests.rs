@@ -22,7 +22,10 @@ const DEFAULT_DENY: &[&str] = &[
     ".env*",
     "*.pem",
     "*.key",
-    "id_*",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
     ".claude/settings.local.json",
 ];
 
@@ -183,27 +186,39 @@ fn a_directory_that_is_not_a_repository_is_recorded_and_a_home_directory_is_refu
 }
 
 #[test]
-fn over_the_cap_no_snapshot_is_made_and_the_next_one_still_works() {
+fn over_the_cap_the_largest_files_stay_out_and_are_named() {
     let (_w, data, root) = repo();
     let shadow = Shadow::new(policy(data.path()), "s1", root.clone());
-    let first = shadow.take("one").expect("snapshot");
+    // The first snapshot over the cap too: everything but the largest file goes in.
     std::fs::write(root.join("big.bin"), vec![7u8; 2 * 1024 * 1024]).expect("write");
-    let err = shadow.take("two").expect_err("over the cap");
-    assert!(err.to_string().contains("over 1 MB"), "{err}");
-    assert_eq!(
-        shadow.tell_once(Err(&err)).as_deref(),
-        Some(err.to_string().as_str())
+    let first = shadow.take("one").expect("snapshot");
+    assert_eq!(first.left_out, [("big.bin".to_owned(), 2 * 1024 * 1024)]);
+    assert!(files(&shadow, &first).contains(&"src/a.rs".to_owned()));
+    let told = shadow.left_out(&first).expect("told").to_string();
+    assert!(
+        told.contains("big.bin (2.0 MB)") && told.contains("over 1 MB"),
+        "{told}"
     );
-    assert_eq!(shadow.tell_once(Err(&err)), None, "told once");
+    assert_eq!(
+        shadow
+            .tell_once(Err(&shadow.left_out(&first).expect("e")))
+            .as_deref(),
+        Some(told.as_str())
+    );
+    assert_eq!(
+        shadow.tell_once(Err(&shadow.left_out(&first).expect("e"))),
+        None,
+        "told once"
+    );
     std::fs::remove_file(root.join("big.bin")).expect("rm");
     std::fs::write(root.join("small.txt"), "s").expect("write");
-    let third = shadow.take("three").expect("snapshot");
-    assert_ne!(third.tree, first.tree);
-    assert!(files(&shadow, &third).contains(&"small.txt".to_owned()));
+    let next = shadow.take("two").expect("snapshot");
+    assert!(next.left_out.is_empty());
+    assert!(files(&shadow, &next).contains(&"small.txt".to_owned()));
 }
 
 #[test]
-fn the_deny_list_matches_names_anywhere_and_paths_from_the_root() {
+fn the_deny_list_matches_file_names_and_paths_from_the_root() {
     let p = policy(Path::new("/tmp"));
     for yes in [
         ".env",
@@ -212,15 +227,20 @@ fn the_deny_list_matches_names_anywhere_and_paths_from_the_root() {
         "keys/server.pem",
         "x.key",
         "home/id_ed25519",
+        ".ssh/id_rsa.pub",
         ".claude/settings.local.json",
     ] {
         assert!(p.denied(Path::new(yes)), "{yes}");
     }
+    // A name pattern is a file's name: a folder so named is not a secret.
     for no in [
         "src/env.rs",
         "a.pem.txt",
         "keys.rs",
         ".claude/settings.json",
+        "src/id_map.rs",
+        "id_service/main.rs",
+        ".env.d/readme.md",
     ] {
         assert!(!p.denied(Path::new(no)), "{no}");
     }
