@@ -708,16 +708,16 @@ impl Repl {
             self.say(&s.dim("nothing to rewind to yet: this conversation has no turns"));
             return Ok(None);
         }
-        // The last nine, so a digit picks any of them; older ones by number.
+        // The last twenty; older ones by number.
         let shown: Vec<tether_proto::Checkpoint> = points
             .iter()
-            .skip(points.len().saturating_sub(9))
+            .skip(points.len().saturating_sub(20))
             .cloned()
             .collect();
         if shown.len() < points.len() {
             self.say(&s.dim(&format!(
-                "(turns 1 to {} too: /rewind N)",
-                shown[0].turn - 1
+                "({} older turns are not listed: /rewind N goes to turn N)",
+                points.len() - shown.len()
             )));
         }
         let items: Vec<String> = shown
@@ -735,13 +735,13 @@ impl Repl {
                     (false, true) => "conversation; no file changed since",
                     (false, false) => "nothing to restore",
                 };
-                format!("{prompt}  {}", s.dim(&format!("(turn {}; {can})", p.turn)))
+                format!("turn {}  {prompt}  {}", p.turn, s.dim(&format!("({can})")))
             })
             .collect();
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let last = items.len() - 1;
         let picked = tokio::task::spawn_blocking(move || {
-            super::prompt::pick("Rewind to just before:", &items, last, s, &cancel)
+            super::prompt::pick("Rewind to just before:", &items, false, last, s, &cancel)
         })
         .await
         .ok()
@@ -771,7 +771,7 @@ impl Repl {
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let title = format!("Turn {}: restore", point.turn);
         let picked = tokio::task::spawn_blocking(move || {
-            super::prompt::pick(&title, &labels, 0, s, &cancel)
+            super::prompt::pick(&title, &labels, true, 0, s, &cancel)
         })
         .await
         .ok()

@@ -384,8 +384,11 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                         let _ = done.send(());
                         continue;
                     }
+                    // What was typed meanwhile is not overwritten.
                     Command::Prefill(text) => {
-                        ahead.partial = text;
+                        if ahead.partial.is_empty() {
+                            ahead.partial = text;
+                        }
                         continue;
                     }
                     Command::ReadLine => {
@@ -407,14 +410,18 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                 }
                 // Esc closes a menu and stays at the prompt; twice at an empty one, it asks
                 // for `/rewind` (as Claude Code's Esc Esc).
-                let mut escaped: Option<std::time::Instant> = None;
+                let mut escaped: Option<(std::time::Instant, String)> = None;
                 let read = loop {
                     let read = editor.read_line(&prompt);
                     if !matches!(&read, Ok(Signal::HostCommand(c)) if c == ESCAPE) {
                         break read;
                     }
-                    let empty = editor.current_buffer_contents().trim().is_empty();
-                    if escaped.is_some_and(|at| at.elapsed() < DOUBLE_ESCAPE) {
+                    let buffer = editor.current_buffer_contents().to_owned();
+                    let empty = buffer.trim().is_empty();
+                    // A second Esc soon after the first, nothing typed between.
+                    if escaped.as_ref().is_some_and(|(at, before)| {
+                        at.elapsed() < DOUBLE_ESCAPE && *before == buffer
+                    }) {
                         escaped = None;
                         if empty {
                             erase_prompt(&editor, "");
@@ -424,7 +431,7 @@ pub fn spawn(setup: Setup) -> anyhow::Result<std::sync::mpsc::Sender<Command>> {
                         editor.run_edit_commands(&[reedline::EditCommand::Clear]);
                         continue;
                     }
-                    escaped = Some(std::time::Instant::now());
+                    escaped = Some((std::time::Instant::now(), buffer));
                 };
                 // The editor has let go of the terminal: quiet until the next prompt.
                 super::quiet::enter();

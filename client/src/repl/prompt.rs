@@ -385,10 +385,12 @@ pub fn permission(
 }
 
 /// A menu of `items` under `title`, one row each (cut to the terminal's width): arrows move,
-/// Enter or a digit picks, Esc or Ctrl+C leaves (`None`). It is erased when done.
+/// Enter (or, when `numbered`, a row's number) picks, Esc or Ctrl+C leaves (`None`). It is
+/// erased when done; a terminal that cannot be read says so.
 pub fn pick(
     title: &str,
     items: &[String],
+    numbered: bool,
     mut selected: usize,
     style: Style,
     cancel: &AtomicBool,
@@ -401,26 +403,34 @@ pub fn pick(
     let draw = |out: &mut std::io::Stdout, selected: usize| {
         let _ = write!(out, "{}\r\n", style.bold(title));
         for (i, item) in items.iter().enumerate() {
-            let row = crate::view::fit_visible(
-                &format!(
-                    "  {} {}. {item}",
-                    if i == selected { "❯" } else { " " },
-                    i + 1
-                ),
-                width,
-            );
+            let mark = if i == selected { "❯" } else { " " };
+            let row = if numbered {
+                format!("  {mark} {}. {item}", i + 1)
+            } else {
+                format!("  {mark} {item}")
+            };
+            let row = crate::view::fit_visible(&row, width);
             let row = if i == selected { style.bold(&row) } else { row };
             let _ = write!(out, "{row}\r\n");
         }
         let _ = write!(
             out,
             "{}\r\n",
-            style.dim("  ↑/↓ to move, Enter or a number to pick, Esc to leave")
+            style.dim(if numbered {
+                "  ↑/↓ to move, Enter or a number to pick, Esc to leave"
+            } else {
+                "  ↑/↓ to move, Enter to pick, Esc to leave"
+            })
         );
         let _ = out.flush();
     };
     let rows = u16::try_from(items.len() + 2).unwrap_or(u16::MAX);
-    if crossterm::terminal::enable_raw_mode().is_err() {
+    if let Err(e) = crossterm::terminal::enable_raw_mode() {
+        let _ = writeln!(
+            out,
+            "{}",
+            style.error(&format!("cannot read the terminal: {e}"))
+        );
         return None;
     }
     selected = selected.min(items.len() - 1);
@@ -439,7 +449,7 @@ pub fn pick(
         match code {
             KeyCode::Esc => break None,
             KeyCode::Enter => break Some(selected),
-            KeyCode::Char(c) => {
+            KeyCode::Char(c) if numbered => {
                 if let Some(d) = c
                     .to_digit(10)
                     .map(|d| d as usize)

@@ -265,7 +265,12 @@ impl History {
                 self.pending.clear();
                 self.interrupted = mark.interrupted;
                 self.notes = mark.notes;
-                self.told = mark.told;
+                // Before the first turn the prefix was not captured yet: it is now.
+                self.told = if mark.told == Told::default() {
+                    self.prefix.as_ref().map(Prefix::told).unwrap_or_default()
+                } else {
+                    mark.told
+                };
                 self.last_context_tokens = mark.context_tokens;
             }
             EventKind::HistoryCleared {} => {
@@ -653,5 +658,64 @@ mod tests {
         h.apply(&result("a"));
         h.apply(&turn("fresh"));
         assert_eq!(roles(&h), vec![(Role::User, vec!["text".into()])]);
+    }
+
+    fn rewound(to_turn: u64) -> EventKind {
+        EventKind::Rewound {
+            to_turn,
+            code: false,
+            conversation: true,
+            restored: Vec::new(),
+            kept: Vec::new(),
+            outside: Vec::new(),
+            failed: Vec::new(),
+            snapshot: None,
+            by: None,
+        }
+    }
+
+    fn texts(h: &History) -> Vec<String> {
+        h.messages()
+            .iter()
+            .flat_map(|m| m.content.iter())
+            .filter_map(|b| b["text"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    #[test]
+    fn a_rewind_goes_back_to_just_before_a_turn_even_one_that_joined_a_message() {
+        let mut h = History::default();
+        h.apply(&turn("one"));
+        h.apply(&block(
+            json!({"type": "tool_use", "id": "a", "name": "Bash", "input": {}}),
+        ));
+        h.apply(&done());
+        h.apply(&result("a"));
+        // Cut after its tool ran: the next prompt joins the tool result's user message.
+        h.apply(&EventKind::TurnEnded {
+            stop_reason: StopReason::MaxTurns,
+            usage: TokenUsage::default(),
+            cost_usd: None,
+            error: None,
+            api_ms: None,
+        });
+        h.apply(&turn("two"));
+        h.apply(&block(json!({"type": "text", "text": "reply two"})));
+        h.apply(&done());
+        h.apply(&turn("three"));
+        assert!(h.can_rewind_to(2) && h.can_rewind_to(3));
+        h.apply(&rewound(2));
+        assert_eq!(texts(&h), ["one"]);
+        assert!(!h.can_rewind_to(2), "the rewound turns are gone");
+        assert!(h.can_rewind_to(1));
+        h.apply(&turn("two again"));
+        assert_eq!(texts(&h), ["one", "two again"]);
+        // A compaction leaves nothing before it to go back to.
+        h.apply(&EventKind::CompactionCompleted {
+            summary: "s".into(),
+            tokens_before: 10,
+            tokens_after: 1,
+        });
+        assert!(!h.can_rewind_to(1) && !h.can_rewind_to(4));
     }
 }

@@ -181,11 +181,14 @@ impl SessionActor {
         let refuse = |why: String| Err(SessionError::CannotRewind(why));
         let checked = (|| {
             self.journal.writable()?;
-            if self.turns.is_busy() {
+            // Prompts queued behind no running turn (a session at its budget) wait on.
+            if self.turns.running_id().is_some() {
                 return refuse(
-                    "a turn is running or waiting; stop it first (Esc, /cancel or turn/cancel)"
-                        .into(),
+                    "a turn is running; stop it first (Esc, /cancel or turn/cancel)".into(),
                 );
+            }
+            if self.turns.is_rewinding() {
+                return refuse("another rewind is under way".into());
             }
             let Some(mark) = self.ledger.marks.live(to_turn) else {
                 let live: Vec<u64> = self

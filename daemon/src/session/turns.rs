@@ -126,9 +126,9 @@ impl Turns {
         self.running.is_none() && self.queue.is_empty() && !self.rewinding
     }
 
-    /// Whether a turn runs, waits, or a rewind is under way.
-    pub fn is_busy(&self) -> bool {
-        !self.is_idle()
+    /// Whether a rewind is under way.
+    pub fn is_rewinding(&self) -> bool {
+        self.rewinding
     }
 
     /// Marks a rewind under way (prompts queue behind it) or done.

@@ -287,12 +287,12 @@ fn the_terminal_picks_a_turn_restores_it_and_puts_its_prompt_back() -> anyhow::R
     a.send_line("/rewind")?;
     a.until("the turns", |s| {
         s.contains("Rewind to just before:")
-            && s.contains("1. make x  (turn 1; files and conversation)")
-            && s.contains("❯ 2. make y  (turn 2; files and conversation)")
+            && s.contains("  turn 1  make x  (files and conversation)")
+            && s.contains("❯ turn 2  make y  (files and conversation)")
     })?;
     // Up to the first turn, Enter; then what to restore: both, the first choice.
     a.send("\x1b[A")?;
-    a.until("turn 1 selected", |s| s.contains("❯ 1. make x"))?;
+    a.until("turn 1 selected", |s| s.contains("❯ turn 1  make x"))?;
     a.send("\r")?;
     a.until("what to restore", |s| {
         s.contains("Turn 1: restore")
