@@ -176,6 +176,8 @@ struct State {
     told: Option<String>,
     /// The newest snapshot known to be in the cluster's store.
     uploaded: Option<String>,
+    /// Why this directory is not snapshotted, once that is known.
+    refused: Option<String>,
 }
 
 impl std::fmt::Debug for State {
@@ -191,7 +193,13 @@ struct Open {
     repo: Repository,
     root: PathBuf,
     refname: String,
+    /// Whether the root is a repository's top (else a plain directory).
+    repository: bool,
 }
+
+/// The most files a plain directory (not a repository) may have changed at once: more, and it
+/// is not snapshotted (a download folder, a whole disk).
+const PLAIN_DIRECTORY_FILES: usize = 20_000;
 
 impl Shadow {
     /// The snapshots of session `session`, whose directory is `start`.
@@ -244,8 +252,19 @@ impl Shadow {
     }
 
     fn open<'s>(&self, state: &'s mut State) -> Result<&'s Open, SnapshotError> {
+        if let Some(why) = &state.refused {
+            return Err(SnapshotError::Refused(why.clone()));
+        }
         if state.open.is_none() {
-            state.open = Some(self.open_now()?);
+            match self.open_now() {
+                Ok(open) => state.open = Some(open),
+                // Refused for good: not asked again for every call.
+                Err(SnapshotError::Refused(why)) => {
+                    state.refused = Some(why.clone());
+                    return Err(SnapshotError::Refused(why));
+                }
+                Err(e) => return Err(e),
+            }
         }
         state
             .open
@@ -255,19 +274,48 @@ impl Shadow {
 
     fn open_now(&self) -> Result<Open, SnapshotError> {
         let user = Repository::discover(&self.start).ok();
+        let home = std::env::var_os("HOME").map(PathBuf::from);
         let root = match user.as_ref().and_then(|r| r.workdir()) {
-            Some(top) => top.to_path_buf(),
-            None => {
-                let home = std::env::var_os("HOME").map(PathBuf::from);
-                if self.start == Path::new("/") || home.as_deref() == Some(&self.start) {
+            Some(top) => {
+                // A repository of dotfiles at home hides everything else it holds.
+                let hidden = user
+                    .as_ref()
+                    .and_then(|u| u.config().ok())
+                    .and_then(|c| c.get_string("status.showUntrackedFiles").ok())
+                    .is_some_and(|v| v == "no");
+                if hidden {
                     return Err(SnapshotError::Refused(format!(
-                        "{} is not in a git repository and is a home or root directory: tether does not snapshot it (so /rewind cannot restore files here)",
+                        "the repository at {} hides untracked files (status.showUntrackedFiles = no), so a snapshot would take in everything under it: tether does not snapshot it (so /rewind cannot restore files here)",
+                        top.display()
+                    )));
+                }
+                top.to_path_buf()
+            }
+            None => {
+                let start = self
+                    .start
+                    .canonicalize()
+                    .unwrap_or_else(|_| self.start.clone());
+                let shared = [
+                    Some(PathBuf::from("/")),
+                    home.clone(),
+                    Some(std::env::temp_dir()),
+                    Some(PathBuf::from("/tmp")),
+                ];
+                if shared
+                    .iter()
+                    .flatten()
+                    .any(|d| d.canonicalize().unwrap_or_else(|_| d.clone()) == start)
+                {
+                    return Err(SnapshotError::Refused(format!(
+                        "{} is not in a git repository and is a home, temporary or root directory: tether does not snapshot it (so /rewind cannot restore files here)",
                         self.start.display()
                     )));
                 }
                 self.start.clone()
             }
         };
+        let repository = user.as_ref().is_some_and(|u| u.workdir().is_some());
         let root = root.canonicalize().map_err(|source| SnapshotError::Io {
             path: root.clone(),
             source,
@@ -335,6 +383,7 @@ impl Shadow {
             repo,
             root,
             refname: format!("refs/sessions/{}", self.session),
+            repository,
         })
     }
 
@@ -343,7 +392,11 @@ impl Shadow {
     pub fn take(&self, message: &str) -> Result<Taken, SnapshotError> {
         let mut state = self.state();
         let open = self.open(&mut state)?;
-        take(open, &self.policy, message)
+        let taken = take(open, &self.policy, message);
+        if let Err(SnapshotError::Refused(why)) = &taken {
+            state.refused = Some(why.clone());
+        }
+        taken
     }
 
     /// The tree of snapshot `commit`.
@@ -585,6 +638,12 @@ fn take(open: &Open, policy: &Policy, message: &str) -> Result<Taken, SnapshotEr
     index
         .add_all(["*"], IndexAddOption::DEFAULT, Some(&mut look))
         .map_err(git("reading the working tree"))?;
+    if !open.repository && changed.len() > PLAIN_DIRECTORY_FILES {
+        return Err(SnapshotError::Refused(format!(
+            "{} is not a git repository and holds over {PLAIN_DIRECTORY_FILES} files: tether does not snapshot it (so /rewind cannot restore files here)",
+            open.root.display()
+        )));
+    }
     // Over the cap, the largest files stay out until the rest fits.
     let mut left_out: Vec<(String, u64)> = Vec::new();
     let mut total: u64 = changed.iter().map(|(_, n)| n).sum();
