@@ -13,7 +13,7 @@ use std::time::Duration;
 use tether_proto::{PermissionMode, TokenUsage};
 
 /// The name of the tool that starts sub-agents (left out of a child's tools).
-pub const TASK_TOOL: &str = "Task";
+pub const TASK_TOOL: &str = "Agent";
 
 /// Everything a turn runs with.
 #[derive(Clone)]
@@ -167,7 +167,7 @@ impl TurnContext {
             let names: Vec<String> = wanted
                 .iter()
                 .map(|t| t.split('(').next().unwrap_or("").trim().to_owned())
-                .filter(|t| t != TASK_TOOL && t != "Agent")
+                .filter(|t| !crate::tools::names::same(t, TASK_TOOL))
                 .collect();
             child.tools = self.tools.subset(&names);
             if child.tools.is_empty() && !names.is_empty() {

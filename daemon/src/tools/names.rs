@@ -6,7 +6,7 @@
 
 /// `(name, aliases)` for every tool that has more than one name.
 pub const TABLE: &[(&str, &[&str])] = &[
-    ("Task", &["Agent"]),
+    ("Agent", &["Task"]),
     ("BashOutput", &["TaskOutput"]),
     ("KillShell", &["TaskStop"]),
 ];
@@ -54,6 +54,6 @@ mod tests {
         }
         assert_eq!(canonical("Bash"), "Bash");
         assert_eq!(all("Bash").collect::<Vec<_>>(), ["Bash"]);
-        assert!(!same("Task", "Bash"));
+        assert!(!same("Agent", "Bash"));
     }
 }

@@ -1,4 +1,4 @@
-//! `Task {description, prompt, subagent_type?, model?}` (Claude Code's `Agent`): hands a
+//! `Agent {description, prompt, subagent_type?, model?}` (once `Task`, still an alias): hands a
 //! self-contained job to a sub-agent of the type asked for (`agents.rs`) with its own
 //! conversation, and returns its final answer.
 
@@ -22,7 +22,7 @@ impl Task {
             "Hands a self-contained job (a search across the code base, a focused investigation, a \
              review) to a sub-agent with a fresh context. The prompt must say everything the \
              sub-agent needs and what to report back; you get its final answer only. Several \
-             Task calls in one reply run in parallel. subagent_type picks the kind of agent \
+             Agent calls in one reply run in parallel. subagent_type picks the kind of agent \
              (default {DEFAULT_TYPE}); model overrides its model (sonnet, opus, haiku).\n\n\
              Available agent types:\n{}",
             agents::describe(&found.agents)
@@ -38,7 +38,7 @@ impl Task {
 
 impl Tool for Task {
     fn name(&self) -> &str {
-        "Task"
+        "Agent"
     }
 
     fn description(&self) -> &str {

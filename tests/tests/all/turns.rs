@@ -115,7 +115,7 @@ fn a_text_turn_streams_and_ends_with_usage_and_cost() -> anyhow::Result<()> {
             "LS",
             "NotebookEdit",
             "TodoWrite",
-            "Task",
+            "Agent",
             "WebFetch",
             "WebSearch",
             "AskUserQuestion",
@@ -235,7 +235,7 @@ fn invalid_tool_input_is_an_error_result_the_model_can_fix() -> anyhow::Result<(
     assert!(
         unknown.contains("Teleport")
             && unknown
-                .contains("Bash, BashOutput, KillShell, Read, Write, Edit, MultiEdit, Glob, Grep, LS, NotebookEdit, TodoWrite, Task, WebFetch"),
+                .contains("Bash, BashOutput, KillShell, Read, Write, Edit, MultiEdit, Glob, Grep, LS, NotebookEdit, TodoWrite, Agent, WebFetch"),
         "{unknown}"
     );
     assert_eq!(stop_reason(&events), "end_turn");
@@ -884,7 +884,7 @@ fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::
     );
     let child_tools = tether_tests::tool_names(child)?;
     assert!(
-        !child_tools.contains(&"Task") && child_tools.contains(&"Read"),
+        !child_tools.contains(&"Agent") && child_tools.contains(&"Read"),
         "{child_tools:?}"
     );
     fake.no_rejections();
@@ -942,8 +942,8 @@ fn a_projects_agent_runs_with_its_own_prompt_tools_and_model() -> anyhow::Result
     let parent = &reqs[0].body;
     let task = parent["tools"]
         .as_array()
-        .and_then(|t| t.iter().find(|t| t["name"] == "Task"))
-        .context("the Task tool")?;
+        .and_then(|t| t.iter().find(|t| t["name"] == "Agent"))
+        .context("the Agent tool")?;
     assert!(
         task["description"].as_str().is_some_and(
             |d| d.contains("- reviewer: Reviews changes for mistakes (Tools: Read, Grep)")
