@@ -32,6 +32,7 @@ pub(super) async fn restore(
     loaded: &Loaded,
 ) -> Result<EventKind, SessionError> {
     let failed = |why: String| SessionError::Workspace(why);
+    let started = std::time::Instant::now();
     let target = root.join(&record.id.0);
     std::fs::create_dir_all(&target).map_err(|e| {
         failed(format!(
@@ -60,7 +61,13 @@ pub(super) async fn restore(
             .map_err(|e| failed(format!("cannot write its files: {e}")))?;
     }
     let cwd = target.display().to_string();
-    tracing::info!(session = %record.id, from = %record.cwd, to = %cwd, "restored the working tree");
+    tracing::info!(
+        session = %record.id,
+        from = %record.cwd,
+        to = %cwd,
+        ms = started.elapsed().as_millis() as u64,
+        "restored the working tree"
+    );
     record.cwd = cwd.clone();
     Ok(EventKind::WorkspaceRestored {
         node: node.to_owned(),

@@ -1025,8 +1025,10 @@ fn a_session_taken_over_on_another_host_gets_its_working_tree_back() -> anyhow::
 
     // b takes the session over and rebuilds its working tree under its own directory.
     let mut on_b = b.ndjson()?;
+    let asked = Instant::now();
     on_b.subscribe(&session, json!(0))?;
     let mut events = on_b.events_until("replay_complete")?;
+    let took = asked.elapsed();
     while !events.iter().any(|e| e["type"] == "turn_ended") {
         events.push(on_b.next_event()?);
     }
@@ -1073,5 +1075,6 @@ fn a_session_taken_over_on_another_host_gets_its_working_tree_back() -> anyhow::
         "{summary}"
     );
     fake.no_rejections();
+    eprintln!("takeover with a restore: b answered after {took:?} (lease {TTL})");
     Ok(())
 }
