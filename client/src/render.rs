@@ -99,14 +99,22 @@ pub fn rewound(
 }
 
 /// A working tree rebuilt on another node, in one line.
-pub fn restored(node: &str, cwd: &str, after_tool_call: Option<&str>) -> String {
-    match after_tool_call {
-        Some(id) => format!(
-            "◦ the session moved to {node}: its files were restored in {cwd} (as after tool call {id})"
-        ),
-        None => {
+pub fn restored(
+    node: &str,
+    cwd: &str,
+    snapshot: Option<&str>,
+    after_tool_call: Option<&str>,
+) -> String {
+    match (snapshot, after_tool_call) {
+        (None, _) => {
             format!("◦ the session moved to {node}: it works in {cwd} (no file had changed yet)")
         }
+        (Some(_), Some(id)) => format!(
+            "◦ the session moved to {node}: its files were restored in {cwd} (as after tool call {id})"
+        ),
+        (Some(_), None) => format!(
+            "◦ the session moved to {node}: its files were restored in {cwd} (as after the last rewind)"
+        ),
     }
 }
 
@@ -286,9 +294,9 @@ fn detail(kind: &EventKind) -> String {
         EventKind::WorkspaceRestored {
             node,
             cwd,
+            snapshot,
             after_tool_call,
-            ..
-        } => restored(node, cwd, after_tool_call.as_deref()),
+        } => restored(node, cwd, snapshot.as_deref(), after_tool_call.as_deref()),
         EventKind::ShellCommand {
             command,
             stdout,

@@ -917,11 +917,16 @@ impl View {
             EventKind::WorkspaceRestored {
                 node,
                 cwd,
+                snapshot,
                 after_tool_call,
-                ..
             } => out.push_str(&format!(
                 "{}\n",
-                s.warn(&render::restored(node, cwd, after_tool_call.as_deref()))
+                s.warn(&render::restored(
+                    node,
+                    cwd,
+                    snapshot.as_deref(),
+                    after_tool_call.as_deref()
+                ))
             )),
             // `!command`: what it printed, folded as a tool's output is.
             EventKind::ShellCommand {

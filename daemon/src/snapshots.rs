@@ -165,6 +165,9 @@ pub struct Shadow {
     session: String,
     start: PathBuf,
     state: Mutex<State>,
+    /// The newest snapshot known to be in the cluster's store (apart from `state`, which a
+    /// scan holds for long: an async task reads this).
+    uploaded: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -174,8 +177,6 @@ struct State {
     before_for: Option<String>,
     /// The last failure told, so the same one is told once.
     told: Option<String>,
-    /// The newest snapshot known to be in the cluster's store.
-    uploaded: Option<String>,
     /// Why this directory is not snapshotted, once that is known.
     refused: Option<String>,
 }
@@ -209,11 +210,16 @@ impl Shadow {
             session: session.to_owned(),
             start,
             state: Mutex::new(State::default()),
+            uploaded: Mutex::new(None),
         }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn uploaded(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.uploaded.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The directory snapshots record (opening the shadow repository if needed).
@@ -538,15 +544,28 @@ impl TurnSnapshots {
         Ok(taken)
     }
 
+    /// Makes a snapshot taken elsewhere (a rewind's) count in the cluster, as [`Self::take`]
+    /// does its own.
+    pub async fn share(&self, taken: &Taken) -> Result<(), SnapshotError> {
+        let Some(packs) = &self.packs else {
+            return Ok(());
+        };
+        tokio::time::timeout(UPLOAD_PATIENCE, self.upload(packs.as_ref(), taken))
+            .await
+            .map_err(|_| {
+                SnapshotError::Upload(format!("no answer within {}s", UPLOAD_PATIENCE.as_secs()))
+            })?
+    }
+
     /// Sends the objects of `taken` the cluster's store lacks, as one pack named after it
     /// whose base is the newest snapshot the store has.
     async fn upload(&self, packs: &dyn PackStore, taken: &Taken) -> Result<(), SnapshotError> {
-        let known = self.shadow.state().uploaded.clone();
+        let known = self.shadow.uploaded().clone();
         if known.as_deref() == Some(taken.commit.as_str()) {
             return Ok(());
         }
         if !taken.created && packs.has(taken.commit.clone()).await {
-            self.shadow.state().uploaded = Some(taken.commit.clone());
+            *self.shadow.uploaded() = Some(taken.commit.clone());
             return Ok(());
         }
         let base = match (&taken.parent, known) {
@@ -569,7 +588,7 @@ impl TurnSnapshots {
             .put(taken.commit.clone(), base, pack)
             .await
             .map_err(SnapshotError::Upload)?;
-        self.shadow.state().uploaded = Some(taken.commit.clone());
+        *self.shadow.uploaded() = Some(taken.commit.clone());
         Ok(())
     }
 }

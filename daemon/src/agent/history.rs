@@ -232,13 +232,14 @@ impl History {
             EventKind::WorkspaceRestored {
                 node,
                 cwd,
+                snapshot,
                 after_tool_call,
-                ..
             } => {
-                let state = after_tool_call.as_ref().map_or_else(
-                    || "empty (no tool had changed a file yet)".to_owned(),
-                    |id| format!("at the state after tool call {id}"),
-                );
+                let state = match (snapshot, after_tool_call) {
+                    (None, _) => "empty (no tool had changed a file yet)".to_owned(),
+                    (Some(_), Some(id)) => format!("at the state after tool call {id}"),
+                    (Some(_), None) => "at the state after the last rewind".to_owned(),
+                };
                 self.notes.push(format!(
                     "<system-reminder>The session moved: its workspace was restored on host {node} in {cwd}, {state}. Work in {cwd} from now on. Ignored files such as build outputs were not carried, and any change a tool was making when the previous host stopped is gone.</system-reminder>"
                 ));

@@ -82,6 +82,9 @@ pub struct Sessions {
     env: Arc<TurnEnv>,
     /// Handles of the loaded sessions; an actor that stops removes its own.
     live: Arc<Mutex<HashMap<SessionId, SessionHandle>>>,
+    /// Held while a working tree is rebuilt (rare), so two loads of a session never rebuild it
+    /// at once.
+    restoring: tokio::sync::Mutex<()>,
 }
 
 impl Sessions {
@@ -103,6 +106,7 @@ impl Sessions {
             epoch,
             env,
             live,
+            restoring: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -186,12 +190,19 @@ impl Sessions {
         let Some(stored) = self.store.session(id)? else {
             return Err(SessionError::NotFound(id.clone()));
         };
-        // A node with its own directory for working trees rebuilds one from elsewhere.
-        let restore = self.store.clustered()
-            && super::travel::needs_restore(self.env.workspaces.as_ref(), &stored.cwd);
+        // A node with its own directory for working trees brings the session's there.
+        let workspaces = self
+            .env
+            .workspaces
+            .as_ref()
+            .filter(|_| self.store.clustered());
         let claim = self
             .store
-            .claim(id, self.epoch, (!restore).then_some(stored.cwd.as_str()))
+            .claim(
+                id,
+                self.epoch,
+                workspaces.is_none().then_some(stored.cwd.as_str()),
+            )
             .await?;
         let (mut record, log, mut loaded) = match self.load(stored) {
             Ok(loaded) => loaded,
@@ -200,22 +211,30 @@ impl Sessions {
                 return Err(e);
             }
         };
-        if let Some(root) = self.env.workspaces.as_ref().filter(|_| restore) {
-            let restored = super::travel::restore(
-                root,
-                self.store.node().as_deref().unwrap_or("this node"),
-                self.env.snapshots.clone(),
-                self.store.packs(),
-                &mut record,
-                &loaded,
-            )
-            .await;
-            match restored.and_then(|event| Ok((self.store.put_session(&record)?, event))) {
-                Ok(((), event)) => loaded.restored = Some(event),
-                Err(e) => {
-                    tracing::error!(session = %id, "{e}");
-                    self.store.release(id, &claim).await;
-                    return Err(e);
+        if let Some(root) = workspaces {
+            let _alone = self.restoring.lock().await;
+            // Loaded meanwhile by another caller, which did what was needed.
+            if let Some(h) = self.live().get(id).filter(|h| !h.is_stopped()) {
+                return Ok(h.clone());
+            }
+            let policy = self.env.snapshots.clone();
+            if super::travel::stale(root, policy.clone(), &record, &loaded).await {
+                let restored = super::travel::restore(
+                    root,
+                    self.store.node().as_deref().unwrap_or("this node"),
+                    policy,
+                    self.store.packs(),
+                    &mut record,
+                    &loaded,
+                )
+                .await;
+                match restored.and_then(|event| Ok((self.store.put_session(&record)?, event))) {
+                    Ok(((), event)) => loaded.restored = Some(event),
+                    Err(e) => {
+                        tracing::error!(session = %id, "{e}");
+                        self.store.release(id, &claim).await;
+                        return Err(e);
+                    }
                 }
             }
         }

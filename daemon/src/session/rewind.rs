@@ -249,6 +249,8 @@ impl SessionActor {
             by,
             reply,
         };
+        let packs = self.journal.store().packs();
+        let shared = files.as_ref().map(|(shadow, ..)| shadow.clone());
         self.tasks.spawn(async move {
             let work = tokio::task::spawn_blocking(move || {
                 // The whole prompt, from its event.
@@ -273,7 +275,7 @@ impl SessionActor {
                 (prompt, restored)
             })
             .await;
-            let (prompt, restored) = match work {
+            let (prompt, mut restored) = match work {
                 Ok(w) => w,
                 Err(e) => (
                     None,
@@ -282,6 +284,21 @@ impl SessionActor {
                     )))),
                 ),
             };
+            // In a cluster the tree after the rewind counts once it is there too.
+            if let (Some(Ok(done)), Some(shadow)) = (restored.as_mut(), shared)
+                && let Some(after) = done.after.clone()
+            {
+                let turn = crate::snapshots::TurnSnapshots {
+                    shadow,
+                    turn: String::new(),
+                    packs,
+                };
+                if let Err(e) = turn.share(&after).await {
+                    done.after = None;
+                    done.failed
+                        .push(format!("(the cluster did not take the rewound tree: {e})"));
+                }
+            }
             let mut rewinding = rewinding;
             if let Some(p) = prompt {
                 rewinding.prompt = p;

@@ -15,10 +15,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tether_proto::EventKind;
 
-/// Whether a node whose working trees live under `root` must rebuild a session working in
-/// `cwd` (a directory elsewhere is another host's).
-pub(super) fn needs_restore(root: Option<&PathBuf>, cwd: &str) -> bool {
-    root.is_some_and(|root| !Path::new(cwd).starts_with(root))
+/// Whether a node whose working trees live under `root` must rebuild the working tree of the
+/// session `record` describes: its directory lies elsewhere (another host's), is not here, or
+/// is here at another snapshot than the last one its log names (another node ran it since).
+pub(super) async fn stale(
+    root: &Path,
+    policy: Option<Arc<Policy>>,
+    record: &SessionRecord,
+    loaded: &Loaded,
+) -> bool {
+    let cwd = PathBuf::from(&record.cwd);
+    if !cwd.starts_with(root) || !cwd.is_dir() {
+        return true;
+    }
+    let (Some(last), Some(policy)) = (loaded.ledger.marks.last().0, policy) else {
+        return false;
+    };
+    let last = last.to_owned();
+    let shadow = Shadow::new(policy, &record.id.0, cwd);
+    tokio::task::spawn_blocking(move || shadow.current().as_deref() != Some(last.as_str()))
+        .await
+        .unwrap_or(true)
 }
 
 /// Rebuilds the working tree of the session `record` describes under `root`; returns the event
@@ -34,12 +51,16 @@ pub(super) async fn restore(
     let failed = |why: String| SessionError::Workspace(why);
     let started = std::time::Instant::now();
     let target = root.join(&record.id.0);
-    std::fs::create_dir_all(&target).map_err(|e| {
-        failed(format!(
-            "cannot make its directory {}: {e}",
-            target.display()
-        ))
-    })?;
+    let made = target.clone();
+    tokio::task::spawn_blocking(move || std::fs::create_dir_all(&made))
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| {
+            failed(format!(
+                "cannot make its directory {}: {e}",
+                target.display()
+            ))
+        })?;
     let (last, call) = loaded.ledger.marks.last();
     let (last, call) = (last.map(str::to_owned), call.map(str::to_owned));
     if let Some(commit) = &last {
@@ -77,19 +98,21 @@ pub(super) async fn restore(
     })
 }
 
-/// Brings snapshot `commit` into this node's store: its pack, then its base's, until one is
-/// here already or the chain ends.
+/// Brings snapshot `commit` into this node's store: the packs of the chain down to a snapshot
+/// this node has whole (or the chain's end), then taken in oldest first, so a fetch cut short
+/// leaves nothing that looks complete and is not.
 async fn fetch(
     shadow: &Arc<Shadow>,
     packs: &dyn PackStore,
     commit: &str,
 ) -> Result<(), SessionError> {
     let failed = |why: String| SessionError::Workspace(why);
+    let mut chain = Vec::new();
     let mut want = Some(commit.to_owned());
     while let Some(next) = want {
         let s = shadow.clone();
         let n = next.clone();
-        let here = tokio::task::spawn_blocking(move || s.has(&n))
+        let here = tokio::task::spawn_blocking(move || s.complete(&n))
             .await
             .map_err(|e| failed(e.to_string()))?
             .map_err(|e| failed(e.to_string()))?;
@@ -100,13 +123,20 @@ async fn fetch(
             .get(next.clone())
             .await
             .map_err(|e| failed(format!("cannot read snapshot {next} from the cluster: {e}")))?
-            .ok_or_else(|| failed(format!("snapshot {next} is not in the cluster's store")))?;
+            .ok_or_else(|| {
+                failed(format!(
+                    "snapshot {next} is not in the cluster's store (it was taken before this node's cluster kept snapshots, or its upload did not finish)"
+                ))
+            })?;
+        chain.push((next, pack));
+        want = base;
+    }
+    for (name, pack) in chain.into_iter().rev() {
         let s = shadow.clone();
         tokio::task::spawn_blocking(move || s.import(&pack))
             .await
             .map_err(|e| failed(e.to_string()))?
-            .map_err(|e| failed(format!("cannot take in snapshot {next}: {e}")))?;
-        want = base;
+            .map_err(|e| failed(format!("cannot take in snapshot {name}: {e}")))?;
     }
     Ok(())
 }

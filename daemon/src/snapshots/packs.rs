@@ -3,7 +3,6 @@
 //! did not have it.
 
 use super::{Shadow, SnapshotError, find_commit, git};
-use git2::Oid;
 
 impl Shadow {
     /// A pack of the objects of snapshot `commit` that snapshot `base` does not have (all of
@@ -35,15 +34,6 @@ impl Shadow {
         Ok(buf.to_vec())
     }
 
-    /// Whether snapshot `commit` is in this node's store.
-    pub fn has(&self, commit: &str) -> Result<bool, SnapshotError> {
-        let mut state = self.state();
-        let open = self.open(&mut state)?;
-        Ok(Oid::from_str(commit)
-            .ok()
-            .is_some_and(|oid| open.repo.find_commit(oid).is_ok()))
-    }
-
     /// Takes the objects of a pack into this node's store.
     pub fn import(&self, pack: &[u8]) -> Result<(), SnapshotError> {
         use std::io::Write;
@@ -65,8 +55,42 @@ impl Shadow {
     pub fn materialise(&self, commit: &str) -> Result<(), SnapshotError> {
         let mut state = self.state();
         self.materialise_in(&mut state, commit)?;
-        state.uploaded = Some(commit.to_owned());
+        *self.uploaded() = Some(commit.to_owned());
         Ok(())
+    }
+
+    /// The snapshot this node's copy of the working tree was last brought to.
+    pub fn current(&self) -> Option<String> {
+        let mut state = self.state();
+        let open = self.open(&mut state).ok()?;
+        open.repo
+            .refname_to_id(&open.refname)
+            .ok()
+            .map(|id| id.to_string())
+    }
+
+    /// Whether snapshot `commit` and everything its tree holds are in this node's store (a
+    /// fetch cut short may have brought its commit but not its base's objects).
+    pub fn complete(&self, commit: &str) -> Result<bool, SnapshotError> {
+        let mut state = self.state();
+        let open = self.open(&mut state)?;
+        let repo = &open.repo;
+        let Ok(tree) =
+            find_commit(repo, commit).and_then(|c| c.tree().map_err(git("reading a snapshot")))
+        else {
+            return Ok(false);
+        };
+        let odb = repo.odb().map_err(git("opening the snapshot store"))?;
+        let mut whole = true;
+        tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+            if !odb.exists(entry.id()) && entry.kind() != Some(git2::ObjectType::Commit) {
+                whole = false;
+                return git2::TreeWalkResult::Abort;
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .ok();
+        Ok(whole)
     }
 
     fn materialise_in(&self, state: &mut super::State, commit: &str) -> Result<(), SnapshotError> {
