@@ -8,7 +8,7 @@
 pub mod frontmatter;
 mod git;
 pub use git::libgit2_version;
-mod memory;
+pub mod memory;
 
 use crate::llm::SystemBlock;
 use std::path::Path;

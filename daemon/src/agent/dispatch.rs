@@ -14,6 +14,9 @@ use tether_proto::{EventKind, WorkspaceSnapshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+/// The tools whose file brings the instructions of its folder (`memory_for`).
+const TOUCHES_FILES: &[&str] = &["Read", "Edit", "MultiEdit", "Write", "NotebookEdit"];
+
 /// Result text for calls stopped by `turn/cancel`.
 pub const INTERRUPTED: &str =
     "interrupted by user: the turn was cancelled before this tool call finished";
@@ -418,6 +421,20 @@ impl Dispatch<'_> {
                         (extra.is_empty(), &mut out.content)
                     {
                         text.push_str(&format!("\n\n{}", extra.join("\n")));
+                    }
+                }
+                // A file in a folder with its own instructions, or one a path rule names,
+                // brings them the first time it is touched.
+                if !out.is_error && !given.is_empty() && TOUCHES_FILES.contains(&name.as_str()) {
+                    let file = ctx.workspace.cwd().join(&given);
+                    let workspace = ctx.workspace.clone();
+                    let told = tokio::task::spawn_blocking(move || workspace.memory_for(&file))
+                        .await
+                        .ok()
+                        .flatten();
+                    if let (Some(told), serde_json::Value::String(text)) = (told, &mut out.content)
+                    {
+                        text.push_str(&format!("\n\n{told}"));
                     }
                 }
                 // Before the result is committed, so the result names the tree it left.

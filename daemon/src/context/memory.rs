@@ -4,6 +4,9 @@
 //! file whose frontmatter has `paths:` is for those files only and is not loaded here (its
 //! frontmatter is never part of the text). `@relative/path` imports inside them are inlined up
 //! to 4 hops deep; cycles are ignored.
+//!
+//! [`for_file`] is what a file the model touches brings with it: the memory files of the
+//! folders between the working directory and the file, and the rules whose `paths:` match it.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -47,6 +50,70 @@ pub fn load(cwd: &Path, repo_root: Option<&Path>, home: Option<&Path>) -> Vec<Me
         rules(&dir.join(".claude/rules"), &mut seen, &mut out);
     }
     out
+}
+
+/// The memory a file the model touches brings with it, beyond what [`load`] read at the start:
+/// the memory files and path-less rules of each folder below `cwd` down to the file's, and the
+/// rule files (`~/.claude/rules`, and `.claude/rules` of `cwd` and those folders) whose
+/// `paths:` globs match the file (relative to the folder that holds `.claude/`, or to `cwd`
+/// for the user's).
+pub fn for_file(file: &Path, cwd: &Path, home: Option<&Path>) -> Vec<Memory> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let Some(dir) = file.parent() else {
+        return out;
+    };
+    let inside = dir.starts_with(cwd);
+    if let Some(home) = home {
+        path_rules(&home.join(".claude/rules"), cwd, file, &mut seen, &mut out);
+    }
+    path_rules(&cwd.join(".claude/rules"), cwd, file, &mut seen, &mut out);
+    if !inside {
+        return out;
+    }
+    let mut below: Vec<&Path> = dir.ancestors().take_while(|d| *d != cwd).collect();
+    below.reverse();
+    for d in below {
+        for name in NAMES {
+            read(&d.join(name), &mut seen, &mut out);
+        }
+        rules(&d.join(".claude/rules"), &mut seen, &mut out);
+        path_rules(&d.join(".claude/rules"), d, file, &mut seen, &mut out);
+    }
+    out
+}
+
+/// The rule files of `dir` whose `paths:` match `file` (relative to `base`).
+fn path_rules(
+    dir: &Path,
+    base: &Path,
+    file: &Path,
+    seen: &mut HashSet<PathBuf>,
+    out: &mut Vec<Memory>,
+) {
+    let Ok(relative) = file.strip_prefix(base) else {
+        return;
+    };
+    for path in super::frontmatter::markdown_files(dir) {
+        let Some(text) = read_capped(&path) else {
+            continue;
+        };
+        let (front, body) = super::frontmatter::split_lenient(&text);
+        let Some(globs) = front.list("paths").filter(|p| !p.is_empty()) else {
+            continue;
+        };
+        let matches = globs.iter().any(|g| {
+            globset::Glob::new(g.trim())
+                .map(|g| g.compile_matcher().is_match(relative))
+                .unwrap_or(false)
+        });
+        let canonical = path.canonicalize().unwrap_or_else(|_| path.clone());
+        if !matches || !seen.insert(canonical) {
+            continue;
+        }
+        let text = inline_imports(&path, body, seen, 1);
+        out.push(Memory { path, text });
+    }
 }
 
 /// The `*.md` rule files of `dir`, by name, that apply everywhere (no `paths:`).
@@ -206,6 +273,44 @@ mod tests {
             got[1].text.matches("root rules").count(),
             1,
             "the cycle back is ignored"
+        );
+    }
+
+    #[test]
+    fn a_file_brings_the_memory_of_its_folders_and_the_rules_for_its_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cwd = dir.path();
+        std::fs::create_dir_all(cwd.join("app/ui")).expect("mkdir");
+        std::fs::create_dir_all(cwd.join(".claude/rules")).expect("mkdir");
+        std::fs::write(cwd.join("CLAUDE.md"), "top\n").expect("w");
+        std::fs::write(cwd.join("app/CLAUDE.md"), "app rules\n").expect("w");
+        std::fs::write(cwd.join("app/ui/AGENTS.md"), "ui rules\n").expect("w");
+        std::fs::write(
+            cwd.join(".claude/rules/api.md"),
+            "---\npaths:\n  - \"api/**/*.rs\"\n---\nversion every route\n",
+        )
+        .expect("w");
+        std::fs::write(
+            cwd.join(".claude/rules/ui.md"),
+            "---\npaths: app/ui/**\n---\nno inline styles\n",
+        )
+        .expect("w");
+        let texts = |file: &str| -> Vec<String> {
+            for_file(&cwd.join(file), cwd, None)
+                .into_iter()
+                .map(|m| m.text.trim().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            texts("app/ui/button.tsx"),
+            ["no inline styles", "app rules", "ui rules"],
+            "the rule for its path, then each folder's memory, outermost first"
+        );
+        assert_eq!(texts("app/main.rs"), ["app rules"]);
+        assert_eq!(texts("api/v1/routes.rs"), ["version every route"]);
+        assert!(
+            texts("README.md").is_empty(),
+            "the top folder's memory is loaded already"
         );
     }
 }

@@ -89,6 +89,8 @@ pub struct Workspace {
     /// The sandbox's network proxy, started by the first sandboxed call that needs it and
     /// stopped with the workspace (or when the allowed domains become none).
     proxy: std::sync::Mutex<Option<crate::sandbox::proxy::Proxy>>,
+    /// Memory files a touched file brought, already given to the model.
+    told: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl Workspace {
@@ -106,6 +108,7 @@ impl Workspace {
             fence: Default::default(),
             sandbox: Default::default(),
             proxy: Default::default(),
+            told: Default::default(),
         }
     }
 
@@ -113,6 +116,27 @@ impl Workspace {
     pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
         self.env = env;
         self
+    }
+
+    /// What touching `file` tells the model that it was not told yet: the memory files of the
+    /// folders below the session's directory down to the file's, and the rules whose `paths:`
+    /// match it (Claude Code's nested CLAUDE.md and path rules), as a system reminder.
+    pub fn memory_for(&self, file: &std::path::Path) -> Option<String> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let found = crate::context::memory::for_file(file, &self.roots[0], home.as_deref());
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        let new: Vec<String> = found
+            .into_iter()
+            .filter(|m| told.insert(m.path.clone()))
+            .map(|m| format!("Contents of {}:\n\n{}", m.path.display(), m.text.trim_end()))
+            .collect();
+        (!new.is_empty()).then(|| {
+            format!(
+                "<system-reminder>\nInstructions that apply to {} (follow them for files there):\n\n{}\n</system-reminder>",
+                file.display(),
+                new.join("\n\n")
+            )
+        })
     }
 
     /// The working directories (the session's first).

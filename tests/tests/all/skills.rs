@@ -1,6 +1,7 @@
 //! Skills as a Claude Code user writes them (`.claude/skills/<name>/SKILL.md`), loaded by the
-//! model through the Skill tool and run by the user as `/name args`, and the built-in prompt
-//! commands (`/review`, `/security-review`, `/init`).
+//! model through the Skill tool and run by the user as `/name args`, the built-in prompt
+//! commands (`/review`, `/security-review`, `/init`), and the instructions a file brings when
+//! the model touches it (a nested CLAUDE.md, a rule with `paths:`).
 
 use anyhow::Context;
 use serde_json::{Value, json};
@@ -196,5 +197,57 @@ fn a_skills_allowed_tools_hold_for_the_user_and_for_a_trusted_project_only() -> 
     c.events_until("turn_ended")?;
     let sent = last_user_text(&fake, 6)?;
     assert!(sent.contains("Write a CLAUDE.md"), "{sent}");
+    Ok(())
+}
+
+#[test]
+fn a_file_in_a_folder_with_instructions_brings_them_once_and_path_rules_follow_their_files()
+-> anyhow::Result<()> {
+    let read = |file: &str| Step::text("Reading.").tool_use("Read", json!({"file_path": file}));
+    let fake = Fake::start(
+        Script::of([
+            read("app/a.txt"),
+            read("app/b.txt"),
+            read("api/routes.rs"),
+            Step::text("Read them."),
+        ])
+        .titling("Nested"),
+    )?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let dir = daemon.workdir();
+    std::fs::create_dir_all(dir.join("app"))?;
+    std::fs::create_dir_all(dir.join("api"))?;
+    std::fs::create_dir_all(dir.join(".claude/rules"))?;
+    std::fs::write(dir.join("app/CLAUDE.md"), "App rule: tabs, never spaces.\n")?;
+    std::fs::write(dir.join("app/a.txt"), "a\n")?;
+    std::fs::write(dir.join("app/b.txt"), "b\n")?;
+    std::fs::write(dir.join("api/routes.rs"), "fn main() {}\n")?;
+    std::fs::write(
+        dir.join(".claude/rules/api.md"),
+        "---\npaths: api/**\n---\nAPI rule: version every route.\n",
+    )?;
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&dir)?;
+    c.watch(&session)?;
+    c.start_turn(&session, "read the files")?;
+    c.events_until("turn_ended")?;
+    let requests: Vec<_> = fake
+        .server
+        .message_requests()
+        .into_iter()
+        .filter(|r| r.body["tools"].is_array())
+        .collect();
+    // Not at the start: the first request knows neither.
+    let first = requests.first().context("a request")?.body.to_string();
+    assert!(
+        !first.contains("App rule") && !first.contains("API rule"),
+        "{first}"
+    );
+    let last = requests.last().context("a request")?.body["messages"].to_string();
+    assert_eq!(last.matches("App rule: tabs").count(), 1, "once: {last}");
+    assert_eq!(last.matches("API rule: version").count(), 1, "{last}");
+    let app = last.find("App rule").context("app rule")?;
+    let api = last.find("API rule").context("api rule")?;
+    assert!(app < api, "each comes with the file that brought it");
     Ok(())
 }
