@@ -222,12 +222,6 @@ impl Shadow {
         self.uploaded.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The directory snapshots record (opening the shadow repository if needed).
-    pub fn root(&self) -> Result<PathBuf, SnapshotError> {
-        let mut state = self.state();
-        Ok(self.open(&mut state)?.root.clone())
-    }
-
     /// Whether the snapshot before the first change of turn `turn` is still to take (and marks
     /// it taken).
     pub fn first_of_turn(&self, turn: &str) -> bool {
@@ -405,13 +399,6 @@ impl Shadow {
         taken
     }
 
-    /// The tree of snapshot `commit`.
-    pub fn tree_of(&self, commit: &str) -> Result<String, SnapshotError> {
-        let mut state = self.state();
-        let open = self.open(&mut state)?;
-        Ok(find_commit(&open.repo, commit)?.tree_id().to_string())
-    }
-
     /// Puts back the files tether changed since snapshot `to` as they were there. What tether
     /// changed is what the snapshots in `made` (those its tool calls and rewinds recorded)
     /// changed over their parents, on the chain from `to` to `last` (the last one the log
@@ -429,13 +416,13 @@ impl Shadow {
         let mut state = self.state();
         let open = self.open(&mut state)?;
         let repo = &open.repo;
-        let target = find_commit(repo, to)?
-            .tree()
-            .map_err(git("reading a snapshot"))?;
+        let target = find_commit(repo, to)?;
+        let target_id = target.id();
+        let target = target.tree().map_err(git("reading a snapshot"))?;
         let tip = find_commit(repo, last)?;
         let (mut ours, mut theirs) = (BTreeSet::new(), BTreeSet::new());
         let mut at = tip.clone();
-        let mut reached = at.id() == target_commit(repo, to)?;
+        let mut reached = at.id() == target_id;
         while !reached {
             let Ok(parent) = at.parent(0) else { break };
             let changed = changed_paths(
@@ -448,7 +435,7 @@ impl Shadow {
             } else {
                 theirs.extend(changed);
             }
-            reached = parent.id().to_string() == to;
+            reached = parent.id() == target_id;
             at = parent;
         }
         if !reached {
@@ -488,10 +475,6 @@ impl Shadow {
     }
 }
 
-fn target_commit(repo: &Repository, id: &str) -> Result<Oid, SnapshotError> {
-    Ok(find_commit(repo, id)?.id())
-}
-
 /// How long a tool's result may wait for its snapshot to reach the cluster's store.
 const UPLOAD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -529,23 +512,13 @@ impl TurnSnapshots {
             .unwrap_or_else(|e| {
                 Err(SnapshotError::Refused(format!("the snapshot stopped: {e}")))
             })?;
-        if let Some(packs) = &self.packs {
-            // A cluster that does not answer holds no tool result back for long: the snapshot
-            // then does not count, and the next one's pack carries its objects.
-            tokio::time::timeout(UPLOAD_PATIENCE, self.upload(packs.as_ref(), &taken))
-                .await
-                .map_err(|_| {
-                    SnapshotError::Upload(format!(
-                        "no answer within {}s",
-                        UPLOAD_PATIENCE.as_secs()
-                    ))
-                })??;
-        }
+        self.share(&taken).await?;
         Ok(taken)
     }
 
-    /// Makes a snapshot taken elsewhere (a rewind's) count in the cluster, as [`Self::take`]
-    /// does its own.
+    /// Makes a snapshot count in the cluster (its own, or a rewind's): a cluster that does not
+    /// answer holds no tool result back for long, the snapshot then does not count, and the
+    /// next one's pack carries its objects. Nothing to do on one machine.
     pub async fn share(&self, taken: &Taken) -> Result<(), SnapshotError> {
         let Some(packs) = &self.packs else {
             return Ok(());

@@ -179,6 +179,15 @@ impl Fake {
         }
     }
 
+    /// The requests turns made, in order (title requests, which carry no tools, left out).
+    pub fn turn_requests(&self) -> Vec<fake_anthropic::Recorded> {
+        self.server
+            .message_requests()
+            .into_iter()
+            .filter(|r| r.body["tools"].is_array())
+            .collect()
+    }
+
     /// The environment that points a daemon at this fake.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![

@@ -10,7 +10,7 @@
 use super::SessionError;
 use super::actor::{Command, SessionActor};
 use serde::{Deserialize, Serialize};
-use tether_proto::{Checkpoint, ClientRef, Event, EventKind, InputItem, RewindResult, RewindScope};
+use tether_proto::{Checkpoint, ClientRef, Event, EventKind, RewindResult, RewindScope};
 use tokio::sync::oneshot;
 
 /// One turn, as a rewind sees it.
@@ -45,16 +45,12 @@ pub(super) struct TurnMarks {
 /// How much of a prompt the list keeps.
 const PREVIEW: usize = 200;
 
-fn prompt_of(input: &[InputItem]) -> String {
-    super::turns::text_of(input)
-}
-
 impl TurnMarks {
     /// Applies one event of the session's log.
     pub fn apply(&mut self, event: &Event) {
         match &event.kind {
             EventKind::TurnStarted { input, .. } => {
-                let prompt = prompt_of(input);
+                let prompt = super::turns::text_of(input);
                 let preview = match prompt.char_indices().nth(PREVIEW) {
                     Some((at, _)) => format!("{}…", &prompt[..at]),
                     None => prompt,
@@ -260,7 +256,7 @@ impl SessionActor {
                     .and_then(|r| r.into_iter().next())
                     .and_then(|(_, bytes)| serde_json::from_slice::<Event>(&bytes).ok())
                     .and_then(|e| match e.kind {
-                        EventKind::TurnStarted { input, .. } => Some(prompt_of(&input)),
+                        EventKind::TurnStarted { input, .. } => Some(super::turns::text_of(&input)),
                         _ => None,
                     });
                 let restored = files.map(|(shadow, target, last, made)| {

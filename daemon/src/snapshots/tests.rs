@@ -17,20 +17,10 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The configuration's default deny-list.
-const DEFAULT_DENY: &[&str] = &[
-    ".env*",
-    "*.pem",
-    "*.key",
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    ".claude/settings.local.json",
-];
-
+/// The configuration's default deny-list, 1 MB a snapshot.
 fn policy(data: &Path) -> Arc<Policy> {
-    let deny: Vec<String> = DEFAULT_DENY.iter().map(|s| s.to_string()).collect();
+    let defaults = crate::config::Config::load(None, &|_: &str| None, &[]).expect("defaults");
+    let deny = defaults.list("snapshots.deny");
     Arc::new(Policy::new(data.join("snapshots"), &deny, 1).expect("policy"))
 }
 

@@ -7,10 +7,8 @@ use tether_tests::{Daemon, Fake};
 
 /// The model each turn request asked (title requests, which carry no tools, left out).
 fn turn_models(fake: &Fake) -> Vec<String> {
-    fake.server
-        .message_requests()
+    fake.turn_requests()
         .iter()
-        .filter(|r| r.body["tools"].is_array())
         .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
         .collect()
 }

@@ -320,10 +320,8 @@ pub(crate) fn two_terminals(daemon: &Daemon) -> anyhow::Result<(Pty, Pty, String
 /// The messages of each turn request the fake received (title requests, which carry no tools,
 /// left out), as JSON text.
 pub(crate) fn turn_messages(fake: &Fake) -> Vec<String> {
-    fake.server
-        .message_requests()
+    fake.turn_requests()
         .iter()
-        .filter(|r| r.body["tools"].is_array())
         .map(|r| r.body["messages"].to_string())
         .collect()
 }

@@ -191,12 +191,7 @@ fn a_rewind_puts_files_and_conversation_back_and_keeps_edits_made_outside() -> a
     c.watch(&session)?;
     c.start_turn(&session, "start over")?;
     c.events_until("turn_ended")?;
-    let requests: Vec<_> = fake
-        .server
-        .message_requests()
-        .into_iter()
-        .filter(|r| r.body["tools"].is_array())
-        .collect();
+    let requests = fake.turn_requests();
     let sent = requests.last().context("request")?.body["messages"].to_string();
     assert!(
         sent.contains("make b") && sent.contains("start over"),

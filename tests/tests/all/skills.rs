@@ -20,12 +20,7 @@ fn skill(root: &Path, name: &str, text: &str) -> anyhow::Result<std::path::PathB
 /// The last user message of the `index`th request the turns made (title requests left out),
 /// as JSON text.
 fn last_user_text(fake: &Fake, index: usize) -> anyhow::Result<String> {
-    let requests: Vec<_> = fake
-        .server
-        .message_requests()
-        .into_iter()
-        .filter(|r| r.body["tools"].is_array())
-        .collect();
+    let requests = fake.turn_requests();
     let request = requests.get(index).context("the request")?;
     let messages = request.body["messages"].as_array().context("messages")?;
     Ok(messages.last().context("a message")?["content"].to_string())
@@ -231,12 +226,7 @@ fn a_file_in_a_folder_with_instructions_brings_them_once_and_path_rules_follow_t
     c.watch(&session)?;
     c.start_turn(&session, "read the files")?;
     c.events_until("turn_ended")?;
-    let requests: Vec<_> = fake
-        .server
-        .message_requests()
-        .into_iter()
-        .filter(|r| r.body["tools"].is_array())
-        .collect();
+    let requests = fake.turn_requests();
     // Not at the start: the first request knows neither.
     let first = requests.first().context("a request")?.body.to_string();
     assert!(
