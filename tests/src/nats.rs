@@ -669,7 +669,11 @@ mod tests {
                 }
             };
             match reply {
-                Some(reply) if reply["error"]["code"] == 503 => {
+                // Not ready yet, or a meta leader that does not count every peer online yet
+                // ("no suitable peers for placement"): asked again, as a daemon does.
+                Some(reply)
+                    if reply["error"]["code"] == 503 || reply["error"]["err_code"] == 10005 =>
+                {
                     eprintln!("create_stream: {reply}; asking again");
                     std::thread::sleep(POLL);
                 }
