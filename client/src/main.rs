@@ -11,6 +11,7 @@ mod remote;
 mod render;
 mod repl;
 mod sdk;
+mod sharing;
 mod stream_json;
 mod style;
 mod trust;
@@ -306,8 +307,49 @@ enum Cmd {
     /// JetBrains): its sessions are daemon sessions any terminal can attach to.
     Acp,
     /// Relay stdin/stdout to the local daemon's socket, starting the daemon if needed: the
-    /// remote end of `--remote` (run by ssh).
-    Bridge,
+    /// remote end of `--remote` (run by ssh). As an SSH forced command with --principal, the
+    /// person at the other end is that principal, with the roles the session's owner gave
+    /// them (see "Sharing a session" in the README).
+    Bridge {
+        /// Who is at the other end (a name the owner shares sessions with).
+        #[arg(long)]
+        principal: Option<String>,
+        /// The most they may do through this bridge, whatever they were given: controller,
+        /// approver or observer.
+        #[arg(long)]
+        role: Option<String>,
+    },
+    /// Give someone a role in a session (controller, approver or observer), or list who has
+    /// one. Grants are events in the session's log.
+    Share {
+        /// Session id or a unique prefix of one.
+        id: String,
+        /// Who: a Unix user on this machine, or the name a bridge gives (--principal).
+        #[arg(long = "with")]
+        with: Option<String>,
+        /// controller (prompt, answer, configure, cancel), approver (answer permission
+        /// requests, questions and plans) or observer (watch).
+        #[arg(long, default_value = "observer")]
+        role: String,
+    },
+    /// Take someone's role in a session away; their clients are detached.
+    Unshare {
+        /// Session id or a unique prefix of one.
+        id: String,
+        /// Who.
+        #[arg(long = "with")]
+        with: String,
+    },
+    /// Every permission decision (of one session, or all): the tool, a hash of its input,
+    /// the decision and what made it — a rule with its file and line, the mode, a hook, or
+    /// a person with how they reached the daemon. Read from the logs.
+    Audit {
+        /// Session id or a unique prefix of one (default: every session).
+        id: Option<String>,
+        /// Only decisions since this time (RFC 3339) or span back from now (30m, 2h, 7d).
+        #[arg(long)]
+        since: Option<String>,
+    },
     /// Trust a directory: its own settings' hooks, allow rules, env and additional
     /// directories, its `.mcp.json` servers and statusLine command may act there (kept in
     /// ~/.claude.json, as Claude Code keeps it).
@@ -549,7 +591,7 @@ fn main() -> ExitCode {
     let out = commands::Output { json: cli.json };
     // The bridge is always the local end (even where $TETHER_REMOTE is set); everything
     // else may be remote.
-    if !matches!(cli.command, Some(Cmd::Bridge))
+    if !matches!(cli.command, Some(Cmd::Bridge { .. }))
         && let Err(e) = remote::configure(cli.remote.as_deref())
     {
         eprintln!("tether: {e}");
@@ -722,7 +764,17 @@ fn main() -> ExitCode {
             Some(Cmd::Models) => commands::models(&socket, out).await,
             Some(Cmd::Mcp { action }) => mcp::run(&socket, out, action).await,
             Some(Cmd::Acp) => acp::run(&socket).await,
-            Some(Cmd::Bridge) => bridge::run(&socket).await,
+            Some(Cmd::Bridge { principal, role }) => {
+                let role = role.as_deref().map(sharing::parse_role).transpose()?;
+                bridge::run(&socket, principal, role).await
+            }
+            Some(Cmd::Share { id, with, role }) => {
+                sharing::share(&socket, out, &id, with, &role).await
+            }
+            Some(Cmd::Unshare { id, with }) => sharing::unshare(&socket, out, &id, with).await,
+            Some(Cmd::Audit { id, since }) => {
+                sharing::audit(&socket, out, id.as_deref(), since.as_deref()).await
+            }
             Some(Cmd::Daemon {
                 action: DaemonCmd::Stop,
             }) => commands::daemon_stop(&socket, out).await,

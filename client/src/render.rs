@@ -10,7 +10,50 @@ pub fn client(c: &ClientRef) -> String {
         .name
         .clone()
         .unwrap_or_else(|| format!("{:?}", c.kind).to_lowercase());
-    format!("{name} #{}", c.client_id)
+    match &c.principal {
+        Some(_) => format!("{} ({name} #{})", person(c), c.client_id),
+        None => format!("{name} #{}", c.client_id),
+    }
+}
+
+/// Who is at a client, in words: `bob over ssh`, `alice` (on the daemon's machine); the
+/// client's own name when the daemon named no one (a log of an older build).
+pub fn person(c: &ClientRef) -> String {
+    let Some(principal) = &c.principal else {
+        return c.name.clone().unwrap_or_else(|| client(c));
+    };
+    match &c.channel {
+        Some(tether_proto::Channel::Ssh) => format!("{principal} over ssh"),
+        Some(tether_proto::Channel::Link) => format!("{principal} with an approval link"),
+        Some(tether_proto::Channel::Other(how)) => format!("{principal} over {how}"),
+        Some(tether_proto::Channel::Local) | None => principal.clone(),
+    }
+}
+
+/// Where a decision nobody was asked about came from, in words.
+pub fn decided_by(
+    source: &tether_proto::DecisionSource,
+    rule: &Option<String>,
+    rule_source: &Option<String>,
+    mode: tether_proto::PermissionMode,
+) -> String {
+    use tether_proto::DecisionSource as S;
+    match source {
+        S::Rule => format!(
+            "by the rule {}{}",
+            rule.as_deref().unwrap_or("?"),
+            rule_source
+                .as_ref()
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default()
+        ),
+        S::Mode => format!("by the {} mode", mode.as_str()),
+        S::Hook => "by a PreToolUse hook".into(),
+        S::Sandbox => "because the sandbox holds it".into(),
+        S::Person => "by a person".into(),
+        S::Daemon => "by the daemon".into(),
+        S::Other(s) => format!("by {s}"),
+    }
 }
 
 /// What a `session_configured` changed, in words (`model opus`, `effort high`, `mode plan`,
@@ -185,6 +228,33 @@ fn detail(kind: &EventKind) -> String {
             }
             format!("configured: {}{}", parts.join(", "), by(who))
         }
+        EventKind::SessionShared {
+            principal,
+            role,
+            by: who,
+        } => format!("shared with {principal} as {role}{}", by(who)),
+        EventKind::SessionUnshared {
+            principal,
+            role,
+            by: who,
+        } => format!("{principal} is no longer {role}{}", by(who)),
+        EventKind::PermissionDecided {
+            tool,
+            decision,
+            source,
+            rule,
+            rule_source,
+            mode,
+            ..
+        } => format!(
+            "{tool} {} {}",
+            if *decision == tether_proto::PermissionDecision::Deny {
+                "denied"
+            } else {
+                "allowed"
+            },
+            decided_by(source, rule, rule_source, *mode)
+        ),
         EventKind::ClientAttached { client: c, role } => {
             format!(
                 "{} attached as {}",

@@ -807,10 +807,7 @@ impl View {
                 };
                 let who = resolved_by
                     .as_ref()
-                    .map(|b| match &b.name {
-                        Some(name) => format!(" by {name}"),
-                        None => format!(" by {}", render::client(b)),
-                    })
+                    .map(|b| format!(" by {}", render::person(b)))
                     .unwrap_or_default();
                 let why = message
                     .as_ref()
@@ -1058,6 +1055,32 @@ impl View {
                 }
                 out.push_str(&format!("{}\n", s.dim(&line)));
             }
+            EventKind::SessionShared {
+                principal,
+                role,
+                by,
+            } => out.push_str(&format!(
+                "{}\n",
+                s.dim(&format!(
+                    "  shared with {principal} as {role}{}",
+                    by.as_ref()
+                        .map(|b| format!(" by {}", render::person(b)))
+                        .unwrap_or_default()
+                ))
+            )),
+            EventKind::SessionUnshared {
+                principal,
+                role,
+                by,
+            } => out.push_str(&format!(
+                "{}\n",
+                s.dim(&format!(
+                    "  {principal} is no longer {role}{}",
+                    by.as_ref()
+                        .map(|b| format!(" (taken away by {})", render::person(b)))
+                        .unwrap_or_default()
+                ))
+            )),
             EventKind::SessionDeleted { .. } => {
                 out.push_str(&format!("{}\n", s.warn("the session was deleted")))
             }

@@ -34,6 +34,7 @@ fn as_link(carrier: ClientRef, through: &str) -> ClientRef {
     ClientRef {
         kind: ClientKind::Link,
         name: Some(format!("approval link (via {through})")),
+        channel: Some(tether_proto::Channel::Link),
         ..carrier
     }
 }

@@ -164,7 +164,10 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
 
     let api = RpcApi {
         sessions: sessions.clone(),
-        connections: Arc::new(Connections::on_node(sessions.store().node())),
+        connections: Arc::new(Connections::on_node(
+            sessions.store().node(),
+            rpc::user_name(nix::unistd::getuid().as_raw()),
+        )),
         started: Instant::now(),
         socket: socket.clone(),
         data_dir,

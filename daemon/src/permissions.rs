@@ -141,6 +141,17 @@ fn matching<'r>(rules: &'r [Rule], call: &Call<'_>) -> Vec<&'r Rule> {
 /// Whether an allow rule covers a call of a tool other than Bash: a path must match by its
 /// name as given and by the file it really is (a symlink inside an allowed directory that
 /// points outside it is not allowed).
+/// The rules behind a decision on `call`, for the record: the deny rules that match it when
+/// it was denied, the allow rules that match it (for a Bash command, any of its parts) when
+/// it was allowed.
+pub fn deciding_rules<'r>(rules: &'r RuleSet, call: &Call<'_>, allowed: bool) -> Vec<&'r Rule> {
+    if allowed {
+        matching(&rules.allow, call)
+    } else {
+        matching(&rules.deny, call)
+    }
+}
+
 fn allowing(rules: &[Rule], call: &Call<'_>) -> bool {
     let path = call_path(call);
     // A file that changes what runs needs a rule that names it (`Edit(./.git/**)`), not one

@@ -4,15 +4,18 @@
 //! Invariant: the only module that knows JSON-RPC. A connection whose first byte is an ASCII
 //! letter is HTTP (the WebSocket upgrade); anything else (`{`, `[`, whitespace) is NDJSON.
 
+mod access;
 mod attach;
 mod connections;
 mod forward;
 mod gate;
+mod identity;
 mod listener;
 mod methods;
 mod ndjson;
 
-pub use connections::Connections;
+pub use connections::{Connections, Peer};
+pub use identity::user_name;
 pub use listener::{BindError, Listener};
 pub use methods::RpcApi;
 
@@ -80,23 +83,30 @@ where
                 tokio::task::spawn_blocking(crate::heap::trim);
             }
             accepted = listener.accept() => match accepted {
-                Ok(stream) if tasks.len() >= limit => {
+                Ok((stream, _)) if tasks.len() >= limit => {
                     tracing::warn!(
                         open = tasks.len(),
                         "refused a connection: the daemon serves {limit} connections, its limit (max_connections)"
                     );
                     tokio::spawn(refuse(stream, limit));
                 }
-                Ok(stream) => {
-                    let id = connections.connect();
+                Ok((stream, uid)) => {
                     let methods = methods.clone();
                     let store = store.clone();
                     let passing = connections.clone();
+                    let checking = connections.clone();
+                    let checking_store = store.clone();
                     let services = services.clone();
                     let stop = stop_handle.clone();
                     let shutdown = shutdown.clone();
                     let connections = connections.clone();
                     tasks.spawn(async move {
+                        let mut stream = stream;
+                        let Some(peer) = identity::read(&mut stream, uid, connections.owner()).await
+                        else {
+                            return;
+                        };
+                        let id = connections.connect(peer);
                         match sniff(&stream).await {
                             Some(Transport::Http) => {
                                 let gate = Arc::new(gate::Gate::default());
@@ -105,6 +115,9 @@ where
                                     .set_rpc_middleware(
                                         RpcServiceBuilder::new()
                                             .layer_fn(move |s| gate::InFlight::new(s, counted.clone()))
+                                            .layer_fn(move |s| {
+                                                access::Checked::new(s, checking_store.clone(), checking.clone())
+                                            })
                                             .layer_fn(move |s| {
                                                 forward::PassOn::new(s, store.clone(), passing.clone())
                                             }),
@@ -191,6 +204,14 @@ enum Transport {
 
 /// Looks at the first byte without consuming it; `None` when the peer closed without a byte.
 async fn sniff(stream: &UnixStream) -> Option<Transport> {
+    match peek(stream).await? {
+        b if b.is_ascii_alphabetic() => Some(Transport::Http),
+        _ => Some(Transport::Ndjson),
+    }
+}
+
+/// The next byte the peer sent, left unread; `None` when it closed without one.
+async fn peek(stream: &UnixStream) -> Option<u8> {
     let fd = stream.as_raw_fd();
     let mut byte = [0u8; 1];
     let peeked = stream
@@ -201,7 +222,6 @@ async fn sniff(stream: &UnixStream) -> Option<Transport> {
         .await;
     match peeked {
         Ok(0) | Err(_) => None,
-        Ok(_) if byte[0].is_ascii_alphabetic() => Some(Transport::Http),
-        Ok(_) => Some(Transport::Ndjson),
+        Ok(_) => Some(byte[0]),
     }
 }

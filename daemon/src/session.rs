@@ -6,6 +6,7 @@
 //! session state), and an event is durable in the store before any subscriber sees it.
 
 mod actor;
+pub mod audit;
 mod broker;
 mod commands;
 mod configure;
@@ -64,6 +65,9 @@ pub enum SessionError {
     /// An observer tried to act.
     #[error("this client is attached as an observer and cannot act on the session")]
     NotController,
+    /// `session/unshare` named someone without a role.
+    #[error("{0} has no role in this session")]
+    NotShared(String),
     /// No permission request has this id.
     #[error("no permission request with id {0} in this session")]
     RequestNotFound(String),
@@ -106,6 +110,7 @@ pub fn summary_of(
         head_seq,
         pruned_through: record.pruned_through,
         attached_clients: attached,
+        shares: record.shares.clone(),
     }
 }
 

@@ -274,6 +274,9 @@ pub struct SessionRecord {
     /// what a node lists for a session whose log it has not copied.
     #[serde(default)]
     pub head: Seq,
+    /// The people the owner gave a role (`session_shared` events, applied), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<tether_proto::Share>,
 }
 
 /// The daemon's store.

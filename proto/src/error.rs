@@ -29,6 +29,9 @@ pub enum ErrorCode {
     SessionElsewhere = -32009,
     /// The session reached its budget: a prompt is refused until the budget is raised.
     BudgetReached = -32010,
+    /// The caller's role does not allow the call: the message names the principal, the role
+    /// and what it allows. Nothing changed.
+    NotPermitted = -32011,
 }
 
 impl ErrorCode {
@@ -50,6 +53,7 @@ impl ErrorCode {
             Self::TooManyConnections,
             Self::SessionElsewhere,
             Self::BudgetReached,
+            Self::NotPermitted,
         ]
         .into_iter()
         .find(|c| c.code() == code)

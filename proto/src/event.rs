@@ -135,6 +135,26 @@ pub enum EventKind {
         #[serde(default)]
         by: Option<ClientRef>,
     },
+    /// The owner gave `principal` a role in the session (or changed it).
+    SessionShared {
+        /// Who: a Unix user name, or the name a bridge gives.
+        principal: String,
+        /// What they may do now.
+        role: crate::vocab::SessionRole,
+        /// Who shared it.
+        #[serde(default)]
+        by: Option<ClientRef>,
+    },
+    /// The owner took `principal`'s role away; their subscriptions end (`revoked`).
+    SessionUnshared {
+        /// Who.
+        principal: String,
+        /// The role they had.
+        role: crate::vocab::SessionRole,
+        /// Who took it away.
+        #[serde(default)]
+        by: Option<ClientRef>,
+    },
     /// A client subscribed.
     ClientAttached {
         /// The client.
@@ -362,6 +382,27 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         rules: Vec<String>,
     },
+    /// A tool call's permission was decided without asking anyone: by a rule, the mode, a
+    /// hook or the sandbox. Logged before the call runs (or is refused), so `session/audit`
+    /// can list every decision.
+    PermissionDecided {
+        /// The tool call.
+        tool_call_id: String,
+        /// The tool.
+        tool: String,
+        /// `allow_once` (it runs) or `deny`.
+        decision: PermissionDecision,
+        /// What decided.
+        source: crate::vocab::DecisionSource,
+        /// The rule that decided, as written.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        /// Where that rule is written: `file:line`, or `session`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule_source: Option<String>,
+        /// The permission mode the call was checked under.
+        mode: PermissionMode,
+    },
     /// A permission request was answered (or cancelled with its turn).
     PermissionResolved {
         /// The request.
@@ -574,6 +615,8 @@ impl EventKind {
             Self::McpMessage { .. } => "mcp_message",
             Self::SessionCreated { .. } => "session_created",
             Self::SessionConfigured { .. } => "session_configured",
+            Self::SessionShared { .. } => "session_shared",
+            Self::SessionUnshared { .. } => "session_unshared",
             Self::ClientAttached { .. } => "client_attached",
             Self::ClientDetached { .. } => "client_detached",
             Self::SessionStatus { .. } => "session_status",
@@ -600,6 +643,7 @@ impl EventKind {
             Self::PlanUpdated { .. } => "plan_updated",
             Self::TurnRecovered { .. } => "turn_recovered",
             Self::PermissionRequested { .. } => "permission_requested",
+            Self::PermissionDecided { .. } => "permission_decided",
             Self::PermissionResolved { .. } => "permission_resolved",
             Self::Retrying { .. } => "retrying",
             Self::Continuation { .. } => "continuation",
@@ -655,6 +699,8 @@ mod tests {
                     kind: ClientKind::Tui,
                     name: Some("tether".into()),
                     node: None,
+                    principal: None,
+                    channel: None,
                 },
                 role: Role::Observer,
             },

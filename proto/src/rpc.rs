@@ -55,7 +55,7 @@ pub trait TetherRpc {
 
     /// Lists sessions, most recently active first: `cwd` and `status` filter, `limit` sizes a
     /// page and `cursor` (a previous page's `nextCursor`) continues after it.
-    #[method(name = "session/list", param_kind = map)]
+    #[method(name = "session/list", param_kind = map, with_extensions)]
     async fn session_list(
         &self,
         cwd: Option<String>,
@@ -250,6 +250,44 @@ pub trait TetherRpc {
         &self,
         #[argument(rename = "sessionId")] session_id: SessionId,
     ) -> RpcResult<PermissionRules>;
+
+    /// Gives `principal` (a Unix user name, or the name a bridge gives) a role in the session,
+    /// or changes it: `controller`, `approver` or `observer`. Owner only; logged as
+    /// `session_shared`.
+    #[method(name = "session/share", param_kind = map, with_extensions)]
+    async fn session_share(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        principal: String,
+        role: crate::vocab::SessionRole,
+    ) -> RpcResult<Shares>;
+
+    /// Takes `principal`'s role in the session away; their subscriptions end. Owner only;
+    /// logged as `session_unshared`.
+    #[method(name = "session/unshare", param_kind = map, with_extensions)]
+    async fn session_unshare(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+        principal: String,
+    ) -> RpcResult<Shares>;
+
+    /// Who has a role in the session.
+    #[method(name = "session/shares", param_kind = map)]
+    async fn session_shares(
+        &self,
+        #[argument(rename = "sessionId")] session_id: SessionId,
+    ) -> RpcResult<Shares>;
+
+    /// Every permission decision of one session (or of all), read from the log: the tool, a
+    /// hash of its input, the decision, what made it (a rule with its file and line, the
+    /// mode, a hook, the sandbox, or a person with their principal and channel), and the
+    /// seq. `since` (RFC 3339) leaves out older ones. Owner only.
+    #[method(name = "session/audit", param_kind = map, with_extensions)]
+    async fn session_audit(
+        &self,
+        #[argument(rename = "sessionId")] session_id: Option<SessionId>,
+        since: Option<String>,
+    ) -> RpcResult<Audit>;
 
     /// Replays a session's events after `since`, then `replay_complete`, then live events, as
     /// `session/event` notifications.

@@ -445,6 +445,13 @@ pub struct ClientRef {
     /// In cluster mode: the node the client is connected to (connection ids are per node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Who is at it, as the daemon knows them: the peer's Unix user on the local socket, the
+    /// name `tether bridge --principal` gives over SSH. Never what the client says of itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// How it reached the daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<crate::vocab::Channel>,
 }
 
 impl ClientRef {
@@ -602,6 +609,9 @@ pub struct SessionSummary {
     /// Clients attached now.
     #[serde(default)]
     pub attached_clients: Vec<AttachedClient>,
+    /// The people the owner gave a role in the session.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<Share>,
 }
 
 /// Result of `session/list`.
@@ -1092,4 +1102,70 @@ pub struct RewindResult {
     pub failed: Vec<String>,
     /// The seq of the `rewound` event.
     pub seq: u64,
+}
+
+/// A role the session's owner gave someone (`session/share`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Share {
+    /// The principal: a Unix user name, or the name a bridge gives.
+    pub principal: String,
+    /// What they may do.
+    pub role: crate::vocab::SessionRole,
+}
+
+/// Result of `session/share`, `session/unshare` and `session/shares`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Shares {
+    /// The session's owner (the daemon's user).
+    pub owner: String,
+    /// Everyone else with a role, by name.
+    pub shares: Vec<Share>,
+}
+
+/// One permission decision, as `session/audit` reads it from the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    /// The session.
+    pub session_id: SessionId,
+    /// The seq of the event that records the decision.
+    pub seq: crate::ids::Seq,
+    /// When it was decided (RFC 3339).
+    pub ts: String,
+    /// The tool call.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// `sha256:` and the hex digest of the tool input's JSON (object keys sorted).
+    pub input_hash: String,
+    /// `allow_once`, `allow_session`, `allow_always`, `deny` or `cancelled`; an automatic
+    /// allow is `allow_once`.
+    pub decision: PermissionDecision,
+    /// What decided.
+    pub source: crate::vocab::DecisionSource,
+    /// For a rule: its text, and where it is written (`file:line`, or `session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// For a rule: the settings file and line it is written at, or `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_source: Option<String>,
+    /// For the mode: the permission mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<PermissionMode>,
+    /// For a person: who answered (principal, client, kind, channel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<ClientRef>,
+    /// For a person: the permission request answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// Result of `session/audit`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Audit {
+    /// The decisions, oldest first (by session, then seq).
+    pub entries: Vec<AuditEntry>,
 }

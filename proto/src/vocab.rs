@@ -1,6 +1,7 @@
 //! The words the protocol uses as values: stop reasons, notice levels, detach reasons, shell
-//! states, recovery actions, permission answer statuses, rule kinds, doctor verdicts and export
-//! formats. Each is an enum, so neither side compares strings.
+//! states, recovery actions, permission answer statuses, rule kinds, doctor verdicts, export
+//! formats, the roles people have in a session, the channels they come through and where a
+//! permission decision came from. Each is an enum, so neither side compares strings.
 //!
 //! Invariant: every enum a peer receives has an `Other` variant that keeps a value this build
 //! does not know, so an older client keeps working with a newer daemon (and the value shows as
@@ -124,6 +125,8 @@ pub enum DetachReason {
     ReplayFailed,
     /// The stream ended (the session was deleted, or the daemon is shutting down).
     Ended,
+    /// The session's owner took the client's principal's role away.
+    Revoked,
     /// A reason this build does not know, as it was sent.
     #[serde(untagged)]
     Other(String),
@@ -137,6 +140,7 @@ impl DetachReason {
             Self::Lagged => "lagged",
             Self::ReplayFailed => "replay_failed",
             Self::Ended => "ended",
+            Self::Revoked => "revoked",
             Self::Other(s) => s,
         }
     }
@@ -367,5 +371,127 @@ mod tests {
             serde_json::from_value::<ExportFormat>(json!("jsonl")).expect("decodes"),
             ExportFormat::Jsonl
         );
+    }
+}
+
+/// What a person may do in a session. The owner (the daemon's own user) may do everything; the
+/// others are granted by the owner (`session/share`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionRole {
+    /// Everything, sharing included.
+    Owner,
+    /// Prompt, answer, configure, cancel, rewind.
+    Controller,
+    /// Answer permission requests, questions and plans; nothing else.
+    Approver,
+    /// Watch.
+    Observer,
+    /// A role this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl SessionRole {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Owner => "owner",
+            Self::Controller => "controller",
+            Self::Approver => "approver",
+            Self::Observer => "observer",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// How much it allows: observer 1, approver 2, controller 3, owner 4 (an unknown role
+    /// allows nothing).
+    pub fn rank(&self) -> u8 {
+        match self {
+            Self::Owner => 4,
+            Self::Controller => 3,
+            Self::Approver => 2,
+            Self::Observer => 1,
+            Self::Other(_) => 0,
+        }
+    }
+
+    /// The lesser of two roles.
+    pub fn min(self, other: Self) -> Self {
+        if other.rank() < self.rank() {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+impl std::fmt::Display for SessionRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a client reached the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Channel {
+    /// The daemon's Unix socket on its own machine.
+    Local,
+    /// `tether bridge` run by sshd (a forced command, or `--remote`).
+    Ssh,
+    /// An approval link (`permission/approve` with a token).
+    Link,
+    /// A channel this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl Channel {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Local => "local",
+            Self::Ssh => "ssh",
+            Self::Link => "link",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+/// What decided a tool call's permission.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionSource {
+    /// A permission rule from a settings file (or one added for the session).
+    Rule,
+    /// The permission mode alone (read-only inside the working directories, acceptEdits, …).
+    Mode,
+    /// A PreToolUse hook.
+    Hook,
+    /// The OS sandbox holds the command (`autoAllowBashIfSandboxed`).
+    Sandbox,
+    /// A person answered a permission request.
+    Person,
+    /// The daemon answered for nobody (the session's `onNoController` policy, a turn that
+    /// ended).
+    Daemon,
+    /// A source this build does not know, as it was sent.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl DecisionSource {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Rule => "rule",
+            Self::Mode => "mode",
+            Self::Hook => "hook",
+            Self::Sandbox => "sandbox",
+            Self::Person => "person",
+            Self::Daemon => "daemon",
+            Self::Other(s) => s,
+        }
     }
 }

@@ -89,6 +89,11 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
         "/rewind",
         "/rewind [turn] [code|conversation|both]: go back to just before a turn (also Esc Esc)",
     ),
+    (
+        "/share",
+        "/share [name role]: who has a role here, or give one (controller, approver, observer)",
+    ),
+    ("/unshare", "/unshare <name>: take someone's role away"),
     ("/quit", "detach (the session stays in the daemon)"),
 ];
 
@@ -503,6 +508,25 @@ impl Repl {
                 return Ok(false);
             }
             "/rewind" => self.rewind(&arg).await,
+            "/share" | "/unshare" => {
+                let words: Vec<&str> = arg.split_whitespace().collect();
+                let id = self.session.id.clone();
+                let client = &self.conn.client;
+                let shares = match (cmd.as_str(), words.as_slice()) {
+                    ("/share", []) => client.session_shares(id).await?,
+                    ("/share", [name, role]) => {
+                        let role = crate::sharing::parse_role(role)?;
+                        client.session_share(id, (*name).to_owned(), role).await?
+                    }
+                    ("/unshare", [name]) => client.session_unshare(id, (*name).to_owned()).await?,
+                    _ => {
+                        self.say(&s.dim("/share [name role]  ·  /unshare <name>"));
+                        self.edit();
+                        return Ok(false);
+                    }
+                };
+                self.say(&s.dim(&crate::sharing::shares_text(&shares)));
+            }
             "/fork" => {
                 let forked = self
                     .conn

@@ -21,6 +21,8 @@ fn other() -> ClientRef {
         kind: ClientKind::Editor,
         name: Some("zed".into()),
         node: None,
+        principal: None,
+        channel: None,
     }
 }
 

@@ -193,6 +193,8 @@ async fn post(
         kind: ClientKind::Link,
         name: None,
         node: None,
+        principal: None,
+        channel: Some(tether_proto::Channel::Link),
     };
     match super::answer(
         &sessions,

@@ -48,6 +48,8 @@ pub struct Rule {
     pub spec: Specifier,
     /// Where it was written (a settings file, `session`, …); empty until added to a set.
     pub source: String,
+    /// The line of `source` it is written on, when it is a file.
+    pub line: Option<usize>,
 }
 
 /// Where `path` really is, as the kernel would resolve it: its longest existing prefix resolved
@@ -77,6 +79,14 @@ pub fn normalize(path: &Path) -> PathBuf {
 }
 
 impl Rule {
+    /// Where it is written: `file:line`, or the source alone (`session`, a flag).
+    pub fn origin(&self) -> String {
+        match self.line {
+            Some(line) => format!("{}:{line}", self.source),
+            None => self.source.clone(),
+        }
+    }
+
     /// Parses `text`; relative path specifiers resolve against `base`, `~/` against `home`.
     pub fn parse(text: &str, base: &Path, home: Option<&Path>) -> Result<Self, String> {
         Self::parse_in(text, base, base, home)
@@ -156,6 +166,7 @@ impl Rule {
             tool: tool.to_owned(),
             spec,
             source: String::new(),
+            line: None,
         })
     }
 

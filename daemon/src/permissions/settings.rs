@@ -110,6 +110,32 @@ impl RuleSet {
         } else {
             self.add_narrowing(&v, base, home, &source);
         }
+        self.place(&source, &text);
+    }
+
+    /// Sets the line of each rule read from `source`, whose text is `text`: the first line
+    /// that holds the rule as a JSON string (after the last rule placed of the same list).
+    fn place(&mut self, source: &str, text: &str) {
+        for list in [&mut self.allow, &mut self.ask, &mut self.deny] {
+            let mut from = 0;
+            for rule in list
+                .iter_mut()
+                .filter(|r| r.source == source && r.line.is_none())
+            {
+                let Ok(quoted) = serde_json::to_string(&rule.text) else {
+                    continue;
+                };
+                let at = text
+                    .get(from..)
+                    .and_then(|rest| rest.find(&quoted))
+                    .map(|i| i + from)
+                    .or_else(|| text.find(&quoted));
+                if let Some(at) = at {
+                    rule.line = Some(text[..at].matches('\n').count() + 1);
+                    from = at + quoted.len();
+                }
+            }
+        }
     }
 
     /// Adds only the deny and ask rules of an untrusted project's settings, and says what was

@@ -220,6 +220,11 @@ async fn stream(
                     if ev.ends_stream {
                         return DetachReason::Ended;
                     }
+                    if ev.revokes.is_some()
+                        && ev.revokes.as_deref() == sub.client.principal.as_deref()
+                    {
+                        return DetachReason::Revoked;
+                    }
                 }
                 Err(RecvError::Lagged(_)) => {
                     if let Some(m) = control(sub, EventKind::Lagged { last_seq: last }) {

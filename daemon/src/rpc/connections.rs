@@ -1,4 +1,5 @@
-//! Who is connected: one entry per open connection with what it said in `initialize`.
+//! Who is connected: one entry per open connection with who is at it (its [`Peer`], as the
+//! daemon learned it when it accepted the connection) and what it said in `initialize`.
 //!
 //! Connection ids are allocated here for both transports, so they are unique for the daemon's
 //! lifetime and a client's `connectionId` is the id other clients see in events.
@@ -6,12 +7,53 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use tether_proto::{Capabilities, ClientInfo, ClientKind, ClientRef, ConnectionId};
+use tether_proto::{
+    Capabilities, Channel, ClientInfo, ClientKind, ClientRef, ConnectionId, SessionRole,
+};
 
-#[derive(Debug, Clone, Default)]
+/// Who is at a connection, as the daemon knows them (never what the client says of itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The principal: the peer's Unix user, or the name `tether bridge --principal` gave.
+    pub principal: String,
+    /// How it came.
+    pub channel: Channel,
+    /// Whether it is the daemon's own user (the owner of every session).
+    pub owner: bool,
+    /// The most it may do whatever it was granted (`tether bridge --role`).
+    pub cap: Option<SessionRole>,
+}
+
+impl Peer {
+    /// The daemon's own user on the local socket.
+    pub fn owner(name: &str) -> Self {
+        Self {
+            principal: name.to_owned(),
+            channel: Channel::Local,
+            owner: true,
+            cap: None,
+        }
+    }
+
+    /// What it may do in a session shared with it as `granted` (`None`: not shared).
+    pub fn role(&self, granted: Option<SessionRole>) -> Option<SessionRole> {
+        let base = if self.owner {
+            SessionRole::Owner
+        } else {
+            granted?
+        };
+        Some(match &self.cap {
+            Some(cap) => base.min(cap.clone()),
+            None => base,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
 struct Connection {
     info: Option<ClientInfo>,
     capabilities: Capabilities,
+    peer: Peer,
 }
 
 /// The open connections.
@@ -22,26 +64,50 @@ pub struct Connections {
     subscriptions: AtomicU64,
     /// In cluster mode, this node's name: a client's id is unique on its node only.
     node: Option<String>,
+    /// The daemon's own user's name.
+    owner: String,
 }
 
 impl Connections {
-    /// The connections of a daemon that is `node` of a cluster (`None` on one machine).
-    pub fn on_node(node: Option<String>) -> Self {
+    /// The connections of a daemon that is `node` of a cluster (`None` on one machine), run
+    /// by the user `owner`.
+    pub fn on_node(node: Option<String>, owner: String) -> Self {
         Self {
             node,
+            owner,
             ..Self::default()
         }
+    }
+
+    /// The daemon's own user's name.
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 
     fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Connection>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a new connection and returns its id (ids start at 1).
-    pub fn connect(&self) -> u32 {
+    /// Registers a new connection of `peer` and returns its id (ids start at 1).
+    pub fn connect(&self, peer: Peer) -> u32 {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        self.open().insert(u64::from(id), Connection::default());
+        self.open().insert(
+            u64::from(id),
+            Connection {
+                info: None,
+                capabilities: Capabilities::default(),
+                peer,
+            },
+        );
         id
+    }
+
+    /// Who is at a connection (the owner for an id that is not open: the daemon's own calls).
+    pub fn peer(&self, id: ConnectionId) -> Peer {
+        self.open()
+            .get(&id.0)
+            .map(|c| c.peer.clone())
+            .unwrap_or_else(|| Peer::owner(&self.owner))
     }
 
     /// Forgets a closed connection.
@@ -65,12 +131,18 @@ impl Connections {
     /// How a connection appears in events.
     pub fn client_ref(&self, id: ConnectionId) -> ClientRef {
         let open = self.open();
-        let info = open.get(&id.0).and_then(|c| c.info.clone());
+        let conn = open.get(&id.0);
+        let info = conn.and_then(|c| c.info.clone());
+        let peer = conn
+            .map(|c| c.peer.clone())
+            .unwrap_or_else(|| Peer::owner(&self.owner));
         ClientRef {
             client_id: id,
             kind: info.as_ref().map(|i| i.kind).unwrap_or(ClientKind::Script),
             name: info.map(|i| i.name).filter(|n| !n.is_empty()),
             node: self.node.clone(),
+            principal: Some(peer.principal),
+            channel: Some(peer.channel),
         }
     }
 

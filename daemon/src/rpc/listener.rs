@@ -160,12 +160,15 @@ impl Listener {
         &self.path
     }
 
-    /// Accepts the next connection from this user; connections from other users are closed.
-    pub async fn accept(&self) -> std::io::Result<UnixStream> {
+    /// Accepts the next connection from this user, with the peer's uid; connections from
+    /// other users are closed.
+    pub async fn accept(&self) -> std::io::Result<(UnixStream, u32)> {
         loop {
             let (stream, _) = self.listener.accept().await?;
             match stream.peer_cred() {
-                Ok(cred) if cred.uid() == nix::unistd::getuid().as_raw() => return Ok(stream),
+                Ok(cred) if cred.uid() == nix::unistd::getuid().as_raw() => {
+                    return Ok((stream, cred.uid()));
+                }
                 Ok(cred) => {
                     tracing::warn!(uid = cred.uid(), "closed a connection from another user")
                 }

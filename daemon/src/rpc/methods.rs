@@ -63,7 +63,9 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
         SessionError::NotController => ErrorCode::NotController,
         SessionError::RequestNotFound(_) => ErrorCode::RequestNotFound,
         SessionError::BudgetReached { .. } => ErrorCode::BudgetReached,
-        SessionError::AlreadyExists(_) | SessionError::CannotRewind(_) => {
+        SessionError::AlreadyExists(_)
+        | SessionError::CannotRewind(_)
+        | SessionError::NotShared(_) => {
             return ErrorObjectOwned::owned::<()>(INVALID_PARAMS_CODE, e.to_string(), None);
         }
     };
@@ -151,6 +153,37 @@ impl RpcApi {
             .await
             .map_err(rpc_error)?
             .map_err(rpc_error)
+    }
+
+    /// Who is at the connection that made a call (a call another node passed on was checked
+    /// there, and counts as the owner's here).
+    fn peer(&self, ext: &Extensions) -> super::Peer {
+        match ext.get::<super::forward::PassedOnBy>() {
+            Some(_) => super::Peer::owner(self.connections.owner()),
+            None => self.connections.peer(connection_id(ext)),
+        }
+    }
+
+    /// A principal a session can be shared with: named, and not the owner (who has every
+    /// role already).
+    fn sharable(&self, principal: String) -> Result<String, ErrorObjectOwned> {
+        let principal = principal.trim().to_owned();
+        if principal.is_empty() {
+            return Err(invalid_params("principal must not be empty"));
+        }
+        if principal == self.connections.owner() {
+            return Err(invalid_params(format!(
+                "{principal} owns every session of this daemon already"
+            )));
+        }
+        Ok(principal)
+    }
+
+    fn shares(&self, shares: Vec<Share>) -> Shares {
+        Shares {
+            owner: self.connections.owner().to_owned(),
+            shares,
+        }
     }
 
     /// Who made a call: this connection's client, or the client of another node that passed
@@ -323,6 +356,7 @@ impl TetherRpcServer for RpcApi {
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/list"))]
     async fn session_list(
         &self,
+        ext: &Extensions,
         cwd: Option<String>,
         status: Option<SessionStatus>,
         limit: Option<usize>,
@@ -334,7 +368,15 @@ impl TetherRpcServer for RpcApi {
             limit,
             cursor,
         };
-        self.sessions.list(&filter).await.map_err(rpc_error)
+        let mut list = self.sessions.list(&filter).await.map_err(rpc_error)?;
+        // Someone else sees the sessions shared with them, and nothing of the others.
+        let peer = self.peer(ext);
+        if !peer.owner {
+            list.sessions
+                .retain(|s| s.shares.iter().any(|sh| sh.principal == peer.principal));
+            list.total = list.sessions.len();
+        }
+        Ok(list)
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/get"))]
@@ -431,6 +473,81 @@ impl TetherRpcServer for RpcApi {
             })
             .await
             .map_err(rpc_error)
+    }
+
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/share"))]
+    async fn session_share(
+        &self,
+        ext: &Extensions,
+        session_id: SessionId,
+        principal: String,
+        role: SessionRole,
+    ) -> RpcResult<Shares> {
+        let principal = self.sharable(principal)?;
+        if !matches!(
+            role,
+            SessionRole::Controller | SessionRole::Approver | SessionRole::Observer
+        ) {
+            return Err(invalid_params(format!(
+                "role must be controller, approver or observer, not {role}"
+            )));
+        }
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        let shares = handle
+            .share(principal, Some(role), self.by(ext))
+            .await
+            .map_err(rpc_error)?;
+        Ok(self.shares(shares))
+    }
+
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/unshare"))]
+    async fn session_unshare(
+        &self,
+        ext: &Extensions,
+        session_id: SessionId,
+        principal: String,
+    ) -> RpcResult<Shares> {
+        let principal = self.sharable(principal)?;
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        let shares = handle
+            .share(principal, None, self.by(ext))
+            .await
+            .map_err(rpc_error)?;
+        Ok(self.shares(shares))
+    }
+
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/shares"))]
+    async fn session_shares(&self, session_id: SessionId) -> RpcResult<Shares> {
+        let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        let summary = handle.summary().await.map_err(rpc_error)?;
+        Ok(self.shares(summary.shares))
+    }
+
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/audit"))]
+    async fn session_audit(
+        &self,
+        _ext: &Extensions,
+        session_id: Option<SessionId>,
+        since: Option<String>,
+    ) -> RpcResult<Audit> {
+        if let Some(since) = &since
+            && humantime::parse_rfc3339_weak(since).is_err()
+        {
+            return Err(invalid_params(format!(
+                "since must be an RFC 3339 time (2026-12-08T09:30:00Z), not {since:?}"
+            )));
+        }
+        // Written with milliseconds, as event timestamps are, so the two compare as text.
+        let since = since
+            .and_then(|s| humantime::parse_rfc3339_weak(&s).ok())
+            .map(|t| humantime::format_rfc3339_millis(t).to_string());
+        let sessions = self.sessions.clone();
+        let entries =
+            tokio::task::spawn_blocking(move || sessions.audit(session_id.as_ref(), since))
+                .await
+                .map_err(|e| ErrorCode::Storage.with_message(format!("the audit failed: {e}")))?
+                .map_err(rpc_error)?;
+        Ok(Audit { entries })
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/checkpoints"))]
@@ -851,7 +968,12 @@ impl TetherRpcServer for RpcApi {
             }
         };
         let client = self.client(ext);
-        let role = role.unwrap_or_default();
+        // Someone who may only watch is attached as an observer, whatever they asked for.
+        let role = match super::access::role_in(self.sessions.store(), &self.peer(ext), &session_id)
+        {
+            Some(SessionRole::Observer) => Role::Observer,
+            _ => role.unwrap_or_default(),
+        };
         let attachment = match session.attach(client.clone(), role).await {
             Ok(a) => a,
             Err(e) => {

@@ -331,6 +331,18 @@ async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
         ..
     } = req;
     let raw = params.clone();
+    let peer = conn
+        .connections
+        .peer(tether_proto::ConnectionId(conn.conn_id.0 as u64));
+    if let Err(e) = super::access::check(
+        &conn.store,
+        conn.connections.owner(),
+        &peer,
+        &method,
+        raw.as_ref().map(|p| p.get()),
+    ) {
+        return MethodResponse::error(id, e);
+    }
     let params = Params::new(params.as_ref().map(|p| p.get()));
     let max = MAX_MESSAGE_BYTES as usize;
     match conn.methods.method_with_name(&method) {

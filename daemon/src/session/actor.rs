@@ -53,6 +53,13 @@ pub(super) enum Command {
         by: Option<ClientRef>,
         reply: oneshot::Sender<Result<SessionSummary, SessionError>>,
     },
+    /// `session/share` (`role` set) and `session/unshare`.
+    Share {
+        principal: String,
+        role: Option<tether_proto::SessionRole>,
+        by: Option<ClientRef>,
+        reply: oneshot::Sender<Result<Vec<tether_proto::Share>, SessionError>>,
+    },
     Summary {
         reply: oneshot::Sender<SessionSummary>,
     },
@@ -305,6 +312,24 @@ impl SessionHandle {
     ) -> Result<SessionSummary, SessionError> {
         self.call(|reply| Command::Configure { change, by, reply })
             .await?
+    }
+
+    /// Gives `principal` a role in the session (`Some`) or takes theirs away (`None`); logs
+    /// `session_shared` or `session_unshared` when something changed. Answers with everyone's
+    /// roles once the change is durable.
+    pub async fn share(
+        &self,
+        principal: String,
+        role: Option<tether_proto::SessionRole>,
+        by: Option<ClientRef>,
+    ) -> Result<Vec<tether_proto::Share>, SessionError> {
+        self.call(|reply| Command::Share {
+            principal,
+            role,
+            by,
+            reply,
+        })
+        .await?
     }
 
     /// Rewinds the session to just before turn `to_turn` (`session/rewind`).
@@ -624,6 +649,12 @@ impl SessionActor {
                 reason,
             } => self.detach(client, role, reason),
             Command::Configure { change, by, reply } => self.configure(change, by, reply),
+            Command::Share {
+                principal,
+                role,
+                by,
+                reply,
+            } => self.share(principal, role, by, reply),
             Command::Summary { reply } => drop(reply.send(self.summary())),
             Command::Snapshot { reply } => drop(reply.send(self.snapshot())),
             Command::Settled { reply } => self.journal.after_commit(move |_| {

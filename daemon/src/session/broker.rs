@@ -13,7 +13,7 @@ use crate::hooks::HookPermission;
 use crate::permissions::{Call, Decision, RuleSet};
 use std::collections::HashMap;
 use tether_proto::{
-    ClientRef, EventKind, NoControllerAction, PermissionDecision, PermissionMode,
+    ClientRef, DecisionSource, EventKind, NoControllerAction, PermissionDecision, PermissionMode,
     PermissionResponse, SessionStatus, TurnId,
 };
 use tokio::sync::oneshot;
@@ -482,14 +482,59 @@ impl SessionActor {
             },
             (None, _) => decide(mode, &rules, &call, ask.hook.as_ref()),
         };
+        let decided = |allowed: bool| {
+            let mut kind = match source {
+                Source::Hook => DecisionSource::Hook,
+                Source::Mode => DecisionSource::Mode,
+                Source::Rule => DecisionSource::Rule,
+            };
+            let mut rule = None;
+            let mut rule_source = None;
+            if kind == DecisionSource::Rule {
+                let found = crate::permissions::deciding_rules(&rules, &call, allowed);
+                if found.is_empty() {
+                    kind = if rules.sandboxed_bash {
+                        DecisionSource::Sandbox
+                    } else {
+                        DecisionSource::Mode
+                    };
+                } else {
+                    let texts: Vec<&str> = found.iter().map(|r| r.text.as_str()).collect();
+                    let origins: Vec<String> = found.iter().map(|r| r.origin()).collect();
+                    rule = Some(texts.join(", "));
+                    rule_source = Some(origins.join(", "));
+                }
+            }
+            EventKind::PermissionDecided {
+                tool_call_id: ask.tool_call_id.clone(),
+                tool: ask.tool.clone(),
+                decision: if allowed {
+                    PermissionDecision::AllowOnce
+                } else {
+                    PermissionDecision::Deny
+                },
+                source: kind,
+                rule,
+                rule_source,
+                mode,
+            }
+        };
         match decision {
             Decision::Allow => {
                 crate::telemetry::permission_decision("allow", source.as_str());
-                drop(reply.send(Ok(Verdict::Allow)))
+                let event = decided(true);
+                match self.try_emit(event, Some(turn_id)) {
+                    Ok(()) => drop(reply.send(Ok(Verdict::Allow))),
+                    Err(e) => drop(reply.send(Err(SinkError::storage(e)))),
+                }
             }
             Decision::Deny(why) => {
                 crate::telemetry::permission_decision("deny", source.as_str());
-                drop(reply.send(Ok(Verdict::Deny(why))))
+                let event = decided(false);
+                match self.try_emit(event, Some(turn_id)) {
+                    Ok(()) => drop(reply.send(Ok(Verdict::Deny(why)))),
+                    Err(e) => drop(reply.send(Err(SinkError::storage(e)))),
+                }
             }
             Decision::Ask if ask.delegated => drop(reply.send(Ok(Verdict::Ask))),
             Decision::Ask => {

@@ -1,5 +1,5 @@
-//! A session's settings and what it reports about itself: `session/configure`, generated
-//! titles, the permission rules in effect (read from the settings files each time, so edits
+//! A session's settings and what it reports about itself: `session/configure`, who else has a
+//! role in it (`session/share`, `session/unshare`), generated titles, the permission rules in effect (read from the settings files each time, so edits
 //! apply at once, plus the rules answers added), and the snapshot.
 //!
 //! Invariant: a setting changes only with a `session_configured` event that says what changed;
@@ -7,7 +7,9 @@
 
 use super::actor::SessionActor;
 use super::{Configure, SessionError};
-use tether_proto::{ClientRef, EventKind, RuleKind, SessionSnapshot, SessionSummary};
+use tether_proto::{
+    ClientRef, EventKind, RuleKind, SessionRole, SessionSnapshot, SessionSummary, Share,
+};
 use tokio::sync::oneshot;
 
 impl SessionActor {
@@ -85,6 +87,66 @@ impl SessionActor {
                 if budget_usd.is_some() {
                     self.start_next();
                 }
+            }
+            Err(e) => drop(reply.send(Err(e))),
+        }
+    }
+
+    /// `session/share` (`role` set) and `session/unshare`: the record's shares change with a
+    /// `session_shared` or `session_unshared` event; answered with everyone's roles once
+    /// durable. Giving someone the role they have logs nothing.
+    pub(super) fn share(
+        &mut self,
+        principal: String,
+        role: Option<SessionRole>,
+        by: Option<ClientRef>,
+        reply: oneshot::Sender<Result<Vec<Share>, SessionError>>,
+    ) {
+        let shares = &mut self.journal.record.shares;
+        let had = shares.iter().position(|s| s.principal == principal);
+        let kind = match (role, had) {
+            (Some(role), Some(i)) if shares[i].role == role => {
+                let _ = reply.send(Ok(shares.clone()));
+                return;
+            }
+            (Some(role), Some(i)) => {
+                shares[i].role = role.clone();
+                EventKind::SessionShared {
+                    principal,
+                    role,
+                    by,
+                }
+            }
+            (Some(role), None) => {
+                shares.push(Share {
+                    principal: principal.clone(),
+                    role: role.clone(),
+                });
+                shares.sort_by(|a, b| a.principal.cmp(&b.principal));
+                EventKind::SessionShared {
+                    principal,
+                    role,
+                    by,
+                }
+            }
+            (None, Some(i)) => {
+                let gone = shares.remove(i);
+                EventKind::SessionUnshared {
+                    principal,
+                    role: gone.role,
+                    by,
+                }
+            }
+            (None, None) => {
+                let _ = reply.send(Err(SessionError::NotShared(principal)));
+                return;
+            }
+        };
+        self.journal.touch();
+        match self.try_emit(kind, None) {
+            Ok(()) => {
+                let shares = self.journal.record.shares.clone();
+                self.journal.reply_after_commit(reply, move || shares);
             }
             Err(e) => drop(reply.send(Err(e))),
         }

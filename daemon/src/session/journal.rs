@@ -44,6 +44,7 @@ fn notice(id: &SessionId, epoch: u64, message: &str) -> Option<Arc<LiveEvent>> {
         seq: None,
         json: json.into_boxed_str(),
         ends_stream: false,
+        revokes: None,
         delta: false,
     }))
 }
@@ -57,6 +58,8 @@ pub struct LiveEvent {
     pub json: Box<str>,
     /// Whether it ends the subscriptions that receive it.
     pub ends_stream: bool,
+    /// The principal whose subscriptions it ends (`session_unshared`).
+    pub revokes: Option<Box<str>>,
     /// Whether it is a streaming delta (which a shared log may let expire).
     pub delta: bool,
 }
@@ -201,6 +204,10 @@ impl Journal {
         self.writable()?;
         let seq = self.head + 1;
         let delta = kind.is_delta();
+        let revokes = match &kind {
+            EventKind::SessionUnshared { principal, .. } => Some(principal.as_str().into()),
+            _ => None,
+        };
         let event = self.envelope(Some(seq), turn_id, kind);
         let json =
             serde_json::to_string(&event).map_err(|e| SessionError::Commit(e.to_string()))?;
@@ -212,6 +219,7 @@ impl Journal {
             seq: Some(seq),
             json: json.into_boxed_str(),
             ends_stream: false,
+            revokes,
             delta,
         }));
         Ok(event)
@@ -251,6 +259,7 @@ impl Journal {
                     seq: None,
                     json: json.into_boxed_str(),
                     ends_stream,
+                    revokes: None,
                     delta: false,
                 }));
             }
@@ -414,6 +423,7 @@ mod tests {
             updated_at: String::new(),
             pruned_through: 0,
             head: 0,
+            shares: Vec::new(),
         };
         let log = store.log(&id);
         Journal::new(record, store, log, 7, 0)

@@ -118,6 +118,8 @@ mod tests {
             kind: ClientKind::Tui,
             name: None,
             node: None,
+            principal: None,
+            channel: None,
         }
     }
 

@@ -397,6 +397,8 @@ impl SessionActor {
                     kind: tether_proto::ClientKind::Script,
                     name: Some("tetherd".into()),
                     node: None,
+                    principal: None,
+                    channel: None,
                 },
                 command: None,
             };

@@ -158,6 +158,7 @@ impl Sessions {
             updated_at: now,
             pruned_through: 0,
             head: 0,
+            shares: Vec::new(),
         };
         if picked && (self.live().contains_key(&id) || self.store.session(&id)?.is_some()) {
             return Err(SessionError::AlreadyExists(id));
@@ -512,6 +513,38 @@ impl Sessions {
             }
         }
         Ok((summary, events))
+    }
+
+    /// Every permission decision of session `id`, or of every session (oldest session first),
+    /// read from the logs; `since` (RFC 3339) leaves out older ones. Reads the store: call it
+    /// off the async threads.
+    pub fn audit(
+        &self,
+        id: Option<&SessionId>,
+        since: Option<String>,
+    ) -> Result<Vec<tether_proto::AuditEntry>, SessionError> {
+        let mut records = match id {
+            Some(id) => vec![
+                self.store
+                    .session(id)?
+                    .ok_or_else(|| SessionError::NotFound(id.clone()))?,
+            ],
+            None => self.store.sessions()?,
+        };
+        records.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        let mut entries = Vec::new();
+        for record in records {
+            let log = self.store.log(&record.id);
+            let mut ledger = super::audit::Ledger::new(record.id.clone(), since.clone());
+            for item in log.iter_between(0, tether_proto::Seq::MAX) {
+                let (_, bytes) = item?;
+                if let Ok(event) = serde_json::from_slice::<tether_proto::Event>(&bytes) {
+                    ledger.read(event);
+                }
+            }
+            entries.extend(ledger.entries());
+        }
+        Ok(entries)
     }
 
     /// The session as `markdown` or `jsonl`.

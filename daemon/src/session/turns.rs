@@ -677,6 +677,8 @@ mod tests {
                     kind: ClientKind::Script,
                     name: None,
                     node: None,
+                    principal: None,
+                    channel: None,
                 },
                 command: None,
             },

@@ -1,0 +1,270 @@
+//! Who may call what: the one table of methods against the roles a session's owner grants,
+//! applied to every call of a connection that is not the owner's, on both transports (the
+//! NDJSON loop calls [`check`]; [`Checked`] is the WebSocket transport's middleware).
+//!
+//! Invariant: a method not in the table is the owner's alone, so a new method is closed to
+//! others until it is placed here; a refused call changes nothing and its error names the
+//! principal, their role and what the method needs. The owner's own connections (the daemon's
+//! Unix user, no `--role` cap) skip the check entirely.
+
+use super::{Connections, Peer};
+use crate::store::Store;
+use jsonrpsee::core::server::MethodResponse;
+use jsonrpsee::server::middleware::rpc::{Batch, Notification, RpcServiceT};
+use jsonrpsee::types::{ErrorObjectOwned, Id, Request};
+use serde::Deserialize;
+use std::future::Future;
+use std::sync::Arc;
+use tether_proto::{ConnectionId, ErrorCode, SessionId, SessionRole};
+
+/// What a method needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Need {
+    /// Any connection: it tells nothing of a session not shared with the caller.
+    Anyone,
+    /// At least this role in the session its `sessionId` names.
+    Session(SessionRole),
+    /// The daemon's owner.
+    Owner,
+}
+
+/// The table.
+fn need(method: &str) -> Need {
+    match method {
+        // `session/list` shows a non-owner only the sessions shared with them; an approval
+        // token is its own authority.
+        "initialize"
+        | "daemon/status"
+        | "models/list"
+        | "session/list"
+        | "session/unsubscribe"
+        | "permission/approve" => Need::Anyone,
+        "session/get"
+        | "session/subscribe"
+        | "session/export"
+        | "session/checkpoints"
+        | "session/commands"
+        | "session/shares"
+        | "permission/list"
+        | "permission/rules" => Need::Session(SessionRole::Observer),
+        "permission/respond" => Need::Session(SessionRole::Approver),
+        "turn/start" | "turn/cancel" | "session/configure" | "session/compact"
+        | "session/rewind" | "hook/respond" | "mcp/respond" => {
+            Need::Session(SessionRole::Controller)
+        }
+        _ => Need::Owner,
+    }
+}
+
+/// What each role is for, in the refusal.
+fn allows(role: &SessionRole) -> &'static str {
+    match role {
+        SessionRole::Owner => "may do everything",
+        SessionRole::Controller => "may prompt, answer, configure, cancel and rewind",
+        SessionRole::Approver => "may answer permission requests, questions and plans only",
+        SessionRole::Observer => "may watch only",
+        SessionRole::Other(_) => "may do nothing this daemon knows",
+    }
+}
+
+/// `peer`'s role in `session` (`None`: not shared with them, or no such session).
+pub fn role_in(store: &Store, peer: &Peer, session: &SessionId) -> Option<SessionRole> {
+    if peer.owner {
+        return peer.role(None);
+    }
+    let granted = store
+        .session(session)
+        .ok()
+        .flatten()
+        .and_then(|r| r.shares.into_iter().find(|s| s.principal == peer.principal))
+        .map(|s| s.role);
+    peer.role(granted)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionParam {
+    session_id: SessionId,
+}
+
+fn refuse(message: String) -> ErrorObjectOwned {
+    ErrorCode::NotPermitted.with_message(message)
+}
+
+/// Whether `peer` may call `method` with `params`; the refusal says why.
+pub fn check(
+    store: &Store,
+    owner: &str,
+    peer: &Peer,
+    method: &str,
+    params: Option<&str>,
+) -> Result<(), ErrorObjectOwned> {
+    if peer.owner && peer.cap.is_none() {
+        return Ok(());
+    }
+    let who = &peer.principal;
+    match need(method) {
+        Need::Anyone => Ok(()),
+        Need::Owner if peer.owner && peer.cap.is_none() => Ok(()),
+        Need::Owner if peer.owner => Err(refuse(format!(
+            "{method} is for the daemon's owner; this connection of {who} may act only as {} (tether bridge --role)",
+            peer.cap.as_ref().map_or("owner", |c| c.as_str())
+        ))),
+        Need::Owner => Err(refuse(format!(
+            "{method} is for {owner}, who runs this daemon; {who} may use only the sessions shared with them"
+        ))),
+        Need::Session(needed) => {
+            let session = params
+                .and_then(|p| serde_json::from_str::<SessionParam>(p).ok())
+                .map(|p| p.session_id)
+                .ok_or_else(|| {
+                    jsonrpsee::types::ErrorObject::owned::<()>(
+                        jsonrpsee::types::error::INVALID_PARAMS_CODE,
+                        format!("{method} needs sessionId"),
+                        None,
+                    )
+                })?;
+            match role_in(store, peer, &session) {
+                None => Err(refuse(format!(
+                    "session {session} is not shared with {who} (its owner, {owner}, can share it: tether share {session} --with {who} --role ROLE)"
+                ))),
+                Some(role) if role.rank() >= needed.rank() => Ok(()),
+                Some(role) => Err(refuse(format!(
+                    "{who} is {} {role} of session {session} and {}: {method} needs {needed} or more",
+                    article(&role),
+                    allows(&role),
+                ))),
+            }
+        }
+    }
+}
+
+fn article(role: &SessionRole) -> &'static str {
+    if role.as_str().starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+/// The WebSocket transport's middleware: [`check`] for every call of a connection that is not
+/// the owner's; such a connection may not send batches.
+#[derive(Clone)]
+pub struct Checked<S> {
+    inner: S,
+    store: Store,
+    connections: Arc<Connections>,
+}
+
+impl<S> Checked<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, store: Store, connections: Arc<Connections>) -> Self {
+        Self {
+            inner,
+            store,
+            connections,
+        }
+    }
+
+    fn peer(&self, ext: &jsonrpsee::Extensions) -> Peer {
+        self.connections.peer(ConnectionId(
+            ext.get::<jsonrpsee::ConnectionId>()
+                .map_or(0, |c| c.0 as u64),
+        ))
+    }
+}
+
+impl<S> RpcServiceT for Checked<S>
+where
+    S: RpcServiceT<
+            MethodResponse = MethodResponse,
+            BatchResponse = MethodResponse,
+            NotificationResponse = MethodResponse,
+        > + Send
+        + Sync,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = MethodResponse;
+    type BatchResponse = MethodResponse;
+
+    fn call<'a>(&self, request: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let peer = self.peer(request.extensions());
+        let verdict = check(
+            &self.store,
+            self.connections.owner(),
+            &peer,
+            request.method_name(),
+            request.params.as_ref().map(|p| p.get()),
+        );
+        let outcome = match verdict {
+            Ok(()) => Ok(self.inner.call(request)),
+            Err(e) => Err(MethodResponse::error(request.id().into_owned(), e)),
+        };
+        async move {
+            match outcome {
+                Ok(call) => call.await,
+                Err(refused) => refused,
+            }
+        }
+    }
+
+    fn batch<'a>(
+        &self,
+        mut requests: Batch<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let peer = self.peer(requests.extensions());
+        let open = peer.owner && peer.cap.is_none();
+        let batch = open.then(|| self.inner.batch(requests));
+        async move {
+            match batch {
+                Some(batch) => batch.await,
+                None => MethodResponse::error(
+                    Id::Null,
+                    refuse(format!(
+                        "{} may not send batches: send each call on its own",
+                        peer.principal
+                    )),
+                ),
+            }
+        }
+    }
+
+    fn notification<'a>(
+        &self,
+        n: Notification<'a>,
+    ) -> impl Future<Output = MethodResponse> + Send + 'a {
+        self.inner.notification(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_role_reaches_what_it_should_and_no_more() {
+        let cases = [
+            ("session/subscribe", SessionRole::Observer),
+            ("permission/respond", SessionRole::Approver),
+            ("turn/start", SessionRole::Controller),
+            ("session/rewind", SessionRole::Controller),
+        ];
+        for (method, needed) in cases {
+            assert_eq!(need(method), Need::Session(needed), "{method}");
+        }
+        for method in [
+            "session/new",
+            "session/delete",
+            "session/fork",
+            "session/share",
+            "session/unshare",
+            "session/audit",
+            "daemon/shutdown",
+            "workspace/trust",
+            "mcp/configure",
+            "a/method/added/later",
+        ] {
+            assert_eq!(need(method), Need::Owner, "{method}");
+        }
+    }
+}
