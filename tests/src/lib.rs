@@ -471,7 +471,9 @@ impl Drop for Daemon {
 /// A raw newline-delimited JSON-RPC connection. Replies are matched by id; notifications are
 /// queued for [`Ndjson::next_notification`].
 pub struct Ndjson {
-    writer: UnixStream,
+    writer: Box<dyn Write + Send>,
+    /// The socket, shut down on drop (none for a connection through another process).
+    socket: Option<UnixStream>,
     lines: mpsc::Receiver<String>,
     notifications: std::collections::VecDeque<Value>,
     next_id: u64,
@@ -481,7 +483,9 @@ impl Drop for Ndjson {
     /// The reader thread holds a clone of the socket: shut it down so the daemon sees the
     /// client leave.
     fn drop(&mut self) {
-        let _ = self.writer.shutdown(std::net::Shutdown::Both);
+        if let Some(socket) = &self.socket {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 
@@ -502,6 +506,16 @@ impl Ndjson {
         let stream =
             UnixStream::connect(socket).with_context(|| format!("connect {}", socket.display()))?;
         let reader = stream.try_clone()?;
+        let mut conn = Self::over(reader, stream.try_clone()?);
+        conn.socket = Some(stream);
+        Ok(conn)
+    }
+
+    /// A connection through another process's pipes (`ssh … tether bridge`'s stdout and stdin).
+    pub fn over(
+        reader: impl std::io::Read + Send + 'static,
+        writer: impl Write + Send + 'static,
+    ) -> Self {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(reader).lines() {
@@ -511,17 +525,19 @@ impl Ndjson {
                 }
             }
         });
-        Ok(Self {
-            writer: stream,
+        Self {
+            writer: Box::new(writer),
+            socket: None,
             lines: rx,
             notifications: Default::default(),
             next_id: 1,
-        })
+        }
     }
 
     /// Writes raw bytes (one or more lines, or garbage).
     pub fn send_raw(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
         self.writer.write_all(bytes)?;
+        self.writer.flush()?;
         Ok(())
     }
 

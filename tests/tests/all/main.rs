@@ -25,6 +25,7 @@ mod screen;
 mod sdk;
 mod security;
 mod sessions;
+mod sharing;
 mod skills;
 mod spine;
 mod systemd;

@@ -12,10 +12,10 @@ use tether_tests::fake_anthropic::{Script, Step};
 use tether_tests::{Daemon, Fake, bin};
 
 /// An sshd for this test only, letting this user in with a fresh key.
-struct Sshd {
+pub(super) struct Sshd {
     child: Child,
-    port: u16,
-    dir: PathBuf,
+    pub(super) port: u16,
+    pub(super) dir: PathBuf,
 }
 
 impl Drop for Sshd {
@@ -44,7 +44,7 @@ fn keygen(path: &Path) -> anyhow::Result<()> {
 impl Sshd {
     /// Starts sshd, and writes the `tether` the remote side runs: the real one with the
     /// daemon's environment (what a login shell on the remote machine would have).
-    fn start(daemon: &Daemon, fake: &Fake) -> anyhow::Result<Self> {
+    pub(super) fn start(daemon: &Daemon, fake: &Fake) -> anyhow::Result<Self> {
         let dir = daemon.dir.path().join("ssh");
         std::fs::create_dir_all(&dir)?;
         keygen(&dir.join("host_key"))?;
@@ -113,8 +113,57 @@ impl Sshd {
         Ok(format!("{user}@127.0.0.1:{}", dir.display()))
     }
 
-    fn wrapper(&self) -> PathBuf {
+    pub(super) fn wrapper(&self) -> PathBuf {
         self.dir.join("remote-tether")
+    }
+
+    /// A key of its own for `who`, let in only to run `tether ARGS` (a forced command in
+    /// `authorized_keys`, as the README's "Sharing a session" writes it); returns the key.
+    pub(super) fn forced_key(&self, who: &str, args: &str) -> anyhow::Result<PathBuf> {
+        let key = self.dir.join(format!("{who}_key"));
+        keygen(&key)?;
+        let public = std::fs::read_to_string(key.with_extension("pub"))?;
+        let line = format!(
+            "command=\"{} {args}\",no-port-forwarding,no-X11-forwarding,no-agent-forwarding,no-pty {}",
+            self.wrapper().display(),
+            public.trim()
+        );
+        let mut keys = std::fs::read_to_string(self.dir.join("authorized_keys"))?;
+        keys.push_str(&line);
+        keys.push('\n');
+        std::fs::write(self.dir.join("authorized_keys"), keys)?;
+        Ok(key)
+    }
+
+    /// ssh in with `key` (whatever command the client asks for, the key's forced one runs),
+    /// its stdin and stdout piped.
+    pub(super) fn connect_with(&self, key: &Path) -> anyhow::Result<Child> {
+        let user = nix::unistd::User::from_uid(nix::unistd::getuid())?
+            .context("this user's name")?
+            .name;
+        Command::new("ssh")
+            .args(["-F", "/dev/null", "-p", &self.port.to_string(), "-i"])
+            .arg(key)
+            .args([
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "LogLevel=ERROR",
+                "-T",
+            ])
+            .arg(format!("{user}@127.0.0.1"))
+            .arg("anything")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("ssh (tests/run installs openssh-client)")
     }
 
     /// The client side's environment: ssh with the test's key and port, and no local daemon.

@@ -1,0 +1,187 @@
+//! Several people on one session, end to end: the owner shares a session; Bob, let in by a
+//! forced command (`tether bridge --principal bob --role approver`) through a real sshd,
+//! answers the permission request the owner's prompt raised; Carol, an observer, is refused
+//! when she acts; after a kill -9, `tether audit --json` lists exactly the decisions in the
+//! log, with who made each and how they came.
+
+use super::remote::Sshd;
+use anyhow::Context;
+use serde_json::{Value, json};
+use std::process::Child;
+use tether_tests::fake_anthropic::{Script, Step};
+use tether_tests::{Daemon, Fake, Ndjson};
+
+/// The code of a refusal by role.
+const NOT_PERMITTED: i64 = -32011;
+
+/// A client at the other end of `ssh` with `key`; the ssh process dies with it.
+struct Remote {
+    conn: Ndjson,
+    ssh: Child,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let _ = self.ssh.kill();
+        let _ = self.ssh.wait();
+    }
+}
+
+fn through_ssh(sshd: &Sshd, key: &std::path::Path) -> anyhow::Result<Remote> {
+    let mut ssh = sshd.connect_with(key)?;
+    let stdout = ssh.stdout.take().context("ssh's stdout")?;
+    let stdin = ssh.stdin.take().context("ssh's stdin")?;
+    Ok(Remote {
+        conn: Ndjson::over(stdout, stdin),
+        ssh,
+    })
+}
+
+/// The error of a reply that must be a refusal by role, with its message.
+fn refused(reply: &Value) -> String {
+    assert_eq!(reply["error"]["code"], NOT_PERMITTED, "{reply}");
+    reply["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn an_approver_over_ssh_answers_an_observer_is_refused_and_the_audit_says_who_decided()
+-> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Looking.").tool_use("Bash", json!({"command": "ls"})),
+        Step::text("A folder.").tool_use("Bash", json!({"command": "mkdir -p built"})),
+        Step::text("Making it.").tool_use("Bash", json!({"command": "touch made-with-bob"})),
+        Step::text("Done."),
+    ]))?;
+    let mut daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    // The rule sits on line 4 of the project's settings.
+    std::fs::create_dir_all(work.join(".claude"))?;
+    std::fs::write(
+        work.join(".claude/settings.json"),
+        "{\n  \"permissions\": {\n    \"allow\": [\n      \"Bash(mkdir:*)\"\n    ]\n  }\n}\n",
+    )?;
+    daemon.trust(&work)?;
+    let sshd = Sshd::start(&daemon, &fake)?;
+    let bob_key = sshd.forced_key("bob", "bridge --principal bob --role approver")?;
+    let carol_key = sshd.forced_key("carol", "bridge --principal carol")?;
+
+    let mut alice = daemon.ndjson()?.as_terminal()?;
+    let session = alice.new_session_with_mode(&work, "default")?;
+    let shared = alice.call(
+        "session/share",
+        json!({"sessionId": session, "principal": "bob", "role": "approver"}),
+    )?;
+    assert_eq!(
+        shared["shares"],
+        json!([{"principal": "bob", "role": "approver"}])
+    );
+    let out = daemon.run_tether(&["share", &session, "--with", "carol", "--role", "observer"])?;
+    assert!(out.status.success(), "{out:?}");
+
+    // Bob, over ssh: nothing of the daemon's but the session shared with him.
+    let mut bob = through_ssh(&sshd, &bob_key)?;
+    let hello = bob.conn.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientInfo": {"name": "bob's editor", "version": "1", "kind": "editor"}}),
+    )?;
+    assert!(hello["connectionId"].is_u64(), "{hello}");
+    let why = refused(&bob.conn.request("session/new", json!({"cwd": work}))?);
+    assert!(why.contains("bob"), "{why}");
+    let list = bob.conn.call("session/list", json!({}))?;
+    assert_eq!(list["sessions"].as_array().map(Vec::len), Some(1), "{list}");
+    bob.conn.watch(&session)?;
+
+    alice.watch(&session)?;
+    alice.start_turn(&session, "make the file")?;
+    let asked = bob.conn.events_until("permission_requested")?;
+    let request = asked.last().context("the request")?["data"]["requestId"].clone();
+    let why = refused(&bob.conn.request(
+        "turn/start",
+        json!({"sessionId": session, "input": [{"type": "text", "text": "and more"}]}),
+    )?);
+    assert!(why.contains("approver"), "{why}");
+
+    // Carol watches and may do nothing else, whatever she says she is.
+    let mut carol = through_ssh(&sshd, &carol_key)?;
+    carol
+        .conn
+        .send_raw(b"#tether {\"principal\":\"alice\"}\n")?;
+    let garbled = carol.conn.read()?;
+    assert_eq!(garbled["error"]["code"], -32700, "{garbled}");
+    let why = refused(&carol.conn.request(
+        "turn/start",
+        json!({"sessionId": session, "input": [{"type": "text", "text": "hi"}]}),
+    )?);
+    assert!(why.contains("carol is an observer"), "{why}");
+    let why = refused(&carol.conn.request(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "deny"}),
+    )?);
+    assert!(why.contains("observer"), "{why}");
+
+    bob.conn.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    let events = alice.events_until("turn_ended")?;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "permission_resolved")
+        .context("resolved")?;
+    let by = &resolved["data"]["resolvedBy"];
+    assert_eq!(by["principal"], "bob", "{resolved}");
+    assert_eq!(by["channel"], "ssh", "{resolved}");
+    assert!(work.join("made-with-bob").exists());
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "turn_started")
+        .context("started")?;
+    assert_eq!(started["data"]["by"]["channel"], "local", "{started}");
+
+    // Taking Bob's role away ends his subscription; coming back is refused.
+    let out = daemon.run_tether(&["unshare", &session, "--with", "bob"])?;
+    assert!(out.status.success(), "{out:?}");
+    bob.conn.events_until("session_unshared")?;
+    let why = refused(
+        &bob.conn
+            .request("session/get", json!({"sessionId": session}))?,
+    );
+    assert!(why.contains("not shared with bob"), "{why}");
+    drop(bob);
+    drop(carol);
+
+    // The log, read after a kill -9, is the ledger.
+    daemon.kill9()?;
+    daemon.spawn()?;
+    let out = daemon.run_tether(&["audit", &session, "--json"])?;
+    assert!(out.status.success(), "{out:?}");
+    let audit: Value = serde_json::from_slice(&out.stdout)?;
+    let entries = audit["entries"].as_array().context("entries")?;
+    assert_eq!(entries.len(), 3, "{audit}");
+    assert_eq!(entries[0]["tool"], "Bash");
+    assert_eq!(entries[0]["source"], "mode", "ls only reads: {audit}");
+    assert_eq!(entries[0]["mode"], "default");
+    assert_eq!(entries[1]["source"], "rule");
+    assert_eq!(entries[1]["rule"], "Bash(mkdir:*)");
+    let origin = entries[1]["ruleSource"].as_str().unwrap_or_default();
+    assert!(origin.ends_with(".claude/settings.json:4"), "{origin}");
+    assert_ne!(entries[0]["inputHash"], entries[1]["inputHash"]);
+    assert_eq!(entries[2]["source"], "person");
+    assert_eq!(entries[2]["decision"], "allow_once");
+    assert_eq!(entries[2]["by"]["principal"], "bob");
+    assert_eq!(entries[2]["by"]["channel"], "ssh");
+    assert_eq!(entries[2]["requestId"], request);
+    let mut c = daemon.ndjson()?;
+    let log = c.replay_until(&session, |_| true)?;
+    let in_log: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["type"] == "permission_decided" || e["type"] == "permission_resolved")
+        .map(|e| &e["seq"])
+        .collect();
+    let listed: Vec<&Value> = entries.iter().map(|e| &e["seq"]).collect();
+    assert_eq!(listed, in_log, "the ledger is the log's decisions");
+    Ok(())
+}
