@@ -11,22 +11,33 @@ pub fn client(c: &ClientRef) -> String {
         .clone()
         .unwrap_or_else(|| format!("{:?}", c.kind).to_lowercase());
     match &c.principal {
-        Some(_) => format!("{} ({name} #{})", person(c), c.client_id),
+        Some(principal) => {
+            let over = match &c.channel {
+                Some(tether_proto::Channel::Local) | None => String::new(),
+                Some(channel) => format!(" over {}", channel.as_str()),
+            };
+            format!("{principal}{over} ({name} #{})", c.client_id)
+        }
         None => format!("{name} #{}", c.client_id),
     }
 }
 
-/// Who is at a client, in words: `bob over ssh`, `alice` (on the daemon's machine); the
-/// client's own name when the daemon named no one (a log of an older build).
+/// Who is at a client, in words: `bob over ssh (zed)`, `alice (tether on dev pts/3)`; the
+/// client's own name alone when the daemon named no one (a log of an older build).
 pub fn person(c: &ClientRef) -> String {
     let Some(principal) = &c.principal else {
         return c.name.clone().unwrap_or_else(|| client(c));
     };
-    match &c.channel {
+    let who = match &c.channel {
         Some(tether_proto::Channel::Ssh) => format!("{principal} over ssh"),
         Some(tether_proto::Channel::Link) => format!("{principal} with an approval link"),
         Some(tether_proto::Channel::Other(how)) => format!("{principal} over {how}"),
         Some(tether_proto::Channel::Local) | None => principal.clone(),
+    };
+    match &c.name {
+        // An approval link's name says only that it was one.
+        Some(name) if c.channel != Some(tether_proto::Channel::Link) => format!("{who} ({name})"),
+        _ => who,
     }
 }
 

@@ -269,6 +269,12 @@ const KEYS: &[Key] = &[
         doc: "rotated log files kept",
     },
     Key {
+        name: "share.socket",
+        env: &["TETHER_SHARE_SOCKET"],
+        default: "\"\"",
+        doc: "the socket other local users reach this daemon by once a session is shared with them (empty: /tmp/tether-shared-$UID/tetherd.sock); not bound until then",
+    },
+    Key {
         name: "snapshots.enabled",
         env: &["TETHER_SNAPSHOTS"],
         default: "true",

@@ -162,6 +162,19 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
         sd_notify::NotifyState::Status(&format!("serving {}", socket.display())),
     ]);
 
+    let shared = rpc::SharedSocket::new(
+        options
+            .config
+            .string("share.socket")
+            .filter(|s| !s.is_empty())
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                tether_proto::paths::PathEnv::shared_socket(nix::unistd::getuid().as_raw())
+            }),
+        sessions.store().clone(),
+        shutdown.clone(),
+    );
+    shared.open_if_shared();
     let api = RpcApi {
         sessions: sessions.clone(),
         connections: Arc::new(Connections::on_node(
@@ -173,6 +186,7 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
         data_dir,
         shutdown,
         config: options.config.clone(),
+        shared,
     };
     let sessions_for_drain = sessions.clone();
     rpc::serve(&listener, api, async move {

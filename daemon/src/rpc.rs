@@ -13,11 +13,13 @@ mod identity;
 mod listener;
 mod methods;
 mod ndjson;
+mod shared;
 
 pub use connections::{Connections, Peer};
 pub use identity::user_name;
 pub use listener::{BindError, Listener};
 pub use methods::RpcApi;
+pub use shared::{SharedSocket, is_local_user};
 
 use jsonrpsee::RpcModule;
 use jsonrpsee::core::server::Methods;
@@ -51,6 +53,8 @@ where
         .unwrap_or(1024)
         .max(1);
     let store = api.sessions.store().clone();
+    // Connections of other local users, once a session is shared with one.
+    let mut from_others = api.shared.take_incoming();
     let module: RpcModule<RpcApi> = api.into_rpc();
     let methods: Methods = module.into();
     forward::serve(&store, methods.clone(), shutdown.clone());
@@ -75,76 +79,93 @@ where
     let mut closed_since_trim = false;
 
     loop {
-        tokio::select! {
+        let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
-            Some(_) = tasks.join_next() => closed_since_trim = true,
+            Some(_) = tasks.join_next() => {
+                closed_since_trim = true;
+                continue;
+            }
             _ = trim.tick(), if closed_since_trim => {
                 closed_since_trim = false;
                 tokio::task::spawn_blocking(crate::heap::trim);
+                continue;
             }
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) if tasks.len() >= limit => {
-                    tracing::warn!(
-                        open = tasks.len(),
-                        "refused a connection: the daemon serves {limit} connections, its limit (max_connections)"
-                    );
-                    tokio::spawn(refuse(stream, limit));
+            accepted = listener.accept() => accepted,
+            Some(other) = async {
+                match from_others.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
                 }
-                Ok((stream, uid)) => {
-                    let methods = methods.clone();
-                    let store = store.clone();
-                    let passing = connections.clone();
-                    let checking = connections.clone();
-                    let checking_store = store.clone();
-                    let services = services.clone();
-                    let stop = stop_handle.clone();
-                    let shutdown = shutdown.clone();
-                    let connections = connections.clone();
-                    tasks.spawn(async move {
-                        let mut stream = stream;
-                        let Some(peer) = identity::read(&mut stream, uid, connections.owner()).await
-                        else {
-                            return;
-                        };
-                        let id = connections.connect(peer);
-                        match sniff(&stream).await {
-                            Some(Transport::Http) => {
-                                let gate = Arc::new(gate::Gate::default());
-                                let counted = gate.clone();
-                                let mut svc = services
-                                    .set_rpc_middleware(
-                                        RpcServiceBuilder::new()
-                                            .layer_fn(move |s| gate::InFlight::new(s, counted.clone()))
-                                            .layer_fn(move |s| {
-                                                access::Checked::new(s, checking_store.clone(), checking.clone())
-                                            })
-                                            .layer_fn(move |s| {
-                                                forward::PassOn::new(s, store.clone(), passing.clone())
-                                            }),
-                                    )
-                                    .connection_id(id)
-                                    .build(methods, stop.clone());
-                                // The WebSocket session outlives the HTTP exchange that upgraded it.
-                                let closed = svc.on_session_closed();
-                                let stream = gate::Throttled::new(stream, gate);
-                                if let Err(e) = serve_with_graceful_shutdown(stream, svc, stop.shutdown()).await {
-                                    tracing::debug!(conn_id = id, "connection ended: {e}");
-                                }
-                                closed.await;
+            } => Ok(other),
+        };
+        match accepted {
+            Ok((stream, _)) if tasks.len() >= limit => {
+                tracing::warn!(
+                    open = tasks.len(),
+                    "refused a connection: the daemon serves {limit} connections, its limit (max_connections)"
+                );
+                tokio::spawn(refuse_over_limit(stream, limit));
+            }
+            Ok((stream, uid)) => {
+                let methods = methods.clone();
+                let store = store.clone();
+                let passing = connections.clone();
+                let checking = connections.clone();
+                let checking_store = store.clone();
+                let services = services.clone();
+                let stop = stop_handle.clone();
+                let shutdown = shutdown.clone();
+                let connections = connections.clone();
+                tasks.spawn(async move {
+                    let mut stream = stream;
+                    let Some(peer) = identity::read(&mut stream, uid, connections.owner()).await
+                    else {
+                        return;
+                    };
+                    let id = connections.connect(peer);
+                    match sniff(&stream).await {
+                        Some(Transport::Http) => {
+                            let gate = Arc::new(gate::Gate::default());
+                            let counted = gate.clone();
+                            let mut svc = services
+                                .set_rpc_middleware(
+                                    RpcServiceBuilder::new()
+                                        .layer_fn(move |s| gate::InFlight::new(s, counted.clone()))
+                                        .layer_fn(move |s| {
+                                            access::Checked::new(
+                                                s,
+                                                checking_store.clone(),
+                                                checking.clone(),
+                                            )
+                                        })
+                                        .layer_fn(move |s| {
+                                            forward::PassOn::new(s, store.clone(), passing.clone())
+                                        }),
+                                )
+                                .connection_id(id)
+                                .build(methods, stop.clone());
+                            // The WebSocket session outlives the HTTP exchange that upgraded it.
+                            let closed = svc.on_session_closed();
+                            let stream = gate::Throttled::new(stream, gate);
+                            if let Err(e) =
+                                serve_with_graceful_shutdown(stream, svc, stop.shutdown()).await
+                            {
+                                tracing::debug!(conn_id = id, "connection ended: {e}");
                             }
-                            Some(Transport::Ndjson) => {
-                                ndjson::serve(stream, methods, store, passing, id, shutdown).await
-                            }
-                            None => {}
+                            closed.await;
                         }
-                        connections.disconnect(id);
-                    });
-                }
-                Err(e) => {
-                    // Out of descriptors or similar: say so, and give the system a moment.
-                    tracing::error!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                        Some(Transport::Ndjson) => {
+                            ndjson::serve(stream, methods, store, passing, id, shutdown).await
+                        }
+                        None => {}
+                    }
+                    connections.disconnect(id);
+                });
+            }
+            Err(e) => {
+                // Out of descriptors or similar: say so, and give the system a moment.
+                tracing::error!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }
@@ -163,19 +184,46 @@ where
 
 /// Tells a client over the connection limit why it is turned away, in its own framing, and
 /// closes: an HTTP 503 for a WebSocket upgrade, a JSON-RPC error line for NDJSON.
-async fn refuse(mut stream: UnixStream, limit: usize) {
-    use tokio::io::AsyncWriteExt;
+async fn refuse_over_limit(stream: UnixStream, limit: usize) {
     let why =
         format!("the daemon has {limit} connections, its limit (max_connections in config.toml)");
+    refuse_with(
+        stream,
+        "503 Service Unavailable",
+        tether_proto::ErrorCode::TooManyConnections,
+        why,
+    )
+    .await;
+}
+
+/// Tells a local user with no session shared with them why they are turned away (HTTP 403 for
+/// a WebSocket upgrade, a `-32011` line for NDJSON), and closes.
+async fn refuse(stream: UnixStream, why: String) {
+    refuse_with(
+        stream,
+        "403 Forbidden",
+        tether_proto::ErrorCode::NotPermitted,
+        why,
+    )
+    .await;
+}
+
+async fn refuse_with(
+    mut stream: UnixStream,
+    status: &str,
+    code: tether_proto::ErrorCode,
+    why: String,
+) {
+    use tokio::io::AsyncWriteExt;
     let reply = match tokio::time::timeout(Duration::from_secs(2), sniff(&stream)).await {
         Ok(Some(Transport::Http)) => format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{why}",
+            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{why}",
             why.len()
         ),
         Ok(Some(Transport::Ndjson)) => format!(
             "{}\n",
             serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
-                "code": tether_proto::ErrorCode::TooManyConnections.code(), "message": why}})
+                "code": code.code(), "message": why}})
         ),
         _ => return,
     };

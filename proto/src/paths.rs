@@ -56,6 +56,12 @@ impl PathEnv {
         }
     }
 
+    /// The shared socket of the daemon that user `uid` runs, by which the other local users it
+    /// shares sessions with reach it: `/tmp/tether-shared-$UID/tetherd.sock`.
+    pub fn shared_socket(uid: u32) -> PathBuf {
+        PathBuf::from(format!("/tmp/tether-shared-{uid}")).join("tetherd.sock")
+    }
+
     /// The rule the socket's directory must pass: [`DirRule::Private`] for the directories tether
     /// chooses by itself (`$XDG_RUNTIME_DIR/tether`, `/tmp/tether-$UID`), [`DirRule::Named`] for
     /// any other the user named.

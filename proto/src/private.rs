@@ -95,6 +95,10 @@ pub enum DirRule {
     Private,
     /// A directory the user named: the user's own and not writable by others, or sticky.
     Named,
+    /// The directory of a daemon's shared socket, the one other local users reach it by
+    /// (`/tmp/tether-shared-$UID`): a real directory owned by the daemon's user (`uid` in the
+    /// check), writable by nobody else.
+    Shared,
 }
 
 /// Checks `dir` under `rule` without following a symlink at its last component; changes nothing.
@@ -122,6 +126,16 @@ pub fn verify_socket_dir(dir: &Path, rule: DirRule, uid: u32) -> Result<(), Unsa
             mode,
         }),
         DirRule::Private => Ok(()),
+        DirRule::Shared if owner != uid => Err(UnsafeDir::Owner {
+            dir: dir.to_owned(),
+            owner,
+            uid,
+        }),
+        DirRule::Shared if mode & 0o022 != 0 => Err(UnsafeDir::Writable {
+            dir: dir.to_owned(),
+            mode,
+        }),
+        DirRule::Shared => Ok(()),
         DirRule::Named => {
             let sticky = mode & 0o1000 != 0;
             let others_write = mode & 0o022 != 0;

@@ -1,5 +1,6 @@
-//! The daemon's Unix socket: a private directory, a lock that makes one daemon per socket, stale
-//! socket files replaced, and a peer-UID check on every connection.
+//! The daemon's Unix sockets: the private one (a 0700 directory, a lock that makes one daemon
+//! per socket, stale socket files replaced, a peer-UID check on every connection), and the
+//! shared one other local users reach it by once a session is shared with them.
 
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::File;
@@ -68,6 +69,26 @@ impl Listener {
                 "the socket directory was open to other users; its mode is now 0700"
             );
         }
+        Self::bind_in(path, 0o600)
+    }
+
+    /// Binds the shared socket `path`, the one other local users reach the daemon by: its
+    /// directory is ours and writable by nobody else, mode 0711 (others may pass, not list);
+    /// the socket 0666 (whoever connects is told apart by [`Listener::accept_any`]'s uid).
+    pub fn bind_shared(path: &Path) -> Result<Self, BindError> {
+        let uid = nix::unistd::getuid().as_raw();
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        private::ensure_socket_dir(dir, DirRule::Shared, uid)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+            .map_err(io_err("cannot set permissions on", dir))?;
+        Self::bind_in(path, 0o666)
+    }
+
+    fn bind_in(path: &Path, mode: u32) -> Result<Self, BindError> {
+        let uid = nix::unistd::getuid().as_raw();
         let lock_path = lock_path(path);
         let lock_file = private::open_lock(&lock_path, uid)
             .map_err(io_err("cannot open lock file", &lock_path))?;
@@ -115,7 +136,7 @@ impl Listener {
         let bound = std::os::unix::net::UnixListener::bind(path);
         nix::sys::stat::umask(old);
         let std_listener = bound.map_err(io_err("cannot bind", path))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
             .map_err(io_err("cannot set permissions on", path))?;
         std_listener
             .set_nonblocking(true)
@@ -172,6 +193,20 @@ impl Listener {
                 Ok(cred) => {
                     tracing::warn!(uid = cred.uid(), "closed a connection from another user")
                 }
+                Err(e) => tracing::warn!("closed a connection whose peer is unknown: {e}"),
+            }
+        }
+    }
+}
+
+impl Listener {
+    /// Accepts the next connection from anyone, with the peer's uid (the shared socket's
+    /// callers decide who may stay).
+    pub async fn accept_any(&self) -> std::io::Result<(UnixStream, u32)> {
+        loop {
+            let (stream, _) = self.listener.accept().await?;
+            match stream.peer_cred() {
+                Ok(cred) => return Ok((stream, cred.uid())),
                 Err(e) => tracing::warn!("closed a connection whose peer is unknown: {e}"),
             }
         }

@@ -34,6 +34,8 @@ pub struct RpcApi {
     pub shutdown: CancellationToken,
     /// The effective configuration.
     pub config: Arc<crate::config::Config>,
+    /// The socket other local users reach the daemon by, once a session is shared with one.
+    pub shared: Arc<super::SharedSocket>,
 }
 
 fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
@@ -493,10 +495,15 @@ impl TetherRpcServer for RpcApi {
             )));
         }
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        let local = super::is_local_user(&principal);
         let shares = handle
             .share(principal, Some(role), self.by(ext))
             .await
             .map_err(rpc_error)?;
+        // A local user reaches the daemon by the shared socket, opened at the first share.
+        if local {
+            self.shared.open();
+        }
         Ok(self.shares(shares))
     }
 

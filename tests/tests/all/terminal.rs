@@ -86,7 +86,7 @@ fn a_second_terminal_answers_and_the_first_sees_who_did() -> anyhow::Result<()> 
     b.want("(n)")?;
     b.send("y")?;
     // The prompt in the first terminal goes away, saying who answered.
-    a.want("allowed once by tether on")?;
+    a.want(&format!("allowed once by {} (tether on", whoami()))?;
     a.want("Answered from elsewhere.")?;
     b.want("Answered from elsewhere.")?;
     a.want("› ")?;
@@ -94,7 +94,10 @@ fn a_second_terminal_answers_and_the_first_sees_who_did() -> anyhow::Result<()> 
     // who answered is still there, and so are the tool's output and the reply.
     let screen = a.screen();
     assert!(!screen.contains("1. Yes"), "a stale menu line:\n{screen}");
-    assert!(screen.contains("allowed once by tether on"), "{screen}");
+    assert!(
+        screen.contains(&format!("allowed once by {} (tether on", whoami())),
+        "{screen}"
+    );
     assert!(screen.contains("Answered from elsewhere."), "{screen}");
     a.send([4u8])?;
     a.want("detached")?;
@@ -597,7 +600,7 @@ fn no_with_a_message_tells_the_model_what_to_do_instead() -> anyhow::Result<()> 
     a.send("use printf instead\r")?;
     // The line is echoed while it is typed, then the turn goes on.
     a.want("use printf instead\r\n")?;
-    a.want("denied by tether")?;
+    a.want(&format!("denied by {} (tether", whoami()))?;
     a.want("Fine, I will not.")?;
     a.want("› ")?;
     a.send([4u8])?;
@@ -844,4 +847,13 @@ fn a_status_line_command_from_the_settings_replaces_the_status() -> anyhow::Resu
     a.send([4u8])?;
     a.want("detached")?;
     Ok(())
+}
+
+/// This user's name, as the daemon names the people at its clients.
+fn whoami() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_default()
 }
