@@ -47,6 +47,13 @@ pub enum ConnectError {
     /// Another user serves the socket.
     #[error(transparent)]
     ForeignPeer(#[from] ForeignPeer),
+    /// `--shared-by`: that user's daemon has no shared socket (no session is shared with
+    /// anyone on this machine).
+    #[error(
+        "{0}'s daemon shares no session with users of this machine (nothing at {path}); ask {0} to run tether share ID --with YOUR_NAME",
+        path = .1.display()
+    )]
+    NotShared(String, PathBuf),
     /// The daemon answered `initialize` with an error.
     #[error("tetherd refused the connection: {0}")]
     Initialize(String),
@@ -65,6 +72,43 @@ pub struct Connection {
 /// Where the client looks for the daemon and its data.
 pub fn path_env() -> PathEnv {
     PathEnv::from_process(nix::unistd::getuid().as_raw())
+}
+
+/// The user whose daemon this process uses through its shared socket (`--shared-by`).
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// Their name.
+    pub name: String,
+    /// Their uid: the only one that may serve the socket.
+    pub uid: u32,
+}
+
+static SHARED_BY: std::sync::OnceLock<Option<Host>> = std::sync::OnceLock::new();
+
+/// Sets whose daemon this process uses: `--shared-by USER`, else `$TETHER_SHARED_BY`, else
+/// this user's own.
+pub fn share_host(flag: Option<&str>) -> anyhow::Result<Option<&'static Host>> {
+    let name = flag
+        .map(str::to_owned)
+        .or_else(|| std::env::var("TETHER_SHARED_BY").ok())
+        .filter(|s| !s.trim().is_empty());
+    let host = match name {
+        None => None,
+        Some(name) => {
+            let user = nix::unistd::User::from_name(&name)?
+                .ok_or_else(|| anyhow::anyhow!("--shared-by {name}: there is no such user here"))?;
+            Some(Host {
+                name,
+                uid: user.uid.as_raw(),
+            })
+        }
+    };
+    let _ = SHARED_BY.set(host);
+    Ok(SHARED_BY.get().and_then(Option::as_ref))
+}
+
+fn shared_by() -> Option<&'static Host> {
+    SHARED_BY.get().and_then(Option::as_ref)
 }
 
 /// A failed call to the daemon.
@@ -136,8 +180,33 @@ pub async fn connect_as(
 /// nothing is sent before the socket's directory and the serving process are known to be
 /// this user's.
 pub async fn open_local(socket: &Path, autostart: bool) -> Result<UnixStream, ConnectError> {
-    let uid = nix::unistd::getuid().as_raw();
-    check_socket_dir(socket, uid)?;
+    // Another user's daemon, reached by its shared socket: theirs must serve it, from a
+    // directory of theirs nobody else can write; it is never started from here.
+    let (uid, autostart) = match shared_by() {
+        Some(host) => {
+            if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+                private::verify_socket_dir(dir, private::DirRule::Shared, host.uid).or_else(
+                    |e| match &e {
+                        UnsafeDir::Io { source, .. }
+                            if source.kind() == std::io::ErrorKind::NotFound =>
+                        {
+                            Err(ConnectError::NotShared(
+                                host.name.clone(),
+                                socket.to_owned(),
+                            ))
+                        }
+                        _ => Err(ConnectError::UnsafeDir(e)),
+                    },
+                )?;
+            }
+            (host.uid, false)
+        }
+        None => {
+            let uid = nix::unistd::getuid().as_raw();
+            check_socket_dir(socket, uid)?;
+            (uid, autostart)
+        }
+    };
     let stream = match UnixStream::connect(socket).await {
         Ok(s) => s,
         Err(e) if is_absent(&e) && autostart => {
@@ -198,6 +267,12 @@ where
         .build_with_stream(url, stream)
         .await
         .map_err(|e| match e {
+            jsonrpsee::client_transport::ws::WsHandshakeError::Rejected { status_code: 403 } => {
+                connect_err(
+                    "the daemon shares no session with you (its owner can: tether share ID --with YOUR_NAME)"
+                        .into(),
+                )
+            }
             jsonrpsee::client_transport::ws::WsHandshakeError::Rejected { status_code: 503 } => {
                 connect_err(
                     "the daemon is serving as many connections as it allows (max_connections in its config.toml; its log says how many)"

@@ -32,6 +32,10 @@ struct Cli {
     /// /tmp/tether-$UID/tetherd.sock).
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Use the daemon USER runs on this machine, through its shared socket (default:
+    /// $TETHER_SHARED_BY): the sessions USER shared with you (tether share … --with YOU).
+    #[arg(long, global = true, value_name = "USER")]
+    shared_by: Option<String>,
     /// Use the daemon on another machine, through `ssh HOST tether bridge` (default:
     /// $TETHER_REMOTE). New sessions start in DIR there (default: this directory's path).
     #[arg(long, global = true, value_name = "[USER@]HOST[:DIR]")]
@@ -584,10 +588,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let socket = cli
-        .socket
-        .clone()
-        .unwrap_or_else(|| connection::path_env().socket());
+    let host = match connection::share_host(cli.shared_by.as_deref()) {
+        Ok(host) => host,
+        Err(e) => {
+            eprintln!("tether: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let socket = cli.socket.clone().unwrap_or_else(|| match host {
+        // Another user's daemon: its shared socket, unless a socket was named.
+        Some(host) if std::env::var_os("TETHER_SOCKET").is_none() => {
+            tether_proto::paths::PathEnv::shared_socket(host.uid)
+        }
+        _ => connection::path_env().socket(),
+    });
     let out = commands::Output { json: cli.json };
     // The bridge is always the local end (even where $TETHER_REMOTE is set); everything
     // else may be remote.

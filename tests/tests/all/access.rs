@@ -17,7 +17,7 @@ const ATTACKER: &str = "tether-other";
 const VICTIM: &str = "tether-victim";
 
 /// `(uid, gid)` of a test user; `None` (with a line on stderr) when the tests cannot switch users.
-fn user(name: &str) -> Option<(u32, u32)> {
+pub(super) fn user(name: &str) -> Option<(u32, u32)> {
     if !nix::unistd::getuid().is_root() {
         eprintln!("skipped: switching to {name} needs root");
         return None;
@@ -33,7 +33,7 @@ fn user(name: &str) -> Option<(u32, u32)> {
 }
 
 /// A command run as `name`, keeping our environment (runs nothing until asked).
-fn as_user(name: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+pub(super) fn as_user(name: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
     let (uid, gid) = user(name).expect("checked by the caller");
     let mut cmd = Command::new("setpriv");
     cmd.arg(format!("--reuid={uid}"))

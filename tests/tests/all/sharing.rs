@@ -185,3 +185,152 @@ fn an_approver_over_ssh_answers_an_observer_is_refused_and_the_audit_says_who_de
     assert_eq!(listed, in_log, "the ledger is the log's decisions");
     Ok(())
 }
+
+/// A client run as the local user `name`, through `tether --shared-by OWNER bridge` (which
+/// only relays): the bytes are the client's own from the first one.
+struct Local {
+    conn: Ndjson,
+    bridge: Child,
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.bridge.kill();
+        let _ = self.bridge.wait();
+    }
+}
+
+fn as_local_user(name: &str, owner: &str, socket: &std::path::Path) -> anyhow::Result<Local> {
+    let mut bridge = super::access::as_user(name, tether_tests::bin("tether"))
+        .args(["--shared-by", owner, "bridge"])
+        .env("TETHER_SOCKET", socket)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let stdout = bridge.stdout.take().context("the bridge's stdout")?;
+    let stdin = bridge.stdin.take().context("the bridge's stdin")?;
+    Ok(Local {
+        conn: Ndjson::over(stdout, stdin),
+        bridge,
+    })
+}
+
+/// A directory for the shared socket that other users can pass through, removed at the end.
+struct SharedDir(std::path::PathBuf);
+
+impl Drop for SharedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn another_local_user_reaches_a_shared_session_and_no_one_else_does() -> anyhow::Result<()> {
+    const BOB: &str = "tether-other";
+    const MALLORY: &str = "tether-victim";
+    if super::access::user(BOB).is_none() {
+        return Ok(());
+    }
+    let owner = nix::unistd::User::from_uid(nix::unistd::getuid())?
+        .context("this user")?
+        .name;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let shared = SharedDir(
+        std::env::temp_dir().join(format!("tether-shared-test-{}-{stamp}", std::process::id())),
+    );
+    let socket = shared.0.join("tetherd.sock");
+    let fake = Fake::start(Script::of([
+        Step::text("Making it.").tool_use("Bash", json!({"command": "touch made-with-bob"})),
+        Step::text("Done."),
+    ]))?;
+    let mut env = fake.env();
+    env.push(("TETHER_SHARE_SOCKET".into(), socket.display().to_string()));
+    let daemon = Daemon::start_with(env)?;
+    let work = daemon.workdir();
+    let mut alice = daemon.ndjson()?.as_terminal()?;
+    let session = alice.new_session_with_mode(&work, "default")?;
+
+    // Nothing is shared: there is no socket to reach, and bob is told so.
+    assert!(
+        !socket.exists(),
+        "the shared socket exists before any share"
+    );
+    let out = super::access::as_user(BOB, tether_tests::bin("tether"))
+        .args(["--shared-by", &owner, "sessions"])
+        .env("TETHER_SOCKET", &socket)
+        .output()?;
+    assert!(!out.status.success());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("shares no session"), "{why}");
+
+    alice.call(
+        "session/share",
+        json!({"sessionId": session, "principal": BOB, "role": "approver"}),
+    )?;
+    assert!(
+        socket.exists(),
+        "the first share with a local user opens the socket"
+    );
+
+    // Bob says he is the owner: the kernel says otherwise, and the daemon believes the kernel.
+    let mut bob = as_local_user(BOB, &owner, &socket)?;
+    bob.conn
+        .send_raw(format!("#tether {{\"principal\":\"{owner}\"}}\n").as_bytes())?;
+    bob.conn.call("initialize", json!({"protocolVersion": 1}))?;
+    let why = refused(&bob.conn.request("session/new", json!({"cwd": work}))?);
+    assert!(why.contains(BOB), "{why}");
+    let list = bob.conn.call("session/list", json!({}))?;
+    assert_eq!(list["sessions"].as_array().map(Vec::len), Some(1), "{list}");
+    bob.conn.watch(&session)?;
+
+    alice.watch(&session)?;
+    alice.start_turn(&session, "make the file")?;
+    let asked = bob.conn.events_until("permission_requested")?;
+    let request = asked.last().context("the request")?["data"]["requestId"].clone();
+    bob.conn.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    let events = alice.events_until("turn_ended")?;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "permission_resolved")
+        .context("resolved")?;
+    assert_eq!(
+        resolved["data"]["resolvedBy"]["principal"], BOB,
+        "{resolved}"
+    );
+    assert_eq!(
+        resolved["data"]["resolvedBy"]["channel"], "local",
+        "{resolved}"
+    );
+    assert!(work.join("made-with-bob").exists());
+
+    // Someone no session is shared with is turned away with the reason.
+    let mut mallory = as_local_user(MALLORY, &owner, &socket)?;
+    mallory
+        .conn
+        .send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session/list\"}\n")?;
+    let turned_away = mallory.conn.read()?;
+    assert_eq!(turned_away["error"]["code"], NOT_PERMITTED, "{turned_away}");
+    let why = turned_away["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains(MALLORY), "{why}");
+
+    // Once unshared, bob is detached, and coming back is turned away the same way.
+    alice.call(
+        "session/unshare",
+        json!({"sessionId": session, "principal": BOB}),
+    )?;
+    bob.conn.events_until("session_unshared")?;
+    drop(bob);
+    let mut again = as_local_user(BOB, &owner, &socket)?;
+    again
+        .conn
+        .send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session/list\"}\n")?;
+    let turned_away = again.conn.read()?;
+    assert_eq!(turned_away["error"]["code"], NOT_PERMITTED, "{turned_away}");
+    Ok(())
+}
