@@ -315,15 +315,20 @@ fn detail(kind: &EventKind) -> String {
             usage,
             cost_usd,
             error,
+            cancelled_by,
             ..
         } => {
             let cost = cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+            let who = cancelled_by
+                .as_ref()
+                .map(|c| format!("; cancelled by {}", client(c)))
+                .unwrap_or_default();
             let err = error
                 .as_ref()
                 .map(|e| format!(" — {}: {}", e.code, e.message))
                 .unwrap_or_default();
             format!(
-                "turn ended ({stop_reason}; {} in, {} out{cost}){err}",
+                "turn ended ({stop_reason}; {} in, {} out{cost}{who}){err}",
                 usage.input_tokens
                     + usage.cache_read_input_tokens
                     + usage.cache_creation_input_tokens,

@@ -996,6 +996,7 @@ impl View {
                 usage,
                 cost_usd,
                 error,
+                cancelled_by,
                 ..
             } => {
                 // A call cut off without a result labels nothing later.
@@ -1032,10 +1033,17 @@ impl View {
                 {
                     return out;
                 }
+                let interrupted;
                 let stop_reason = match stop_reason {
                     StopReason::EndTurn | StopReason::StopSequence | StopReason::Command => "done",
                     StopReason::Compacted => "compacted",
-                    StopReason::Cancelled => "interrupted",
+                    StopReason::Cancelled => match cancelled_by {
+                        Some(by) if !self.mine(&Some(by.clone())) => {
+                            interrupted = format!("interrupted by {}", render::person(by));
+                            &interrupted
+                        }
+                        _ => "interrupted",
+                    },
                     StopReason::InterruptedByRestart => "interrupted by a daemon restart",
                     StopReason::MaxTokens => "stopped at the output limit",
                     StopReason::MaxTurns => "stopped at the turn's request limit",

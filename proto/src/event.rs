@@ -204,6 +204,9 @@ pub enum EventKind {
         /// Milliseconds the turn spent waiting on the model's API.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         api_ms: Option<u64>,
+        /// Who cancelled it (`turn/cancel`), when someone did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cancelled_by: Option<ClientRef>,
     },
     /// A content block of the model's reply began.
     AssistantBlockStarted {

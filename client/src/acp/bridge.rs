@@ -453,7 +453,7 @@ fn answered(data: &Value) -> String {
         _ => "Cancelled",
     };
     match serde_json::from_value::<tether_proto::ClientRef>(data["resolvedBy"].clone()) {
-        Ok(by) => format!("{what} by {}", crate::render::client(&by)),
+        Ok(by) => format!("{what} by {}", crate::render::person(&by)),
         Err(_) => format!("{what} by tether"),
     }
 }

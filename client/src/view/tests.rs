@@ -158,6 +158,7 @@ fn turn() -> Vec<Event> {
                 cost_usd: Some(0.0087),
                 error: None,
                 api_ms: None,
+                cancelled_by: None,
             },
         ),
     ]);
@@ -392,6 +393,7 @@ fn the_turn_footer_says_how_much_the_cache_served_and_an_unknown_cost() {
                 cost_usd,
                 error: None,
                 api_ms: None,
+                cancelled_by: None,
             },
         )
     };

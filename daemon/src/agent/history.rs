@@ -616,6 +616,7 @@ mod tests {
             cost_usd: None,
             error: None,
             api_ms: None,
+            cancelled_by: None,
         };
         h.apply(&ended("cancelled"));
         h.apply(&turn("three"));
@@ -699,6 +700,7 @@ mod tests {
             cost_usd: None,
             error: None,
             api_ms: None,
+            cancelled_by: None,
         });
         h.apply(&turn("two"));
         h.apply(&block(json!({"type": "text", "text": "reply two"})));

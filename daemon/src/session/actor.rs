@@ -679,7 +679,7 @@ impl SessionActor {
                 drop(reply.send(if observer {
                     Err(SessionError::NotController)
                 } else {
-                    Ok(self.cancel_turn())
+                    Ok(self.cancel_turn(by))
                 }))
             }
             Command::Prepared {

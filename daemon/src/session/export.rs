@@ -1,5 +1,6 @@
 //! Exports of a session's log: JSONL (the events, one per line, as logged) and a readable
-//! Markdown transcript with tool calls and results folded.
+//! Markdown transcript with tool calls and results folded, saying who prompted, answered,
+//! cancelled and shared when the daemon knew.
 
 use serde_json::Value;
 use tether_proto::{Event, EventKind};
@@ -23,15 +24,28 @@ fn fence(text: &str) -> String {
     format!("{ticks}\n{}\n{ticks}\n", text.trim_end())
 }
 
+/// Who did something, as the transcript names them (` (bob over ssh)`); empty when the log
+/// does not say.
+fn who(by: Option<&tether_proto::ClientRef>) -> String {
+    let Some(principal) = by.and_then(|b| b.principal.as_deref()) else {
+        return String::new();
+    };
+    match by.and_then(|b| b.channel.as_ref()) {
+        Some(tether_proto::Channel::Local) | None => format!(" ({principal})"),
+        Some(channel) => format!(" ({principal} over {})", channel.as_str()),
+    }
+}
+
 /// A readable transcript.
 pub fn markdown(title: &str, cwd: &str, events: &[Event]) -> String {
     let mut out = format!("# {title}\n\nWorking directory: `{cwd}`\n");
     let mut calls: std::collections::HashMap<String, (String, Value)> = Default::default();
     for ev in events {
         match &ev.kind {
-            EventKind::TurnStarted { content, .. } if !content.is_empty() => {
+            EventKind::TurnStarted { content, by, .. } if !content.is_empty() => {
                 out.push_str(&format!(
-                    "\n## User — {}\n\n{}\n",
+                    "\n## User{} — {}\n\n{}\n",
+                    who(by.as_ref()),
                     &ev.ts,
                     tether_proto::content_text(&Value::Array(content.clone()))
                 ));
@@ -92,13 +106,40 @@ pub fn markdown(title: &str, cwd: &str, events: &[Event]) -> String {
                     fence(&shown)
                 ));
             }
+            EventKind::PermissionResolved {
+                decision,
+                resolved_by: Some(by),
+                ..
+            } => out.push_str(&format!(
+                "\n*Permission: {}{}*\n",
+                decision.as_str(),
+                who(Some(by))
+            )),
+            EventKind::SessionShared {
+                principal,
+                role,
+                by,
+            } => out.push_str(&format!(
+                "\n*Shared with {principal} as {role}{}*\n",
+                who(by.as_ref())
+            )),
+            EventKind::SessionUnshared {
+                principal,
+                role,
+                by,
+            } => out.push_str(&format!(
+                "\n*{principal} is no longer {role}{}*\n",
+                who(by.as_ref())
+            )),
             EventKind::TurnEnded {
                 stop_reason,
                 cost_usd,
                 error,
+                cancelled_by,
                 ..
             } => {
                 let cost = cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+                let cost = format!("{cost}{}", who(cancelled_by.as_ref()));
                 let err = error
                     .as_ref()
                     .map(|e| format!(": {}", e.message))
@@ -148,6 +189,7 @@ mod tests {
             cost_usd: Some(0.0123),
             error,
             api_ms: None,
+            cancelled_by: None,
         }
     }
 

@@ -242,6 +242,7 @@ mod tests {
             cost_usd: cost,
             error: None,
             api_ms: None,
+            cancelled_by: None,
         };
         l.apply(&ended(Some(0.5)), Some(&t));
         l.apply(&ended(Some(0.25)), Some(&t));

@@ -496,6 +496,7 @@ mod tests {
                     cost_usd: None,
                     error: None,
                     api_ms: None,
+                    cancelled_by: None,
                 },
             ),
         );
@@ -568,6 +569,7 @@ mod checkpoint_tests {
             cost_usd: Some(0.25),
             error: None,
             api_ms: None,
+            cancelled_by: None,
         });
     }
 

@@ -105,6 +105,7 @@ mod tests {
             cost_usd: None,
             error: None,
             api_ms: None,
+            cancelled_by: None,
         }
     }
 

@@ -61,6 +61,8 @@ pub(super) struct Running {
     pub budget: Option<Arc<crate::agent::Budget>>,
     /// Its idempotency key (its `turn_started` may not be logged yet).
     client_turn_id: Option<String>,
+    /// Who cancelled it, for its `turn_ended`.
+    pub cancelled_by: Option<ClientRef>,
 }
 
 impl Running {
@@ -85,6 +87,7 @@ impl Running {
             hook_callbacks: options.hook_callbacks.clone(),
             budget: None,
             client_turn_id,
+            cancelled_by: None,
         }
     }
 }
@@ -560,10 +563,13 @@ impl SessionActor {
 
     /// `turn/cancel`: cancels the running turn (its task ends it) and its permission requests;
     /// `false` when none runs.
-    pub(super) fn cancel_turn(&mut self) -> bool {
-        let Some(running) = &self.turns.running else {
+    pub(super) fn cancel_turn(&mut self, by: Option<ClientRef>) -> bool {
+        let Some(running) = &mut self.turns.running else {
             return false;
         };
+        if running.cancelled_by.is_none() {
+            running.cancelled_by = by;
+        }
         let turn_id = running.turn_id.clone();
         running.cancel.cancel();
         self.cancel_waiting(&turn_id);
@@ -572,9 +578,11 @@ impl SessionActor {
 
     /// Logs a turn's end (it is no longer running) and starts the next queued one.
     pub(super) fn end_turn(&mut self, turn_id: TurnId, outcome: TurnOutcome) {
-        if self.turns.is_running(&turn_id) {
-            self.turns.take_running();
+        let cancelled_by = match self.turns.is_running(&turn_id) {
+            true => self.turns.take_running().and_then(|r| r.cancelled_by),
+            false => None,
         }
+        .filter(|_| outcome.stop_reason == tether_proto::StopReason::Cancelled);
         self.broker.drop_callbacks(&turn_id);
         crate::telemetry::turn_ended(
             &self.env.catalog.resolve(&self.journal.record.model),
@@ -587,6 +595,7 @@ impl SessionActor {
             cost_usd: outcome.cost_usd,
             error: outcome.error,
             api_ms: (!outcome.api.is_zero()).then_some(outcome.api.as_millis() as u64),
+            cancelled_by,
         };
         self.emit_in(event, Some(turn_id));
         self.prune_due = true;
