@@ -174,7 +174,24 @@ fn an_approver_over_ssh_answers_an_observer_is_refused_and_the_audit_says_who_de
     assert_eq!(entries[2]["by"]["principal"], "bob");
     assert_eq!(entries[2]["by"]["channel"], "ssh");
     assert_eq!(entries[2]["requestId"], request);
+    let out = daemon.run_tether(&["audit", &session])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("allowed once by bob over ssh"), "{text}");
+    assert!(text.contains("by the rule Bash(mkdir:*)"), "{text}");
     let mut c = daemon.ndjson()?;
+    let export = c.call(
+        "session/export",
+        json!({"sessionId": session, "format": "markdown"}),
+    )?;
+    let transcript = export["content"].as_str().unwrap_or_default();
+    assert!(
+        transcript.contains("Permission: allow_once (bob over ssh)"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("Shared with carol as observer"),
+        "{transcript}"
+    );
     let log = c.replay_until(&session, |_| true)?;
     let in_log: Vec<&Value> = log
         .iter()
