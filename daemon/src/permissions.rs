@@ -15,6 +15,7 @@ pub use settings::{RuleSet, load as load_settings, remember_always};
 pub use shell::split as split_command;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use tether_proto::PermissionMode;
 
@@ -524,6 +525,45 @@ pub fn suggest_rule(call: &Call<'_>) -> String {
         }
         t => t.to_owned(),
     }
+}
+
+/// `sha256:` and the hex digest of `input`'s JSON with object keys sorted, so one input has
+/// one hash however its keys were ordered.
+pub fn input_hash(input: &Value) -> String {
+    fn canonical(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String((*k).clone()).to_string());
+                    out.push(':');
+                    canonical(&map[*k], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canonical(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut text = String::new();
+    canonical(input, &mut text);
+    let digest = Sha256::digest(text.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 #[cfg(test)]

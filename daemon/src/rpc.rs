@@ -57,7 +57,12 @@ where
     let mut from_others = api.shared.take_incoming();
     let module: RpcModule<RpcApi> = api.into_rpc();
     let methods: Methods = module.into();
-    forward::serve(&store, methods.clone(), shutdown.clone());
+    forward::serve(
+        &store,
+        methods.clone(),
+        connections.clone(),
+        shutdown.clone(),
+    );
     let config = ServerConfig::builder()
         .max_request_body_size(MAX_MESSAGE_BYTES)
         .max_response_body_size(MAX_MESSAGE_BYTES)

@@ -65,6 +65,9 @@ pub enum SessionError {
     /// An observer tried to act.
     #[error("this client is attached as an observer and cannot act on the session")]
     NotController,
+    /// Someone the session is not shared with (any more) asked to follow it.
+    #[error("{0} has no role in this session (any more)")]
+    NotPermitted(String),
     /// `session/unshare` named someone without a role.
     #[error("{0} has no role in this session")]
     NotShared(String),
@@ -191,6 +194,8 @@ pub struct ListFilter {
     pub limit: Option<usize>,
     /// After this position (a previous page's `nextCursor`).
     pub cursor: Option<String>,
+    /// Only those shared with this principal (someone other than the owner asks).
+    pub shared_with: Option<String>,
 }
 
 /// A controller's answer to a permission request.

@@ -405,6 +405,10 @@ pub enum EventKind {
         rule_source: Option<String>,
         /// The permission mode the call was checked under.
         mode: PermissionMode,
+        /// `sha256:` and the hex digest of the input checked (a PreToolUse hook may have
+        /// changed the model's), its JSON with object keys sorted.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        input_hash: String,
     },
     /// A permission request was answered (or cancelled with its turn).
     PermissionResolved {

@@ -250,6 +250,17 @@ impl Dispatch<'_> {
                     });
                 }
                 if let Some(reason) = outcome.block {
+                    // A decision like any other, for the audit.
+                    self.sink.send(EventKind::PermissionDecided {
+                        tool_call_id: call.id.clone(),
+                        tool: tool.name().to_owned(),
+                        decision: tether_proto::PermissionDecision::Deny,
+                        source: tether_proto::DecisionSource::Hook,
+                        rule: None,
+                        rule_source: None,
+                        mode: self.ctx.permission_mode,
+                        input_hash: crate::permissions::input_hash(&call.input),
+                    });
                     let msg = format!("blocked by a PreToolUse hook: {reason}");
                     self.result(history, &call.id, ToolOutput::error(msg))
                         .await?;

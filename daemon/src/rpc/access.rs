@@ -6,6 +6,12 @@
 //! others until it is placed here; a refused call changes nothing and its error names the
 //! principal, their role and what the method needs. The owner's own connections (the daemon's
 //! Unix user, no `--role` cap) skip the check entirely.
+//!
+//! Within a method a role allows, what acts outside the session's log and its permission
+//! prompts stays the owner's ([`check_params`]): a `!` shell command or a `#` memory note, the
+//! turn options that add rules, directories, settings, hooks or MCP servers, attachments from
+//! outside the session's directory, the budget, the no-controller policy and
+//! `bypassPermissions`, and `allow_always` (which writes the project's settings).
 
 use super::{Connections, Peer};
 use crate::store::Store;
@@ -34,7 +40,6 @@ fn need(method: &str) -> Need {
         // `session/list` shows a non-owner only the sessions shared with them; an approval
         // token is its own authority.
         "initialize"
-        | "daemon/status"
         | "models/list"
         | "session/list"
         | "session/unsubscribe"
@@ -64,6 +69,109 @@ fn allows(role: &SessionRole) -> &'static str {
         SessionRole::Approver => "may answer permission requests, questions and plans only",
         SessionRole::Observer => "may watch only",
         SessionRole::Other(_) => "may do nothing this daemon knows",
+    }
+}
+
+/// Turn options someone other than the owner may send: they shape the reply, never what
+/// runs without asking.
+const OPTIONS_FOR_OTHERS: &[&str] = &[
+    "maxTurns",
+    "effort",
+    "hideThinking",
+    "fallbackModel",
+    "jsonSchema",
+    "disallowedTools",
+    "tools",
+    "appendSystemPrompt",
+    "systemPrompt",
+];
+
+/// What in a call's params only the owner may ask for, though the method is open to `peer`
+/// (`None`: nothing).
+fn owners_part(store: &Store, method: &str, params: &serde_json::Value) -> Option<String> {
+    match method {
+        "turn/start" => {
+            if let Some(options) = params["options"].as_object()
+                && let Some(key) = options
+                    .keys()
+                    .find(|k| !OPTIONS_FOR_OTHERS.contains(&k.as_str()))
+            {
+                return Some(format!("the turn option {key}"));
+            }
+            let cwd = params["sessionId"]
+                .as_str()
+                .and_then(|id| store.session(&SessionId(id.to_owned())).ok().flatten())
+                .map(|r| std::path::PathBuf::from(r.cwd));
+            for item in params["input"].as_array().into_iter().flatten() {
+                if let Some(text) = item["text"].as_str() {
+                    let text = text.trim_start();
+                    if text.starts_with('!') {
+                        return Some("a ! shell command".into());
+                    }
+                    if text.starts_with('#') && !text.starts_with("##") {
+                        return Some("a # memory note".into());
+                    }
+                }
+                if let Some(path) = item["path"].as_str()
+                    && !inside(path, cwd.as_deref())
+                {
+                    return Some(format!(
+                        "attaching {path} (outside the session's directory)"
+                    ));
+                }
+            }
+            None
+        }
+        "session/configure" => {
+            if !params["budgetUsd"].is_null() {
+                Some("the budget".into())
+            } else if !params["onNoController"].is_null() {
+                Some("the no-controller policy".into())
+            } else if params["permissionMode"] == "bypassPermissions" {
+                Some("bypassPermissions".into())
+            } else {
+                None
+            }
+        }
+        "permission/respond" if params["decision"] == "allow_always" => Some(
+            "allow_always (it writes the project's settings; allow_session lasts the session)"
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
+/// Whether an attachment's `path` stays in the session's directory `cwd`: relative without
+/// `..`, or absolute below it.
+fn inside(path: &str, cwd: Option<&std::path::Path>) -> bool {
+    let path = std::path::Path::new(path);
+    let no_parent = !path
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir));
+    let below = path.is_relative() || cwd.is_some_and(|cwd| path.starts_with(cwd));
+    no_parent && below && !path.to_string_lossy().starts_with('~')
+}
+
+/// The owner's parts of a call `peer` (not the owner) may otherwise make.
+pub fn check_params(
+    store: &Store,
+    owner: &str,
+    peer: &Peer,
+    method: &str,
+    params: Option<&str>,
+) -> Result<(), ErrorObjectOwned> {
+    if peer.owner {
+        return Ok(());
+    }
+    let params: serde_json::Value = params
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or_default();
+    match owners_part(store, method, &params) {
+        Some(what) => Err(refuse(format!(
+            "{what} is for {owner}, who runs this daemon; {} cannot ask for it",
+            peer.principal
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -128,7 +236,9 @@ pub fn check(
                 None => Err(refuse(format!(
                     "session {session} is not shared with {who} (its owner, {owner}, can share it: tether share {session} --with {who} --role ROLE)"
                 ))),
-                Some(role) if role.rank() >= needed.rank() => Ok(()),
+                Some(role) if role.rank() >= needed.rank() => {
+                    check_params(store, owner, peer, method, params)
+                }
                 Some(role) => Err(refuse(format!(
                     "{who} is {} {role} of session {session} and {}: {method} needs {needed} or more",
                     article(&role),
@@ -260,6 +370,7 @@ mod tests {
             "session/unshare",
             "session/audit",
             "daemon/shutdown",
+            "daemon/status",
             "workspace/trust",
             "mcp/configure",
             "a/method/added/later",

@@ -102,12 +102,18 @@ impl Connections {
         id
     }
 
-    /// Who is at a connection (the owner for an id that is not open: the daemon's own calls).
+    /// Who is at a connection; for an id that is not open, no one: a principal that may call
+    /// only what anyone may.
     pub fn peer(&self, id: ConnectionId) -> Peer {
         self.open()
             .get(&id.0)
             .map(|c| c.peer.clone())
-            .unwrap_or_else(|| Peer::owner(&self.owner))
+            .unwrap_or_else(|| Peer {
+                principal: format!("connection {id}"),
+                channel: Channel::Local,
+                owner: false,
+                cap: None,
+            })
     }
 
     /// Forgets a closed connection.
@@ -123,7 +129,10 @@ impl Connections {
         capabilities: Capabilities,
     ) {
         if let Some(c) = self.open().get_mut(&id.0) {
-            c.info = info;
+            c.info = info.map(|mut i| {
+                i.name = printable(&i.name);
+                i
+            });
             c.capabilities = capabilities;
         }
     }
@@ -165,5 +174,30 @@ impl Connections {
     /// Active subscriptions.
     pub fn subscription_count(&self) -> u64 {
         self.subscriptions.load(Ordering::Relaxed)
+    }
+}
+
+/// A client's self-declared name as other people's terminals may show it: no control
+/// characters (no escape sequence, no line of its own), at most 64 characters.
+fn printable(name: &str) -> String {
+    name.chars()
+        .filter(|c| !c.is_control())
+        .take(64)
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_cannot_draw_on_someone_elses_terminal() {
+        assert_eq!(
+            printable("zed\r\n\u{1b}[2Jallowed once by alice"),
+            "zed[2Jallowed once by alice"
+        );
+        assert_eq!(printable(&"x".repeat(100)).len(), 64);
     }
 }

@@ -8,7 +8,7 @@
 //! methods directly (no middleware, so never passed on again). A subscription is never passed
 //! on (a node follows a session it does not run itself).
 
-use super::Connections;
+use super::{Connections, Peer};
 use crate::store::Store;
 use jsonrpsee::Extensions;
 use jsonrpsee::core::server::{MethodCallback, MethodResponse};
@@ -19,7 +19,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use std::future::Future;
 use std::sync::Arc;
-use tether_proto::{ClientRef, ErrorCode};
+use tether_proto::{ClientRef, ErrorCode, SessionRole};
 use tokio_util::sync::CancellationToken;
 
 /// The methods a node passes on: those about one session that answer `-32009` when another
@@ -51,11 +51,21 @@ fn error_reply(code: i32, message: String) -> String {
         .to_string()
 }
 
-/// Serves the calls other nodes pass on to this one with `methods`, until `shutdown`.
-pub fn serve(store: &Store, methods: Methods, shutdown: CancellationToken) {
+/// Serves the calls other nodes pass on to this one with `methods`, until `shutdown`. Each is
+/// checked again here against the session's grants as this node holds them (who made it, and
+/// their cap, come with the call).
+pub fn serve(
+    store: &Store,
+    methods: Methods,
+    connections: Arc<Connections>,
+    shutdown: CancellationToken,
+) {
+    let checking = store.clone();
     let handler = Arc::new(move |request: String| {
         let methods = methods.clone();
         let shutdown = shutdown.clone();
+        let connections = connections.clone();
+        let store = checking.clone();
         let reply: std::pin::Pin<Box<dyn Future<Output = String> + Send>> = Box::pin(async move {
             let passed: Value = serde_json::from_str(&request).unwrap_or_default();
             let call = &passed["call"];
@@ -70,7 +80,30 @@ pub fn serve(store: &Store, methods: Methods, shutdown: CancellationToken) {
                 );
             }
             let by = serde_json::from_value::<ClientRef>(passed["by"].clone()).ok();
-            let reply = run(&methods, method, call.get("params"), by).await;
+            let cap = serde_json::from_value::<Option<SessionRole>>(passed["cap"].clone())
+                .ok()
+                .flatten();
+            let owner = connections.owner();
+            let peer = match by.as_ref().and_then(|b| b.principal.as_deref()) {
+                Some(principal) if principal != owner => Peer {
+                    principal: principal.to_owned(),
+                    channel: by
+                        .as_ref()
+                        .and_then(|b| b.channel.clone())
+                        .unwrap_or(tether_proto::Channel::Local),
+                    owner: false,
+                    cap,
+                },
+                _ => Peer {
+                    cap,
+                    ..Peer::owner(owner)
+                },
+            };
+            let params = call.get("params").map(|p| p.to_string());
+            if let Err(e) = super::access::check(&store, owner, &peer, method, params.as_deref()) {
+                return error_reply(e.code(), e.message().to_owned());
+            }
+            let reply = run(&methods, method, call.get("params"), by, peer).await;
             if reply.len() > MAX_PASSED_REPLY {
                 return error_reply(
                     -32603,
@@ -91,12 +124,13 @@ pub fn serve(store: &Store, methods: Methods, shutdown: CancellationToken) {
 #[derive(Debug, Clone)]
 pub struct PassedOnBy(pub ClientRef);
 
-/// Runs a passed-on call through `methods` (never a subscription), as `by`.
+/// Runs a passed-on call through `methods` (never a subscription), as `by`, who is `peer`.
 async fn run(
     methods: &Methods,
     method: &str,
     params: Option<&Value>,
     by: Option<ClientRef>,
+    peer: Peer,
 ) -> String {
     let params = params.map(|p| p.to_string());
     let params = Params::new(params.as_deref());
@@ -104,6 +138,7 @@ async fn run(
     if let Some(by) = by {
         extensions.insert(PassedOnBy(by));
     }
+    extensions.insert(peer);
     let id = Id::Number(1);
     let max = tether_proto::MAX_MESSAGE_BYTES as usize;
     let response = match methods.method_with_name(method) {
@@ -128,6 +163,7 @@ async fn run(
 pub async fn elsewhere(
     store: &Store,
     by: ClientRef,
+    cap: Option<SessionRole>,
     method: &str,
     params: Option<&RawValue>,
     id: Id<'static>,
@@ -145,6 +181,7 @@ pub async fn elsewhere(
     let call = serde_json::json!({
         "call": {"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
         "by": by,
+        "cap": cap,
     });
     let answer = match store.pass_on(node, call.to_string()).await {
         Ok(answer) => answer,
@@ -227,20 +264,26 @@ where
                     request.params.as_ref().map(|p| p.clone().into_owned()),
                     request.id().into_owned(),
                     self.store.clone(),
-                    self.connections.client_ref(tether_proto::ConnectionId(
-                        request
-                            .extensions()
-                            .get::<jsonrpsee::ConnectionId>()
-                            .map_or(0, |c| c.0 as u64),
-                    )),
+                    {
+                        let id = tether_proto::ConnectionId(
+                            request
+                                .extensions()
+                                .get::<jsonrpsee::ConnectionId>()
+                                .map_or(0, |c| c.0 as u64),
+                        );
+                        (
+                            self.connections.client_ref(id),
+                            self.connections.peer(id).cap,
+                        )
+                    },
                 )
             });
         let call = self.inner.call(request);
         async move {
             let response = call.await;
             match kept {
-                Some((method, params, id, store, by)) => {
-                    elsewhere(&store, by, &method, params.as_deref(), id, response).await
+                Some((method, params, id, store, (by, cap))) => {
+                    elsewhere(&store, by, cap, &method, params.as_deref(), id, response).await
                 }
                 None => response,
             }

@@ -97,7 +97,17 @@ pub async fn read(stream: &mut UnixStream, uid: u32, owner: &str) -> Option<Peer
     if let Some(channel) = said.channel {
         peer.channel = channel;
     }
-    peer.cap = said.role.filter(|r| r.rank() > 0);
+    // A role this build does not know caps nothing it could check: refused, not ignored.
+    if let Some(role) = &said.role
+        && role.rank() == 0
+    {
+        tracing::warn!(
+            role = role.as_str(),
+            "closed a bridge connection with a role this daemon does not know"
+        );
+        return None;
+    }
+    peer.cap = said.role;
     Some(peer)
 }
 

@@ -63,6 +63,7 @@ fn rpc_error(e: SessionError) -> ErrorObjectOwned {
         SessionError::Stopped(_) => ErrorCode::DaemonShuttingDown,
         SessionError::Busy => ErrorCode::SessionBusy,
         SessionError::NotController => ErrorCode::NotController,
+        SessionError::NotPermitted(_) => ErrorCode::NotPermitted,
         SessionError::RequestNotFound(_) => ErrorCode::RequestNotFound,
         SessionError::BudgetReached { .. } => ErrorCode::BudgetReached,
         SessionError::AlreadyExists(_)
@@ -157,11 +158,11 @@ impl RpcApi {
             .map_err(rpc_error)
     }
 
-    /// Who is at the connection that made a call (a call another node passed on was checked
-    /// there, and counts as the owner's here).
+    /// Who is at the connection that made a call (for a call another node passed on, who
+    /// was at that node's connection).
     fn peer(&self, ext: &Extensions) -> super::Peer {
-        match ext.get::<super::forward::PassedOnBy>() {
-            Some(_) => super::Peer::owner(self.connections.owner()),
+        match ext.get::<super::Peer>() {
+            Some(peer) => peer.clone(),
             None => self.connections.peer(connection_id(ext)),
         }
     }
@@ -364,21 +365,16 @@ impl TetherRpcServer for RpcApi {
         limit: Option<usize>,
         cursor: Option<String>,
     ) -> RpcResult<SessionList> {
+        // Someone else sees the sessions shared with them, and nothing of the others.
+        let peer = self.peer(ext);
         let filter = ListFilter {
             cwd,
             status,
             limit,
             cursor,
+            shared_with: (!peer.owner).then_some(peer.principal),
         };
-        let mut list = self.sessions.list(&filter).await.map_err(rpc_error)?;
-        // Someone else sees the sessions shared with them, and nothing of the others.
-        let peer = self.peer(ext);
-        if !peer.owner {
-            list.sessions
-                .retain(|s| s.shares.iter().any(|sh| sh.principal == peer.principal));
-            list.total = list.sessions.len();
-        }
-        Ok(list)
+        self.sessions.list(&filter).await.map_err(rpc_error)
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "session/get"))]
@@ -495,15 +491,17 @@ impl TetherRpcServer for RpcApi {
             )));
         }
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
-        let local = super::is_local_user(&principal);
+        // A local user reaches the daemon by the shared socket, opened at the first share:
+        // a role they could not use is not given.
+        if super::is_local_user(&principal) {
+            self.shared.open().map_err(|e| {
+                ErrorCode::Storage.with_message(format!("{principal} was not given a role: {e}"))
+            })?;
+        }
         let shares = handle
             .share(principal, Some(role), self.by(ext))
             .await
             .map_err(rpc_error)?;
-        // A local user reaches the daemon by the shared socket, opened at the first share.
-        if local {
-            self.shared.open();
-        }
         Ok(self.shares(shares))
     }
 
@@ -738,6 +736,28 @@ impl TetherRpcServer for RpcApi {
             return Err(invalid_params("updatedInput must be an object"));
         }
         let handle = self.sessions.get(&session_id).await.map_err(rpc_error)?;
+        // Someone else answers a question or a plan with their input; a tool call runs as the
+        // model asked it, or not at all.
+        let peer = self.peer(ext);
+        if !peer.owner && updated_input.is_some() {
+            let pending = handle
+                .snapshot()
+                .await
+                .map_err(rpc_error)?
+                .pending_permissions;
+            let tool = pending
+                .iter()
+                .find(|p| p["requestId"] == request_id.as_str())
+                .and_then(|p| p["tool"].as_str())
+                .unwrap_or_default();
+            if !matches!(tool, "AskUserQuestion" | "ExitPlanMode" | "") {
+                return Err(ErrorCode::NotPermitted.with_message(format!(
+                    "{} may answer {tool} as asked or not at all: changing its input (updatedInput) is for {}",
+                    peer.principal,
+                    self.connections.owner()
+                )));
+            }
+        }
         let by = self.client(ext);
         let answer = crate::session::Answer {
             decision,
@@ -975,13 +995,14 @@ impl TetherRpcServer for RpcApi {
             }
         };
         let client = self.client(ext);
-        // Someone who may only watch is attached as an observer, whatever they asked for.
-        let role = match super::access::role_in(self.sessions.store(), &self.peer(ext), &session_id)
-        {
+        // Someone who may only watch is attached as an observer, whatever they asked for (the
+        // session checks the grant again, in order with any change to it).
+        let peer = self.peer(ext);
+        let role = match super::access::role_in(self.sessions.store(), &peer, &session_id) {
             Some(SessionRole::Observer) => Role::Observer,
             _ => role.unwrap_or_default(),
         };
-        let attachment = match session.attach(client.clone(), role).await {
+        let attachment = match session.attach(client.clone(), role, !peer.owner).await {
             Ok(a) => a,
             Err(e) => {
                 pending.reject(rpc_error(e)).await;

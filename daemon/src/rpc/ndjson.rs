@@ -362,7 +362,16 @@ async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
                 let by = conn
                     .connections
                     .client_ref(tether_proto::ConnectionId(conn.conn_id.0 as u64));
-                forward::elsewhere(&conn.store, by, &method, raw.as_deref(), id, response).await
+                forward::elsewhere(
+                    &conn.store,
+                    by,
+                    peer.cap.clone(),
+                    &method,
+                    raw.as_deref(),
+                    id,
+                    response,
+                )
+                .await
             } else {
                 response
             }

@@ -72,16 +72,16 @@ impl SharedSocket {
                 .any(|s| is_local_user(&s.principal))
         });
         if shared {
-            self.open();
+            let _ = self.open();
         }
     }
 
-    /// Binds it unless it is bound, and accepts on it until the daemon stops. A failure is
-    /// logged (the daemon goes on without it) and tried again at the next share.
-    pub fn open(self: &Arc<Self>) {
+    /// Binds it unless it is bound, and accepts on it until the daemon stops. A failure says
+    /// why (the daemon goes on without it) and is tried again at the next share.
+    pub fn open(self: &Arc<Self>) -> Result<(), String> {
         let mut bound = self.bound.lock().unwrap_or_else(|p| p.into_inner());
         if *bound {
-            return;
+            return Ok(());
         }
         let listener = match Listener::bind_shared(&self.path) {
             Ok(l) => l,
@@ -90,13 +90,16 @@ impl SharedSocket {
                     socket = %self.path.display(),
                     "other local users cannot reach this daemon: {e}"
                 );
-                return;
+                return Err(format!(
+                    "other local users cannot reach this daemon: {e} (share.socket chooses another place)"
+                ));
             }
         };
         *bound = true;
         tracing::info!(socket = %self.path.display(), "listening for the local users sessions are shared with");
         let this = self.clone();
         tokio::spawn(async move { this.accept(listener).await });
+        Ok(())
     }
 
     async fn accept(&self, listener: Listener) {

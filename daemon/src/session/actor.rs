@@ -41,6 +41,8 @@ pub(super) enum Command {
     Attach {
         client: ClientRef,
         role: Role,
+        /// Not the owner: the session must be shared with the client's principal.
+        guest: bool,
         reply: oneshot::Sender<Result<Attachment, SessionError>>,
     },
     Detach {
@@ -286,10 +288,18 @@ impl SessionHandle {
     }
 
     /// Attaches a subscriber: logs `client_attached` and returns where its replay ends.
-    pub async fn attach(&self, client: ClientRef, role: Role) -> Result<Attachment, SessionError> {
+    /// Subscribes `client` in `role`; a `guest` (not the owner) only while the session is
+    /// shared with its principal, and as an observer when that is their role.
+    pub async fn attach(
+        &self,
+        client: ClientRef,
+        role: Role,
+        guest: bool,
+    ) -> Result<Attachment, SessionError> {
         self.call(|reply| Command::Attach {
             client,
             role,
+            guest,
             reply,
         })
         .await?
@@ -641,8 +651,9 @@ impl SessionActor {
             Command::Attach {
                 client,
                 role,
+                guest,
                 reply,
-            } => self.attach(client, role, reply),
+            } => self.attach(client, role, guest, reply),
             Command::Detach {
                 client,
                 role,
@@ -793,9 +804,27 @@ impl SessionActor {
     fn attach(
         &mut self,
         client: ClientRef,
-        role: Role,
+        mut role: Role,
+        guest: bool,
         reply: oneshot::Sender<Result<Attachment, SessionError>>,
     ) {
+        if guest {
+            let principal = client.principal.clone().unwrap_or_default();
+            match self
+                .journal
+                .record
+                .shares
+                .iter()
+                .find(|s| s.principal == principal)
+            {
+                None => {
+                    let _ = reply.send(Err(SessionError::NotPermitted(principal)));
+                    return;
+                }
+                Some(s) if s.role == tether_proto::SessionRole::Observer => role = Role::Observer,
+                Some(_) => {}
+            }
+        }
         self.presence.attach(client.clone(), role);
         self.left_by_script = false;
         let attachment = self.journal.subscribe(self.presence.list());

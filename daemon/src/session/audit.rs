@@ -7,49 +7,10 @@
 //! holds; nothing here writes. A request withdrawn because its turn ended is no decision and
 //! is not listed.
 
+use crate::permissions::input_hash;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use tether_proto::{AuditEntry, DecisionSource, Event, EventKind, PermissionDecision, SessionId};
-
-/// `sha256:` and the hex digest of `input`'s JSON with object keys sorted, so one input has
-/// one hash however its keys were ordered.
-pub fn input_hash(input: &Value) -> String {
-    fn canonical(v: &Value, out: &mut String) {
-        match v {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                out.push('{');
-                for (i, k) in keys.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::String((*k).clone()).to_string());
-                    out.push(':');
-                    canonical(&map[*k], out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    canonical(item, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut text = String::new();
-    canonical(input, &mut text);
-    let digest = Sha256::digest(text.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
-}
 
 /// Reads one session's events in order and keeps its decisions.
 pub struct Ledger {
@@ -107,13 +68,18 @@ impl Ledger {
                 rule,
                 rule_source,
                 mode,
+                input_hash: checked,
             } => {
-                let input = self.inputs.get(&tool_call_id).unwrap_or(&Value::Null);
+                // The input checked; a log of an older build names only the model's.
+                let input_hash = match checked {
+                    h if !h.is_empty() => h,
+                    _ => input_hash(self.inputs.get(&tool_call_id).unwrap_or(&Value::Null)),
+                };
                 let entry = AuditEntry {
                     session_id: self.session.clone(),
                     seq,
                     ts,
-                    input_hash: input_hash(input),
+                    input_hash,
                     tool_call_id,
                     tool,
                     decision,
@@ -236,6 +202,7 @@ mod tests {
             rule: Some("Bash(ls:*)".into()),
             rule_source: Some(".claude/settings.json:4".into()),
             mode: PermissionMode::Default,
+            input_hash: String::new(),
         };
         let asked = |req: &str, id: &str| EventKind::PermissionRequested {
             request_id: req.into(),

@@ -517,6 +517,7 @@ impl SessionActor {
                 rule,
                 rule_source,
                 mode,
+                input_hash: crate::permissions::input_hash(&ask.input),
             }
         };
         match decision {

@@ -58,7 +58,7 @@ pub struct LiveEvent {
     pub json: Box<str>,
     /// Whether it ends the subscriptions that receive it.
     pub ends_stream: bool,
-    /// The principal whose subscriptions it ends (`session_unshared`).
+    /// The principal whose subscriptions it ends (`session_shared`, `session_unshared`).
     pub revokes: Option<Box<str>>,
     /// Whether it is a streaming delta (which a shared log may let expire).
     pub delta: bool,
@@ -204,8 +204,11 @@ impl Journal {
         self.writable()?;
         let seq = self.head + 1;
         let delta = kind.is_delta();
+        // A role taken away or changed ends that person's subscriptions: they come back in
+        // the role they have now, if any.
         let revokes = match &kind {
-            EventKind::SessionUnshared { principal, .. } => Some(principal.as_str().into()),
+            EventKind::SessionUnshared { principal, .. }
+            | EventKind::SessionShared { principal, .. } => Some(principal.as_str().into()),
             _ => None,
         };
         let event = self.envelope(Some(seq), turn_id, kind);

@@ -410,6 +410,11 @@ impl Sessions {
             if filter.cwd.as_ref().is_some_and(|c| *c != record.cwd) {
                 continue;
             }
+            if let Some(who) = &filter.shared_with
+                && !record.shares.iter().any(|s| s.principal == *who)
+            {
+                continue;
+            }
             let summary = match live.get(&record.id) {
                 Some(h) => match h.summary().await {
                     Ok(s) => s,
@@ -567,7 +572,7 @@ impl Sessions {
     }
 
     /// A new session holding `id`'s events up to `at` (default: its last durable event),
-    /// presence events left out, seqs renumbered. A turn open at that point is ended as
+    /// presence and sharing events left out (a fork is shared with no one), seqs renumbered. A turn open at that point is ended as
     /// interrupted when the fork loads.
     pub async fn fork(&self, id: &SessionId, at: Option<u64>) -> Result<SessionId, SessionError> {
         let (summary, events) = self.events(id).await?;
@@ -583,10 +588,13 @@ impl Sessions {
             .into_iter()
             .filter(|e| e.seq.is_some_and(|s| s <= at))
         {
+            // Who watched, and who was given a role: a fork is its owner's alone.
             if matches!(
                 e.kind,
                 tether_proto::EventKind::ClientAttached { .. }
                     | tether_proto::EventKind::ClientDetached { .. }
+                    | tether_proto::EventKind::SessionShared { .. }
+                    | tether_proto::EventKind::SessionUnshared { .. }
             ) {
                 continue;
             }
@@ -610,6 +618,7 @@ impl Sessions {
             created_at: now.clone(),
             updated_at: now,
             head: copied.len() as u64,
+            shares: Vec::new(),
             ..record
         };
         // Held before its first write: in a cluster only the holder of a session writes it.

@@ -122,6 +122,51 @@ fn an_approver_over_ssh_answers_an_observer_is_refused_and_the_audit_says_who_de
     )?);
     assert!(why.contains("observer"), "{why}");
 
+    // An approver allows or denies the call as the model asked it; the rest is the owner's.
+    let why = refused(&bob.conn.request(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_always"}),
+    )?);
+    assert!(why.contains("allow_always"), "{why}");
+    let why = refused(&bob.conn.request(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once",
+               "updatedInput": {"command": "touch something-else"}}),
+    )?);
+    assert!(why.contains("updatedInput"), "{why}");
+    refused(&bob.conn.request("daemon/status", json!({}))?);
+
+    // A controller prompts, but what would act outside the session's prompts is the owner's.
+    alice.call(
+        "session/share",
+        json!({"sessionId": session, "principal": "carol", "role": "controller"}),
+    )?;
+    let why = refused(&carol.conn.request(
+        "turn/start",
+        json!({"sessionId": session, "input": [{"type": "text", "text": "!cat ~/.ssh/id_ed25519"}]}),
+    )?);
+    assert!(why.contains("shell command"), "{why}");
+    let why = refused(&carol.conn.request(
+        "turn/start",
+        json!({"sessionId": session, "input": [{"type": "text", "text": "hi"}],
+               "options": {"allowedTools": ["Bash"]}}),
+    )?);
+    assert!(why.contains("allowedTools"), "{why}");
+    let why = refused(&carol.conn.request(
+        "turn/start",
+        json!({"sessionId": session, "input": [{"type": "file", "path": "/etc/shadow"}]}),
+    )?);
+    assert!(why.contains("/etc/shadow"), "{why}");
+    let why = refused(&carol.conn.request(
+        "session/configure",
+        json!({"sessionId": session, "budgetUsd": 1000}),
+    )?);
+    assert!(why.contains("budget"), "{why}");
+    alice.call(
+        "session/share",
+        json!({"sessionId": session, "principal": "carol", "role": "observer"}),
+    )?;
+
     bob.conn.call(
         "permission/respond",
         json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
