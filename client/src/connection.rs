@@ -185,17 +185,14 @@ pub async fn open_local(socket: &Path, autostart: bool) -> Result<UnixStream, Co
     let (uid, autostart) = match shared_by() {
         Some(host) => {
             if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-                private::verify_socket_dir(dir, private::DirRule::Shared, host.uid).or_else(
+                private::verify_socket_dir(dir, private::DirRule::Shared, host.uid).map_err(
                     |e| match &e {
                         UnsafeDir::Io { source, .. }
                             if source.kind() == std::io::ErrorKind::NotFound =>
                         {
-                            Err(ConnectError::NotShared(
-                                host.name.clone(),
-                                socket.to_owned(),
-                            ))
+                            ConnectError::NotShared(host.name.clone(), socket.to_owned())
                         }
-                        _ => Err(ConnectError::UnsafeDir(e)),
+                        _ => ConnectError::UnsafeDir(e),
                     },
                 )?;
             }
