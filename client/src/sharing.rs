@@ -29,12 +29,18 @@ async fn connect(socket: &Path, id: &str) -> anyhow::Result<(Connection, Session
     Ok((conn, session))
 }
 
-fn print_shares(session: &SessionId, shares: &Shares) {
+/// Who has which role, as JSON or a table.
+fn print_shares(out: Output, session: &SessionId, shares: &Shares) -> anyhow::Result<ExitCode> {
+    if out.json {
+        print_json(shares)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("{session}");
     println!("  {:<16} owner", shares.owner);
     for s in &shares.shares {
         println!("  {:<16} {}", s.principal, s.role);
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The lines that say who has which role, as `/share` shows them.
@@ -64,12 +70,7 @@ pub async fn share(
         None => conn.client.session_shares(session.clone()).await,
     }
     .map_err(|e| anyhow::anyhow!("{}", connection::call_error(&e)))?;
-    if out.json {
-        print_json(&shares)?;
-    } else {
-        print_shares(&session, &shares);
-    }
-    Ok(ExitCode::SUCCESS)
+    print_shares(out, &session, &shares)
 }
 
 /// `tether unshare ID --with NAME`.
@@ -85,12 +86,7 @@ pub async fn unshare(
         .session_unshare(session.clone(), principal)
         .await
         .map_err(|e| anyhow::anyhow!("{}", connection::call_error(&e)))?;
-    if out.json {
-        print_json(&shares)?;
-    } else {
-        print_shares(&session, &shares);
-    }
-    Ok(ExitCode::SUCCESS)
+    print_shares(out, &session, &shares)
 }
 
 /// `since` as RFC 3339: a time as given, or a span back from now (`30m`, `2h`, `7d`).

@@ -1067,27 +1067,19 @@ impl View {
                 principal,
                 role,
                 by,
-            } => out.push_str(&format!(
-                "{}\n",
-                s.dim(&format!(
-                    "  shared with {principal} as {role}{}",
-                    by.as_ref()
-                        .map(|b| format!(" by {}", render::person(b)))
-                        .unwrap_or_default()
-                ))
+            } => out.push_str(&shared_line(
+                s,
+                format!("shared with {principal} as {role}"),
+                by,
             )),
             EventKind::SessionUnshared {
                 principal,
                 role,
                 by,
-            } => out.push_str(&format!(
-                "{}\n",
-                s.dim(&format!(
-                    "  {principal} is no longer {role}{}",
-                    by.as_ref()
-                        .map(|b| format!(" (taken away by {})", render::person(b)))
-                        .unwrap_or_default()
-                ))
+            } => out.push_str(&shared_line(
+                s,
+                format!("{principal} is no longer {role}"),
+                by,
             )),
             EventKind::SessionDeleted { .. } => {
                 out.push_str(&format!("{}\n", s.warn("the session was deleted")))
@@ -1194,3 +1186,12 @@ impl View {
 
 #[cfg(test)]
 mod tests;
+
+/// A grant's line: what changed, and who changed it.
+fn shared_line(s: Style, what: String, by: &Option<tether_proto::ClientRef>) -> String {
+    let who = by
+        .as_ref()
+        .map(|b| format!(" by {}", render::person(b)))
+        .unwrap_or_default();
+    format!("{}\n", s.dim(&format!("  {what}{who}")))
+}

@@ -153,7 +153,7 @@ fn inside(path: &str, cwd: Option<&std::path::Path>) -> bool {
 }
 
 /// The owner's parts of a call `peer` (not the owner) may otherwise make.
-pub fn check_params(
+fn check_params(
     store: &Store,
     owner: &str,
     peer: &Peer,

@@ -14,27 +14,34 @@ use tether_tests::{Daemon, Fake, Ndjson};
 /// The code of a refusal by role.
 const NOT_PERMITTED: i64 = -32011;
 
-/// A client at the other end of `ssh` with `key`; the ssh process dies with it.
-struct Remote {
+/// A client speaking through another process's pipes (ssh, or a bridge run as another
+/// user), which dies with it.
+struct Piped {
     conn: Ndjson,
-    ssh: Child,
+    child: Child,
 }
 
-impl Drop for Remote {
+impl Drop for Piped {
     fn drop(&mut self) {
-        let _ = self.ssh.kill();
-        let _ = self.ssh.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-fn through_ssh(sshd: &Sshd, key: &std::path::Path) -> anyhow::Result<Remote> {
-    let mut ssh = sshd.connect_with(key)?;
-    let stdout = ssh.stdout.take().context("ssh's stdout")?;
-    let stdin = ssh.stdin.take().context("ssh's stdin")?;
-    Ok(Remote {
-        conn: Ndjson::over(stdout, stdin),
-        ssh,
-    })
+impl Piped {
+    fn of(mut child: Child) -> anyhow::Result<Self> {
+        let stdout = child.stdout.take().context("its stdout")?;
+        let stdin = child.stdin.take().context("its stdin")?;
+        Ok(Self {
+            conn: Ndjson::over(stdout, stdin),
+            child,
+        })
+    }
+}
+
+/// A client at the other end of `ssh` with `key`.
+fn through_ssh(sshd: &Sshd, key: &std::path::Path) -> anyhow::Result<Piped> {
+    Piped::of(sshd.connect_with(key)?)
 }
 
 /// The error of a reply that must be a refusal by role, with its message.
@@ -250,32 +257,15 @@ fn an_approver_over_ssh_answers_an_observer_is_refused_and_the_audit_says_who_de
 
 /// A client run as the local user `name`, through `tether --shared-by OWNER bridge` (which
 /// only relays): the bytes are the client's own from the first one.
-struct Local {
-    conn: Ndjson,
-    bridge: Child,
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.bridge.kill();
-        let _ = self.bridge.wait();
-    }
-}
-
-fn as_local_user(name: &str, owner: &str, socket: &std::path::Path) -> anyhow::Result<Local> {
-    let mut bridge = super::access::as_user(name, tether_tests::bin("tether"))
+fn as_local_user(name: &str, owner: &str, socket: &std::path::Path) -> anyhow::Result<Piped> {
+    let bridge = super::access::as_user(name, tether_tests::bin("tether"))
         .args(["--shared-by", owner, "bridge"])
         .env("TETHER_SOCKET", socket)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()?;
-    let stdout = bridge.stdout.take().context("the bridge's stdout")?;
-    let stdin = bridge.stdin.take().context("the bridge's stdin")?;
-    Ok(Local {
-        conn: Ndjson::over(stdout, stdin),
-        bridge,
-    })
+    Piped::of(bridge)
 }
 
 /// A directory for the shared socket that other users can pass through, removed at the end.
