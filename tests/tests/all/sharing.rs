@@ -53,6 +53,27 @@ fn refused(reply: &Value) -> String {
         .to_owned()
 }
 
+/// `approver` allows `request` once; the owner's events to the turn's end, and who the log
+/// says answered.
+fn allow_once(
+    approver: &mut Ndjson,
+    owner: &mut Ndjson,
+    session: &str,
+    request: &Value,
+) -> anyhow::Result<(Vec<Value>, Value)> {
+    approver.call(
+        "permission/respond",
+        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
+    )?;
+    let events = owner.events_until("turn_ended")?;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "permission_resolved")
+        .context("resolved")?;
+    let by = resolved["data"]["resolvedBy"].clone();
+    Ok((events, by))
+}
+
 #[test]
 fn an_approver_over_ssh_answers_an_observer_is_refused_and_the_audit_says_who_decided()
 -> anyhow::Result<()> {
@@ -174,18 +195,9 @@ fn an_approver_over_ssh_answers_an_observer_is_refused_and_the_audit_says_who_de
         json!({"sessionId": session, "principal": "carol", "role": "observer"}),
     )?;
 
-    bob.conn.call(
-        "permission/respond",
-        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
-    )?;
-    let events = alice.events_until("turn_ended")?;
-    let resolved = events
-        .iter()
-        .find(|e| e["type"] == "permission_resolved")
-        .context("resolved")?;
-    let by = &resolved["data"]["resolvedBy"];
-    assert_eq!(by["principal"], "bob", "{resolved}");
-    assert_eq!(by["channel"], "ssh", "{resolved}");
+    let (events, by) = allow_once(&mut bob.conn, &mut alice, &session, &request)?;
+    assert_eq!(by["principal"], "bob", "{by}");
+    assert_eq!(by["channel"], "ssh", "{by}");
     assert!(work.join("made-with-bob").exists());
     let started = events
         .iter()
@@ -342,23 +354,9 @@ fn another_local_user_reaches_a_shared_session_and_no_one_else_does() -> anyhow:
     alice.start_turn(&session, "make the file")?;
     let asked = bob.conn.events_until("permission_requested")?;
     let request = asked.last().context("the request")?["data"]["requestId"].clone();
-    bob.conn.call(
-        "permission/respond",
-        json!({"sessionId": session, "requestId": request, "decision": "allow_once"}),
-    )?;
-    let events = alice.events_until("turn_ended")?;
-    let resolved = events
-        .iter()
-        .find(|e| e["type"] == "permission_resolved")
-        .context("resolved")?;
-    assert_eq!(
-        resolved["data"]["resolvedBy"]["principal"], BOB,
-        "{resolved}"
-    );
-    assert_eq!(
-        resolved["data"]["resolvedBy"]["channel"], "local",
-        "{resolved}"
-    );
+    let (_, by) = allow_once(&mut bob.conn, &mut alice, &session, &request)?;
+    assert_eq!(by["principal"], BOB, "{by}");
+    assert_eq!(by["channel"], "local", "{by}");
     assert!(work.join("made-with-bob").exists());
 
     // Someone no session is shared with is turned away with the reason.
