@@ -35,6 +35,8 @@ use tokio::task::JoinSet;
 
 /// How often, at most, the heap is trimmed after connections closed.
 const TRIM_EVERY: Duration = Duration::from_secs(2);
+/// Connections one person other than the owner may hold open.
+const MAX_GUEST_CONNECTIONS: usize = 32;
 /// How long connections get to finish after shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -127,6 +129,18 @@ where
                     else {
                         return;
                     };
+                    // One person's connections cannot crowd out the owner's.
+                    if !peer.owner
+                        && connections.guest_count(&peer.principal) >= MAX_GUEST_CONNECTIONS
+                    {
+                        tracing::warn!(principal = %peer.principal, "refused a connection: {MAX_GUEST_CONNECTIONS} open already");
+                        let why = format!(
+                            "{} has {MAX_GUEST_CONNECTIONS} connections to this daemon open already, the most one person may",
+                            peer.principal
+                        );
+                        refuse(stream, why).await;
+                        return;
+                    }
                     let id = connections.connect(peer);
                     match sniff(&stream).await {
                         Some(Transport::Http) => {

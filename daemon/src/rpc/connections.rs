@@ -155,6 +155,14 @@ impl Connections {
         }
     }
 
+    /// Open connections of `principal` when it is not the owner.
+    pub fn guest_count(&self, principal: &str) -> usize {
+        self.open()
+            .values()
+            .filter(|c| !c.peer.owner && c.peer.principal == principal)
+            .count()
+    }
+
     /// Open connections.
     pub fn count(&self) -> u64 {
         self.open().len() as u64

@@ -22,6 +22,8 @@ const PREFIX: &str = "#tether ";
 const MAX_LINE: usize = 1024;
 /// How long the rest of the line may take once its first byte came.
 const LINE_PATIENCE: Duration = Duration::from_secs(5);
+/// How long another user's client may take to send its first byte.
+const GUEST_PATIENCE: Duration = Duration::from_secs(10);
 
 /// What the bridge says.
 #[derive(Deserialize)]
@@ -58,7 +60,20 @@ pub async fn read(stream: &mut UnixStream, uid: u32, owner: &str) -> Option<Peer
             cap: None,
         }
     };
-    if super::peek(stream).await? != MARK {
+    // Someone else's client speaks first, and soon: an idle one would hold a connection the
+    // owner's clients share.
+    let first = if ours {
+        super::peek(stream).await?
+    } else {
+        match tokio::time::timeout(GUEST_PATIENCE, super::peek(stream)).await {
+            Ok(first) => first?,
+            Err(_) => {
+                tracing::warn!(uid, "closed a connection of another user that sent nothing");
+                return None;
+            }
+        }
+    };
+    if first != MARK {
         return Some(base);
     }
     let line = match tokio::time::timeout(LINE_PATIENCE, read_line(stream)).await {
