@@ -384,3 +384,21 @@ fn another_local_user_reaches_a_shared_session_and_no_one_else_does() -> anyhow:
     assert_eq!(turned_away["error"]["code"], NOT_PERMITTED, "{turned_away}");
     Ok(())
 }
+
+#[test]
+fn share_in_the_terminal_gives_and_takes_a_role_and_the_transcript_says_so() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([Step::text("Hello.")]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut t = super::pty::tether(&daemon, &[])?;
+    t.want("› ")?;
+    t.send_line("/share bob approver")?;
+    t.want("(owner), bob (approver)")?;
+    t.want("shared with bob as approver by")?;
+    t.send_line("/share bob owner")?;
+    t.want("is not a role")?;
+    t.send_line("/unshare bob")?;
+    t.want("bob is no longer approver")?;
+    t.send([4u8])?;
+    t.want("detached")?;
+    Ok(())
+}
