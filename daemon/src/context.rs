@@ -1,5 +1,6 @@
-//! What the model is told besides the conversation: our system prompt, the environment, the
-//! user's memory files (CLAUDE.md, AGENTS.md, with `@imports`) and a git snapshot.
+//! What the model is told besides the conversation: our system prompt (in the output style
+//! chosen), the environment, the user's memory files (CLAUDE.md, AGENTS.md, with `@imports`)
+//! and a git snapshot.
 //!
 //! Invariant: gathered at a session's first model turn into its prompt prefix, which is logged
 //! and sent byte for byte ever after (so prompt caching hits); what changes later goes to the
@@ -9,15 +10,17 @@ pub mod frontmatter;
 mod git;
 pub use git::libgit2_version;
 pub mod memory;
+pub mod styles;
 
 use crate::llm::SystemBlock;
 use std::path::Path;
 
-/// Who the agent is and how it works. Stable across sessions (the first cache breakpoint).
-pub const SYSTEM_PROMPT: &str = "You are tether, a coding agent working in the user's repository on their machine. \
-You help with software engineering: reading and changing code, running commands, explaining, debugging.
+/// Who the agent is. With [`CODING`], stable across sessions (the first cache breakpoint).
+pub const IDENTITY: &str = "You are tether, a coding agent working in the user's repository on their machine. \
+You help with software engineering: reading and changing code, running commands, explaining, debugging.";
 
-How you work:
+/// How the agent works on code; an output style may replace it.
+pub const CODING: &str = "How you work:
 - Use the tools to look before you change anything: read the files you are about to edit, search for the \
 code you need to understand. Prefer small, focused changes that fit the existing style of the project.
 - File paths given to tools are absolute. Relative paths resolve against the session's working directory.
@@ -130,8 +133,10 @@ pub async fn gather(cwd: &Path, project_memory: Option<&Path>) -> Context {
         }
         text
     });
+    let style = crate::settings::output_style(cwd, home.as_deref())
+        .and_then(|name| styles::find(&name, cwd, home.as_deref()));
     Context {
-        instructions: SYSTEM_PROMPT.to_owned(),
+        instructions: styles::instructions(IDENTITY, CODING, style.as_ref()),
         environment: env,
         date,
         git: snapshot.map(|s| s.render()),

@@ -1,7 +1,7 @@
 //! Claude Code's settings files (`~/.claude/settings.json`, `<project>/.claude/settings.json`,
 //! `<project>/.claude/settings.local.json`) and the keys tether reads from them outside the
 //! permission rules and hooks: `env`, `attribution`/`includeCoAuthoredBy`, `apiKeyHelper`,
-//! `cleanupPeriodDays`. (`permissions/keys.rs` says which keys are used; the rules and hooks
+//! `cleanupPeriodDays`, `outputStyle`. (`permissions/keys.rs` says which keys are used; the rules and hooks
 //! read their own.) A project's own files count only once its directory is trusted
 //! ([`crate::trust`]); until then [`files`] leaves them out.
 
@@ -80,6 +80,15 @@ pub struct Attribution {
     pub commit: Option<String>,
     /// Lines that end a pull request description.
     pub pr: Option<String>,
+}
+
+/// `outputStyle` of the most specific settings file that sets it.
+pub fn output_style(root: &Path, home: Option<&Path>) -> Option<String> {
+    files(root, home)
+        .into_iter()
+        .filter_map(|(_, v)| v["outputStyle"].as_str().map(str::to_owned))
+        .filter(|s| !s.trim().is_empty())
+        .last()
 }
 
 /// The trailer `includeCoAuthoredBy: true` means.

@@ -1,5 +1,5 @@
 //! Slash commands the daemon owns (`/clear`, `/compact`, `/model`, `/cost`, `/budget`,
-//! `/sandbox`; the prompts `/review`, `/security-review`, `/init`; custom commands from
+//! `/sandbox`, `/output-style`; the prompts `/review`, `/security-review`, `/init`; custom commands from
 //! `.claude/commands/*.md`; skills run as `/name`), `#` memory notes and `!command` lines.
 
 use crate::tools::skills::with_arguments;
@@ -29,6 +29,9 @@ pub enum SlashCommand {
     Budget(Option<String>),
     /// `/sandbox`: whether Bash runs in the OS sandbox, and how.
     Sandbox,
+    /// `/output-style [name]`: the output styles there are, or choose one (saved to the
+    /// project's `.claude/settings.local.json`, for the next sessions).
+    OutputStyle(Option<String>),
     /// A custom command, a skill run as `/name` or a built-in prompt (`/review`): its prompt
     /// (arguments substituted) and settings.
     Custom {
@@ -52,8 +55,17 @@ pub enum SlashCommand {
 
 /// The built-in commands, for error messages and completion.
 pub const BUILTIN: &[&str] = &[
-    "clear", "compact", "model", "effort", "cost", "context", "agents", "hooks", "budget",
+    "clear",
+    "compact",
+    "model",
+    "effort",
+    "cost",
+    "context",
+    "agents",
+    "hooks",
+    "budget",
     "sandbox",
+    "output-style",
 ];
 
 /// Reads the command in `input`, if its first text item is one. Custom commands are looked up
@@ -92,6 +104,7 @@ pub fn parse(cwd: &Path, home: Option<&Path>, input: &[InputItem]) -> Option<Sla
         "hooks" => SlashCommand::Hooks,
         "budget" => SlashCommand::Budget(arg),
         "sandbox" => SlashCommand::Sandbox,
+        "output-style" => SlashCommand::OutputStyle(arg),
         // A project's or user's command of the same name wins over a built-in prompt.
         _ => match custom(cwd, home, name, args)
             .or_else(|| prompt_command(name, args))
@@ -238,6 +251,10 @@ pub fn list(cwd: &Path, home: Option<&Path>) -> Vec<tether_proto::CommandInfo> {
         (
             "sandbox",
             "whether Bash runs in the OS sandbox, and what it may touch",
+        ),
+        (
+            "output-style",
+            "[name]: the output styles, or choose one for the next sessions here",
         ),
     ];
     let mut out: Vec<tether_proto::CommandInfo> = builtin
@@ -501,6 +518,11 @@ mod tests {
                 (
                     "sandbox",
                     "whether Bash runs in the OS sandbox, and what it may touch",
+                    "builtin"
+                ),
+                (
+                    "output-style",
+                    "[name]: the output styles, or choose one for the next sessions here",
                     "builtin"
                 ),
                 (

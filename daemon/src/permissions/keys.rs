@@ -43,6 +43,10 @@ const USED: &[(&str, &str)] = &[
         "sandbox",
         "the OS sandbox Bash commands run in (bubblewrap; see /sandbox)",
     ),
+    (
+        "outputStyle",
+        "how the agent talks (see /output-style), from the next session",
+    ),
     ("enableAllProjectMcpServers", "MCP server approval"),
     ("enabledMcpjsonServers", "MCP server approval"),
     ("disabledMcpjsonServers", "MCP server approval"),

@@ -8,8 +8,8 @@
 //! Unix user, no `--role` cap) skip the check entirely.
 //!
 //! Within a method a role allows, what acts outside the session's log and its permission
-//! prompts stays the owner's ([`check_params`]): a `!` shell command or a `#` memory note, the
-//! turn options that add rules, directories, settings, hooks or MCP servers, attachments from
+//! prompts stays the owner's ([`check_params`]): a `!` shell command or a `#` memory note,
+//! `/budget` and `/output-style` with an argument, the turn options that add rules, directories, settings, hooks or MCP servers, attachments from
 //! outside the session's directory, the budget, the no-controller policy and
 //! `bypassPermissions`, and `allow_always` (which writes the project's settings).
 
@@ -110,6 +110,13 @@ fn owners_part(store: &Store, method: &str, params: &serde_json::Value) -> Optio
                     }
                     if text.starts_with('#') && !text.starts_with("##") {
                         return Some("a # memory note".into());
+                    }
+                    // The commands that set the budget or write the project's settings.
+                    let mut words = text.split_whitespace();
+                    if let (Some(command @ ("/budget" | "/output-style")), Some(_)) =
+                        (words.next(), words.next())
+                    {
+                        return Some(format!("{command} with an argument"));
                     }
                 }
                 if let Some(path) = item["path"].as_str()

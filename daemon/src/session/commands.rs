@@ -50,6 +50,7 @@ impl SessionActor {
             }
             SlashCommand::Budget(Some(amount)) => self.set_budget(turn_id, by, &amount),
             SlashCommand::Sandbox => self.sandbox_command(turn_id),
+            SlashCommand::OutputStyle(name) => self.output_style(turn_id, name),
             SlashCommand::Note(note) => self.remember(turn_id, &note),
             SlashCommand::Shell(command) => self.shell_command(turn_id, command),
             SlashCommand::Unknown(name) => {
@@ -117,6 +118,75 @@ impl SessionActor {
             },
             Some(turn_id.clone()),
         );
+    }
+
+    /// `/output-style [name]`: lists the styles (the chosen one marked), or saves `name` as the
+    /// project's `outputStyle` in `.claude/settings.local.json`, as Claude Code does. A style
+    /// is part of a session's prompt prefix, so it applies from the next session on.
+    fn output_style(&mut self, turn_id: TurnId, name: Option<String>) {
+        use crate::context::styles;
+        let cwd = std::path::PathBuf::from(&self.journal.record.cwd);
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let chosen = crate::settings::output_style(&cwd, home.as_deref())
+            .unwrap_or_else(|| styles::DEFAULT.to_owned());
+        let Some(name) = name else {
+            let mark = |n: &str| {
+                if n.eq_ignore_ascii_case(&chosen) {
+                    "●"
+                } else {
+                    " "
+                }
+            };
+            let mut text = format!(
+                "{} {:<14} tether's own instructions\n",
+                mark(styles::DEFAULT),
+                styles::DEFAULT
+            );
+            for s in styles::available(&cwd, home.as_deref()) {
+                text.push_str(&format!(
+                    "{} {:<14} {} ({})\n",
+                    mark(&s.name),
+                    s.name,
+                    s.description,
+                    s.source
+                ));
+            }
+            text.push_str("/output-style NAME chooses one for the next sessions here");
+            self.say(&turn_id, text);
+            return self.finish_command(turn_id, None);
+        };
+        let known = name.eq_ignore_ascii_case(styles::DEFAULT)
+            || styles::find(&name, &cwd, home.as_deref()).is_some();
+        if !known {
+            let names: Vec<String> = std::iter::once(styles::DEFAULT.to_owned())
+                .chain(
+                    styles::available(&cwd, home.as_deref())
+                        .into_iter()
+                        .map(|s| s.name),
+                )
+                .collect();
+            let message = format!(
+                "there is no output style {name:?}; there are {} (add one in .claude/output-styles/)",
+                names.join(", ")
+            );
+            return self.refuse(turn_id, "unknown_output_style", message);
+        }
+        let file = cwd.join(".claude/settings.local.json");
+        let saved = crate::json_file::update(&file, |v| {
+            v["outputStyle"] = serde_json::Value::String(name.clone());
+            Ok(())
+        });
+        match saved {
+            Ok(()) => {
+                let text = format!(
+                    "output style {name} saved to {}; new sessions here use it (this one keeps its own)",
+                    file.display()
+                );
+                self.say(&turn_id, text);
+                self.finish_command(turn_id, None)
+            }
+            Err(e) => self.refuse(turn_id, "settings", format!("cannot save it: {e}")),
+        }
     }
 
     fn set_model(&mut self, turn_id: TurnId, by: ClientRef, name: String) {

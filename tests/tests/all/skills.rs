@@ -241,3 +241,70 @@ fn a_file_in_a_folder_with_instructions_brings_them_once_and_path_rules_follow_t
     assert!(app < api, "each comes with the file that brought it");
     Ok(())
 }
+
+#[test]
+fn an_output_style_from_the_settings_shapes_the_prompt_and_output_style_chooses_another()
+-> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Arr, hello."),
+        Step::text("Hello, learner."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let work = daemon.workdir();
+    std::fs::create_dir_all(work.join(".claude/output-styles"))?;
+    std::fs::write(
+        work.join(".claude/output-styles/pirate.md"),
+        "---\nname: Pirate\ndescription: talks like one\n---\nTalk like a pirate, always.\n",
+    )?;
+    std::fs::write(
+        work.join(".claude/settings.json"),
+        json!({"outputStyle": "pirate"}).to_string(),
+    )?;
+    let out = daemon.run_tether(&["-p", "hello"])?;
+    assert!(out.status.success(), "{out:?}");
+    let system = |i: usize| -> anyhow::Result<String> {
+        let requests = fake.turn_requests();
+        Ok(requests.get(i).context("a request")?.body["system"].to_string())
+    };
+    let first = system(0)?;
+    assert!(first.contains("Talk like a pirate, always."), "{first}");
+    assert!(
+        !first.contains("How you work:"),
+        "a custom style replaces the coding instructions: {first}"
+    );
+
+    // The command, in a session: its answers are notices.
+    let mut c = daemon.ndjson()?;
+    let session = c.new_session_in(&work)?;
+    c.watch(&session)?;
+    let mut said = |c: &mut tether_tests::Ndjson, text: &str| -> anyhow::Result<String> {
+        c.start_turn(&session, text)?;
+        let events = c.events_until("turn_ended")?;
+        Ok(events
+            .iter()
+            .filter(|e| e["type"] == "notice" || e["type"] == "turn_ended")
+            .map(|e| e["data"].to_string())
+            .collect::<Vec<_>>()
+            .join("\n"))
+    };
+    let listed = said(&mut c, "/output-style")?;
+    assert!(listed.contains("● Pirate"), "{listed}");
+    assert!(listed.contains("Learning"), "{listed}");
+    let unknown = said(&mut c, "/output-style shanty")?;
+    assert!(unknown.contains("no output style"), "{unknown}");
+    let saved = said(&mut c, "/output-style learning")?;
+    assert!(saved.contains("saved"), "{saved}");
+    let local: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        work.join(".claude/settings.local.json"),
+    )?)?;
+    assert_eq!(local["outputStyle"], "learning");
+    let out = daemon.run_tether(&["-p", "hello again"])?;
+    assert!(out.status.success(), "{out:?}");
+    let second = system(1)?;
+    assert!(second.contains("TODO(human)"), "{second}");
+    assert!(
+        second.contains("How you work:"),
+        "a built-in style keeps them: {second}"
+    );
+    Ok(())
+}
