@@ -87,8 +87,7 @@ pub fn output_style(root: &Path, home: Option<&Path>) -> Option<String> {
     files(root, home)
         .into_iter()
         .filter_map(|(_, v)| v["outputStyle"].as_str().map(str::to_owned))
-        .filter(|s| !s.trim().is_empty())
-        .last()
+        .rfind(|s| !s.trim().is_empty())
 }
 
 /// The trailer `includeCoAuthoredBy: true` means.
