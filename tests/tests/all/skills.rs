@@ -277,7 +277,7 @@ fn an_output_style_from_the_settings_shapes_the_prompt_and_output_style_chooses_
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&work)?;
     c.watch(&session)?;
-    let mut said = |c: &mut tether_tests::Ndjson, text: &str| -> anyhow::Result<String> {
+    let said = |c: &mut tether_tests::Ndjson, text: &str| -> anyhow::Result<String> {
         c.start_turn(&session, text)?;
         let events = c.events_until("turn_ended")?;
         Ok(events
