@@ -152,6 +152,8 @@ const STRUCTURED_OUTPUT: &str = "StructuredOutput";
 #[derive(Default)]
 pub(crate) struct Totals {
     result: String,
+    /// What a daemon command said in this turn (its info notices).
+    said: String,
     /// The text of the reply being read.
     current: String,
     /// The model that answered last.
@@ -227,7 +229,20 @@ impl Totals {
                     self.structured = Some(answer);
                 }
             }
+            // A daemon command (`/cost`, `/context` …) answers in notices: they are its result.
+            "notice" if data["level"] == NoticeLevel::Info.as_str() => {
+                if let Some(m) = data["message"].as_str() {
+                    if !self.said.is_empty() {
+                        self.said.push('\n');
+                    }
+                    self.said.push_str(m);
+                }
+            }
             "turn_ended" => {
+                if data["stopReason"] == StopReason::Command.as_str() && self.current.is_empty() {
+                    self.result = std::mem::take(&mut self.said);
+                }
+                self.said.clear();
                 self.add_turn(data);
                 return true;
             }
@@ -593,6 +608,10 @@ pub async fn run(socket: &Path, h: Headless) -> anyhow::Result<ExitCode> {
                 }
                 _ => {}
             }
+        }
+        // A command's answer came in notices, not as streamed text.
+        if format == "text" && totals.stop_reason == Some(StopReason::Command) {
+            write!(out, "{}", totals.result)?;
         }
         if format == "text" && !totals.result.ends_with('\n') {
             writeln!(out)?;

@@ -273,6 +273,19 @@ fn an_output_style_from_the_settings_shapes_the_prompt_and_output_style_chooses_
         "a custom style replaces the coding instructions: {first}"
     );
 
+    // Headless, a command's answer is the result, as `claude -p "/cost"` prints it.
+    let out = daemon.run_tether(&["-p", "/output-style"])?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("● Pirate"), "{printed}");
+    let out = daemon.run_tether(&["-p", "/output-style", "--output-format", "json"])?;
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert!(
+        result["result"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Learning"),
+        "{result}"
+    );
     // The command, in a session: its answers are notices.
     let mut c = daemon.ndjson()?;
     let session = c.new_session_in(&work)?;
