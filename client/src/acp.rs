@@ -190,7 +190,7 @@ impl Editor {
         let cwd = req.cwd.map(|c| c.display().to_string());
         let list = conn
             .client
-            .session_list(cwd, None, Some(100), req.cursor)
+            .session_list(cwd, None, Some(100), req.cursor, None)
             .await
             .map_err(|e| failed(e.into()))?;
         let sessions = list

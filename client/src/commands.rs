@@ -31,6 +31,7 @@ pub async fn sessions(
     here: bool,
     status: Option<String>,
     limit: Option<usize>,
+    search: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let status = status
         .map(|s| {
@@ -49,7 +50,10 @@ pub async fn sessions(
     } else {
         None
     };
-    let list = conn.client.session_list(cwd, status, limit, None).await?;
+    let list = conn
+        .client
+        .session_list(cwd, status, limit, None, search)
+        .await?;
     if out.json {
         print_json(&list)?;
     } else {
@@ -295,7 +299,10 @@ pub async fn resolve(conn: &Connection, id: &str) -> anyhow::Result<SessionSumma
     if let Ok(snapshot) = conn.client.session_get(SessionId(id.to_owned())).await {
         return Ok(snapshot.summary);
     }
-    let list = conn.client.session_list(None, None, None, None).await?;
+    let list = conn
+        .client
+        .session_list(None, None, None, None, None)
+        .await?;
     let matches: Vec<SessionSummary> = list
         .sessions
         .into_iter()
@@ -778,7 +785,7 @@ pub async fn pick_session(socket: &Path, id: &str) -> anyhow::Result<SessionId> 
     let cwd = crate::remote::work_dir()?;
     let list = conn
         .client
-        .session_list(Some(cwd), None, Some(20), None)
+        .session_list(Some(cwd), None, Some(20), None, None)
         .await?;
     if list.sessions.is_empty() {
         bail!("no session in this directory yet; run tether");

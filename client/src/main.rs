@@ -219,6 +219,10 @@ enum Cmd {
         /// At most this many (most recently active first).
         #[arg(long, short = 'n')]
         limit: Option<usize>,
+        /// Only those whose id, title or conversation (prompts and replies) holds these words,
+        /// whatever the case, each with the words around them.
+        #[arg(long, value_name = "WORDS")]
+        search: Option<String>,
     },
     /// The models the daemon knows: aliases, windows, thinking, effort levels and prices.
     Models,
@@ -719,7 +723,8 @@ fn main() -> ExitCode {
                 here,
                 status,
                 limit,
-            }) => commands::sessions(&socket, out, here, status, limit).await,
+                search,
+            }) => commands::sessions(&socket, out, here, status, limit, search).await,
             Some(Cmd::New {
                 title,
                 model,

@@ -686,7 +686,8 @@ pub fn sessions_table(sessions: &[SessionSummary], now: SystemTime) -> String {
         }
     }
     let mut out = String::new();
-    for row in std::iter::once(&header).chain(&rows) {
+    let found = std::iter::once(None).chain(sessions.iter().map(|s| s.found.as_deref()));
+    for (row, found) in std::iter::once(&header).chain(&rows).zip(found) {
         let line: Vec<String> = row
             .iter()
             .zip(widths)
@@ -694,6 +695,10 @@ pub fn sessions_table(sessions: &[SessionSummary], now: SystemTime) -> String {
             .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
+        // A search says where it found the words.
+        if let Some(found) = found {
+            out.push_str(&format!("          {found}\n"));
+        }
     }
     out
 }

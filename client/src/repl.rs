@@ -1042,7 +1042,7 @@ pub async fn most_recent_here(socket: &Path) -> anyhow::Result<Option<SessionId>
     let cwd = crate::remote::work_dir()?;
     let list = conn
         .client
-        .session_list(Some(cwd), None, Some(1), None)
+        .session_list(Some(cwd), None, Some(1), None, None)
         .await?;
     Ok(list.sessions.into_iter().next().map(|s| s.session_id))
 }

@@ -20,6 +20,7 @@ mod registry;
 mod retention;
 mod rewind;
 mod sandboxing;
+mod search;
 mod travel;
 mod turns;
 
@@ -114,6 +115,7 @@ pub fn summary_of(
         pruned_through: record.pruned_through,
         attached_clients: attached,
         shares: record.shares.clone(),
+        found: None,
     }
 }
 
@@ -196,6 +198,8 @@ pub struct ListFilter {
     pub cursor: Option<String>,
     /// Only those shared with this principal (someone other than the owner asks).
     pub shared_with: Option<String>,
+    /// Only those whose id, title or conversation holds this (any case).
+    pub query: Option<String>,
 }
 
 /// A controller's answer to a permission request.

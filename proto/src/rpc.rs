@@ -54,7 +54,9 @@ pub trait TetherRpc {
     ) -> RpcResult<SessionNewResult>;
 
     /// Lists sessions, most recently active first: `cwd` and `status` filter, `limit` sizes a
-    /// page and `cursor` (a previous page's `nextCursor`) continues after it.
+    /// page and `cursor` (a previous page's `nextCursor`) continues after it. `query` keeps
+    /// the sessions whose id, title or conversation (prompts and replies) holds it, whatever
+    /// the case, each with `found`, the words around it; a search has no next page.
     #[method(name = "session/list", param_kind = map, with_extensions)]
     async fn session_list(
         &self,
@@ -62,6 +64,7 @@ pub trait TetherRpc {
         status: Option<SessionStatus>,
         limit: Option<usize>,
         cursor: Option<String>,
+        query: Option<String>,
     ) -> RpcResult<SessionList>;
 
     /// A session's full snapshot.

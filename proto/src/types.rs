@@ -612,6 +612,9 @@ pub struct SessionSummary {
     /// The people the owner gave a role in the session.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<Share>,
+    /// In a search (`session/list` with `query`): the words around the first match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<String>,
 }
 
 /// Result of `session/list`.

@@ -5,7 +5,7 @@
 use super::Repl;
 use crate::connection;
 use std::sync::Arc;
-use tether_proto::{PermissionDecision, PermissionMode, Role, TetherRpcClient};
+use tether_proto::{PermissionDecision, PermissionMode, Role, SessionId, TetherRpcClient};
 
 /// The permission modes Shift+Tab cycles through.
 const MODES: [PermissionMode; 4] = [
@@ -20,7 +20,10 @@ pub const CLIENT_COMMANDS: &[(&str, &str)] = &[
     ("/help", "this list"),
     ("/sessions", "sessions in this directory"),
     ("/new", "a new session here (this one stays)"),
-    ("/resume", "/resume <id>: switch to another session"),
+    (
+        "/resume",
+        "/resume [id or words]: switch sessions; a picker that searches titles and conversations",
+    ),
     (
         "/attach",
         "/attach <id> [--observe]: join another session (as observer: watch only)",
@@ -464,7 +467,7 @@ impl Repl {
                 let list = self
                     .conn
                     .client
-                    .session_list(Some(cwd), None, Some(20), None)
+                    .session_list(Some(cwd), None, Some(20), None, None)
                     .await?;
                 self.print(&crate::render::sessions_table(
                     &list.sessions,
@@ -483,12 +486,21 @@ impl Repl {
                 return Ok(false);
             }
             "/resume" => {
-                if arg.is_empty() {
-                    self.say(&s.dim("/resume <id or prefix>  (/sessions lists them)"));
-                } else {
-                    let summary = crate::commands::resolve(&self.conn, &arg).await?;
-                    self.switch(summary.session_id).await?;
-                    return Ok(false);
+                // An id or a prefix of one goes straight there; anything else is searched for.
+                let known = match arg.is_empty() {
+                    true => None,
+                    false => crate::commands::resolve(&self.conn, &arg).await.ok(),
+                };
+                let picked = match known {
+                    Some(summary) => Some(summary.session_id),
+                    None => self.pick_session(&arg).await?,
+                };
+                match picked {
+                    Some(id) => {
+                        self.switch(id).await?;
+                        return Ok(false);
+                    }
+                    None => self.edit(),
                 }
             }
             "/attach" => {
@@ -715,6 +727,63 @@ impl Repl {
             let _ = self
                 .to_editor
                 .send(super::editor::Command::Prefill(done.prompt.clone()));
+        }
+    }
+
+    /// `/resume` without an id: a picker of this directory's sessions that searches their
+    /// titles and conversations (the daemon reads the logs) as the query is typed.
+    async fn pick_session(&mut self, initial: &str) -> anyhow::Result<Option<SessionId>> {
+        type Rows = Vec<(String, SessionId)>;
+        let cwd = crate::remote::work_dir()?;
+        let s = self.style;
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ask, mut asked) =
+            tokio::sync::mpsc::unbounded_channel::<(String, std::sync::mpsc::Sender<Rows>)>();
+        let initial = initial.to_owned();
+        let picker = tokio::task::spawn_blocking(move || {
+            let search = |query: &str| -> Rows {
+                let (reply, rows) = std::sync::mpsc::channel();
+                if ask.send((query.to_owned(), reply)).is_err() {
+                    return Vec::new();
+                }
+                rows.recv().unwrap_or_default()
+            };
+            super::prompt::search_pick("Resume a session:", &initial, search, s, &cancel)
+        });
+        tokio::pin!(picker);
+        let now = std::time::SystemTime::now();
+        loop {
+            tokio::select! {
+                picked = &mut picker => return Ok(picked.ok().flatten()),
+                Some((query, reply)) = asked.recv() => {
+                    let query = Some(query).filter(|q| !q.trim().is_empty());
+                    let list = self
+                        .conn
+                        .client
+                        .session_list(Some(cwd.clone()), None, Some(20), None, query)
+                        .await;
+                    let rows = list
+                        .map(|l| l.sessions)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|summary| {
+                            let title = summary.title.as_deref().unwrap_or("(untitled)");
+                            let found = summary
+                                .found
+                                .as_ref()
+                                .map(|f| format!("  {}", s.dim(f)))
+                                .unwrap_or_default();
+                            let label = format!(
+                                "{}  {}  {title}{found}",
+                                &summary.session_id.0[..8.min(summary.session_id.0.len())],
+                                crate::render::ago(&summary.updated_at, now),
+                            );
+                            (label, summary.session_id)
+                        })
+                        .collect();
+                    let _ = reply.send(rows);
+                }
+            }
         }
     }
 

@@ -475,6 +475,96 @@ pub fn pick(
     choice
 }
 
+/// Rows a searching picker shows at most.
+const SEARCH_ROWS: usize = 10;
+
+/// A picker whose list follows what is typed: `search(query)` gives the rows for a query
+/// (each a label and what picking it returns), asked again at every change, starting with
+/// `initial`. Typing edits the query, ↑/↓ move, Enter picks, Esc leaves.
+pub fn search_pick<T>(
+    title: &str,
+    initial: &str,
+    mut search: impl FnMut(&str) -> Vec<(String, T)>,
+    style: Style,
+    cancel: &AtomicBool,
+) -> Option<T> {
+    let mut out = std::io::stdout();
+    let width = columns().saturating_sub(1).max(10);
+    let mut query = initial.to_owned();
+    let mut rows = search(&query);
+    let mut selected = 0usize;
+    let draw = |out: &mut std::io::Stdout, query: &str, rows: &[(String, T)], selected: usize| {
+        let mut lines = vec![
+            style.bold(title),
+            format!("  {} {query}▏", style.dim("search:")),
+        ];
+        if rows.is_empty() {
+            lines.push(style.dim("    nothing matches"));
+        }
+        for (i, (label, _)) in rows.iter().take(SEARCH_ROWS).enumerate() {
+            let mark = if i == selected { "❯" } else { " " };
+            let row = crate::view::fit_visible(&format!("  {mark} {label}"), width);
+            lines.push(if i == selected { style.bold(&row) } else { row });
+        }
+        lines.push(style.dim(
+            "  type to search titles and conversations, ↑/↓ to move, Enter to pick, Esc to leave",
+        ));
+        for line in &lines {
+            let _ = write!(out, "{line}\r\n");
+        }
+        let _ = out.flush();
+        u16::try_from(lines.len()).unwrap_or(u16::MAX)
+    };
+    if let Err(e) = crossterm::terminal::enable_raw_mode() {
+        let _ = writeln!(
+            out,
+            "{}",
+            style.error(&format!("cannot read the terminal: {e}"))
+        );
+        return None;
+    }
+    let mut drawn = draw(&mut out, &query, &rows, selected);
+    let erase = |out: &mut std::io::Stdout, drawn: u16| {
+        let _ = crossterm::execute!(
+            out,
+            crossterm::cursor::MoveUp(drawn),
+            crossterm::terminal::Clear(crossterm::terminal::ClearType::FromCursorDown)
+        );
+    };
+    let choice = loop {
+        let Some(code) = next_key(cancel) else {
+            break None;
+        };
+        let shown = rows.len().min(SEARCH_ROWS);
+        match code {
+            KeyCode::Esc => break None,
+            KeyCode::Enter if shown > 0 => break Some(rows.swap_remove(selected)),
+            KeyCode::Up | KeyCode::Down if shown > 0 => {
+                selected = if code == KeyCode::Up {
+                    (selected + shown - 1) % shown
+                } else {
+                    (selected + 1) % shown
+                };
+            }
+            KeyCode::Char(c) => {
+                query.push(c);
+                rows = search(&query);
+                selected = 0;
+            }
+            KeyCode::Backspace if query.pop().is_some() => {
+                rows = search(&query);
+                selected = 0;
+            }
+            _ => continue,
+        }
+        erase(&mut out, drawn);
+        drawn = draw(&mut out, &query, &rows, selected);
+    };
+    erase(&mut out, drawn);
+    let _ = crossterm::terminal::disable_raw_mode();
+    choice.map(|(_, picked)| picked)
+}
+
 /// The next key, the terminal being in raw mode; `None` when `cancel` fires (answered
 /// elsewhere) or the terminal cannot be read. Ctrl+C reads as Esc.
 fn next_key(cancel: &AtomicBool) -> Option<KeyCode> {

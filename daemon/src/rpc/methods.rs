@@ -364,6 +364,7 @@ impl TetherRpcServer for RpcApi {
         status: Option<SessionStatus>,
         limit: Option<usize>,
         cursor: Option<String>,
+        query: Option<String>,
     ) -> RpcResult<SessionList> {
         // Someone else sees the sessions shared with them, and nothing of the others.
         let peer = self.peer(ext);
@@ -373,6 +374,7 @@ impl TetherRpcServer for RpcApi {
             limit,
             cursor,
             shared_with: (!peer.owner).then_some(peer.principal),
+            query,
         };
         self.sessions.list(&filter).await.map_err(rpc_error)
     }

@@ -432,6 +432,21 @@ impl Sessions {
             out.push(summary);
         }
         out.sort_by(|a, b| (&b.updated_at, &b.session_id.0).cmp(&(&a.updated_at, &a.session_id.0)));
+        // A search reads the logs, newest first, until it has enough; it has no next page.
+        if let Some(query) = filter.query.clone().filter(|q| !q.trim().is_empty()) {
+            let store = self.store.clone();
+            let limit = filter.limit.unwrap_or(usize::MAX);
+            let sessions = tokio::task::spawn_blocking(move || {
+                super::search::matching(&store, out, &query, limit)
+            })
+            .await
+            .map_err(|e| SessionError::Commit(format!("the search failed: {e}")))?;
+            return Ok(SessionList {
+                total: sessions.len(),
+                sessions,
+                next_cursor: None,
+            });
+        }
         let total = out.len();
         if let Some(cursor) = &filter.cursor {
             // Keyset paging: everything strictly after the cursor's (updatedAt, id) position.

@@ -729,7 +729,7 @@ fn settings_files_give_new_sessions_their_mode_and_model_and_every_key_is_listed
         work.join(".claude/settings.local.json"),
         json!({"permissions": {"defaultMode": "acceptEdits", "allow": []},
             "model": "haiku", "statusLine": {"type": "command", "command": "echo hi"},
-            "outputStyle": "Explanatory"})
+            "outputStyle": "Explanatory", "spinnerTipsEnabled": false})
         .to_string(),
     )?;
     let mut c = daemon.ndjson()?;
@@ -756,8 +756,9 @@ fn settings_files_give_new_sessions_their_mode_and_model_and_every_key_is_listed
     };
     assert_eq!(key("model")["used"], true, "{keys:?}");
     assert_eq!(key("statusLine")["used"], true, "{keys:?}");
-    assert_eq!(key("outputStyle")["used"], false, "{keys:?}");
-    assert_eq!(key("outputStyle")["note"], "not used by tether");
+    assert_eq!(key("outputStyle")["used"], true, "{keys:?}");
+    assert_eq!(key("spinnerTipsEnabled")["used"], false, "{keys:?}");
+    assert_eq!(key("spinnerTipsEnabled")["note"], "not used by tether");
     Ok(())
 }
 

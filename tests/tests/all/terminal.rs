@@ -294,6 +294,62 @@ fn tether_r_lists_this_directorys_sessions_and_resumes_the_one_picked() -> anyho
 }
 
 #[test]
+fn resume_searches_what_was_said_and_switches_to_the_session_picked() -> anyhow::Result<()> {
+    let fake = Fake::start(Script::of([
+        Step::text("Here is a fact about a zebra crossing."),
+        Step::text("Nothing special here."),
+    ]))?;
+    let daemon = Daemon::start_with(fake.env())?;
+    let mut c = daemon.ndjson()?;
+    let work = daemon.workdir();
+    let mut ids = Vec::new();
+    for (title, prompt) in [("animals", "tell me a fact"), ("chores", "anything else")] {
+        let session = c.call(
+            "session/new",
+            json!({"cwd": work, "title": title, "permissionMode": "bypassPermissions"}),
+        )?["sessionId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        c.watch(&session)?;
+        c.start_turn(&session, prompt)?;
+        c.events_until("turn_ended")?;
+        ids.push(session);
+    }
+
+    // From the command line: the session whose reply holds the words, with where.
+    let out = daemon.run_tether(&["sessions", "--search", "ZEBRA"])?;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains(&ids[0][..8]), "{table}");
+    assert!(!table.contains(&ids[1][..8]), "{table}");
+    assert!(table.contains("zebra crossing"), "{table}");
+
+    // In the terminal: the picker narrows as the words are typed, and Enter goes there.
+    let mut a = tether(&daemon, &[])?;
+    a.want("› ")?;
+    a.send_line("/resume")?;
+    a.want("Resume a session:")?;
+    a.want("chores")?;
+    a.send("zebr")?;
+    a.want("zebra crossing")?;
+    {
+        let screen = a.screen();
+        assert!(
+            !screen.contains("chores"),
+            "the list follows the search:\n{screen}"
+        );
+    }
+    a.send("\r")?;
+    a.want("a fact about a zebra crossing")?;
+    a.want("› ")?;
+    a.send_line("/status")?;
+    a.want("animals")?;
+    a.send([4u8])?;
+    a.want("detached")?;
+    Ok(())
+}
+
+#[test]
 fn ctrl_t_opens_the_thinking_of_the_last_reply() -> anyhow::Result<()> {
     let fake = Fake::start(
         Script::of([
