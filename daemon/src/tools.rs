@@ -41,7 +41,8 @@ pub use read::MAX_IMAGE_BYTES;
 pub use skill::Skill;
 pub use task::Task;
 pub use tool::{
-    Net, Spent, SubagentFuture, SubagentRunner, Tool, ToolContext, ToolFuture, ToolOutput, Tools,
+    AgentJob, Net, Spent, SubagentFuture, SubagentRunner, Tool, ToolContext, ToolFuture,
+    ToolOutput, Tools,
 };
 pub use workspace::{FileStamp, HOST_SUFFIX, Workspace, normalize};
 

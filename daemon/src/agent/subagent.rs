@@ -10,8 +10,7 @@ use super::turn::Turn;
 use super::turn_context::TurnContext;
 use crate::hooks::HookEvent;
 use crate::llm::SystemBlock;
-use crate::tools::agents::AgentDef;
-use crate::tools::{SubagentFuture, SubagentRunner, ToolContext, ToolOutput};
+use crate::tools::{AgentJob, SubagentFuture, SubagentRunner, ToolContext, ToolOutput};
 use serde_json::json;
 use std::future::Future;
 use std::pin::Pin;
@@ -108,29 +107,27 @@ impl TurnSink for ChildSink {
 }
 
 impl SubagentRunner for Subagents {
-    fn run<'a>(
-        &'a self,
-        agent: &'a AgentDef,
-        model: Option<&'a str>,
-        description: &'a str,
-        prompt: &'a str,
-        ctx: &'a ToolContext,
-    ) -> SubagentFuture<'a> {
-        Box::pin(self.run_child(agent, model, description, prompt, ctx))
+    fn run<'a>(&'a self, job: AgentJob<'a>, ctx: &'a ToolContext) -> SubagentFuture<'a> {
+        Box::pin(self.run_child(job, ctx))
     }
 }
 
 impl Subagents {
-    /// Runs `prompt` as a child conversation of type `agent`; returns its final answer and
-    /// what it spent.
+    /// Runs `job` as a child conversation of its type; returns its final answer and what it
+    /// spent.
     async fn run_child(
         &self,
-        agent: &AgentDef,
-        model: Option<&str>,
-        description: &str,
-        prompt: &str,
+        job: AgentJob<'_>,
         ctx: &ToolContext,
     ) -> (ToolOutput, TokenUsage, Option<f64>) {
+        let AgentJob {
+            agent,
+            model,
+            effort,
+            name,
+            description,
+            prompt,
+        } = job;
         let system = agent.prompt.as_ref().map(|p| {
             std::iter::once(p.as_str())
                 .chain(self.environment.as_deref())
@@ -142,7 +139,12 @@ impl Subagents {
             .ctx
             .for_agent(&agent.name, agent.tools.as_deref(), system, model)
         {
-            Ok(c) => Arc::new(c),
+            Ok(mut c) => {
+                if effort.is_some() {
+                    c.policy.effort = effort;
+                }
+                Arc::new(c)
+            }
             Err(e) => return (ToolOutput::error(e), TokenUsage::default(), Some(0.0)),
         };
         let turn = Turn {
@@ -184,7 +186,11 @@ impl Subagents {
             agent: agent.name.clone(),
             text: Mutex::new((String::new(), String::new())),
         });
-        (ctx.progress)(format!("[sub-agent {}: {description}]\n", agent.name));
+        let label = match name {
+            Some(name) => format!("{name} ({})", agent.name),
+            None => agent.name.clone(),
+        };
+        (ctx.progress)(format!("[sub-agent {label}: {description}]\n"));
         let outcome = turn.run(history, sink.clone()).await;
         let answer = sink
             .text

@@ -1,9 +1,9 @@
-//! `Agent {description, prompt, subagent_type?, model?}` (once `Task`, still an alias): hands a
-//! self-contained job to a sub-agent of the type asked for (`agents.rs`) with its own
-//! conversation, and returns its final answer.
+//! `Agent {description, prompt, subagent_type?, model?, effort?, name?}` (once `Task`, still an
+//! alias): hands a self-contained job to a sub-agent of the type asked for (`agents.rs`) with
+//! its own conversation, and returns its final answer.
 
 use super::agents::{self, AgentDef, Found};
-use crate::tools::{Tool, ToolContext, ToolFuture, ToolOutput};
+use crate::tools::{AgentJob, Tool, ToolContext, ToolFuture, ToolOutput};
 use serde_json::{Value, json};
 
 /// The type used when the call names none.
@@ -23,7 +23,8 @@ impl Task {
              review) to a sub-agent with a fresh context. The prompt must say everything the \
              sub-agent needs and what to report back; you get its final answer only. Several \
              Agent calls in one reply run in parallel. subagent_type picks the kind of agent \
-             (default {DEFAULT_TYPE}); model overrides its model (sonnet, opus, haiku).\n\n\
+             (default {DEFAULT_TYPE}); model overrides its model (sonnet, opus, haiku), effort \
+             how hard it thinks; name labels it while it works.\n\n\
              Available agent types:\n{}",
             agents::describe(&found.agents)
         );
@@ -52,7 +53,9 @@ impl Tool for Task {
                 "description": {"type": "string", "minLength": 1, "description": "The job in 3-5 words"},
                 "prompt": {"type": "string", "minLength": 1, "description": "Everything the sub-agent needs to know and do"},
                 "subagent_type": {"type": "string", "description": "The kind of agent (one of the available agent types)"},
-                "model": {"type": "string", "description": "Model for this agent instead of its own (sonnet, opus, haiku)"}
+                "model": {"type": "string", "description": "Model for this agent instead of its own (sonnet, opus, haiku)"},
+                "effort": {"type": "string", "enum": ["low", "medium", "high", "xhigh", "max"], "description": "How hard this agent thinks instead of the session's effort"},
+                "name": {"type": "string", "description": "A short name for this agent, shown while it works"}
             },
             "required": ["description", "prompt"],
             "additionalProperties": false
@@ -89,7 +92,20 @@ impl Tool for Task {
             let description = input["description"].as_str().unwrap_or("task");
             let prompt = input["prompt"].as_str().unwrap_or_default();
             let model = input["model"].as_str().filter(|m| !m.trim().is_empty());
-            let (out, usage, cost) = runner.run(agent, model, description, prompt, ctx).await;
+            let effort = input["effort"].as_str().and_then(crate::llm::Effort::parse);
+            let name = input["name"]
+                .as_str()
+                .map(str::trim)
+                .filter(|n| !n.is_empty());
+            let job = AgentJob {
+                agent,
+                model,
+                effort,
+                name,
+                description,
+                prompt,
+            };
+            let (out, usage, cost) = runner.run(job, ctx).await;
             // Its requests are on the budget already, counted as they were made.
             ctx.tally(usage, cost);
             out

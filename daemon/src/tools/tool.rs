@@ -179,16 +179,24 @@ pub type SubagentFuture<'a> =
 /// and model, its progress streamed through the calling tool's context. The query loop
 /// implements it.
 pub trait SubagentRunner: Send + Sync {
-    /// Runs `prompt` as a child conversation of type `agent` (on `model` when given); returns
-    /// its final answer and what it spent.
-    fn run<'a>(
-        &'a self,
-        agent: &'a super::agents::AgentDef,
-        model: Option<&'a str>,
-        description: &'a str,
-        prompt: &'a str,
-        ctx: &'a ToolContext,
-    ) -> SubagentFuture<'a>;
+    /// Runs `job` as a child conversation; returns its final answer and what it spent.
+    fn run<'a>(&'a self, job: AgentJob<'a>, ctx: &'a ToolContext) -> SubagentFuture<'a>;
+}
+
+/// What one Agent call asks of a sub-agent.
+pub struct AgentJob<'a> {
+    /// Its type.
+    pub agent: &'a super::agents::AgentDef,
+    /// The model instead of the type's own.
+    pub model: Option<&'a str>,
+    /// How hard it thinks instead of the session's effort.
+    pub effort: Option<crate::llm::Effort>,
+    /// The name it goes by while it works (`name`), beside its type.
+    pub name: Option<&'a str>,
+    /// The job in a few words.
+    pub description: &'a str,
+    /// Everything it is told.
+    pub prompt: &'a str,
 }
 
 /// A boxed tool future.

@@ -41,7 +41,7 @@ fn a_turn_asks_in_the_terminal_and_tether_c_shows_it_after_a_detach() -> anyhow:
     a.want("Review the staged changes (project)")?;
     a.send_line("/permissions")?;
     a.want("mode default")?;
-    a.send_line("/resume no-such-session")?;
+    a.send_line("/attach no-such-session")?;
     a.want("✗")?;
     a.send_line("/status")?;
     a.want("model ")?;

@@ -892,6 +892,38 @@ fn a_task_runs_a_sub_agent_whose_answer_and_usage_reach_the_parent() -> anyhow::
 }
 
 #[test]
+fn an_agent_call_names_its_agent_and_sets_how_hard_it_thinks() -> anyhow::Result<()> {
+    let (fake, _daemon, mut c, session) = setup(Script::of([
+        Step::default().tool_use(
+            "Agent",
+            json!({"description": "check it", "prompt": "Is 7 prime?", "name": "checker", "effort": "low"}),
+        ),
+        Step::text("Yes."),
+        Step::text("It is prime."),
+    ]))?;
+    let events = run_turn(&mut c, &session, "delegate it")?;
+    let progress: String = of_type(&events, "tool_progress")
+        .iter()
+        .filter_map(|e| e["data"]["chunk"].as_str())
+        .collect();
+    assert!(
+        progress.contains("[sub-agent checker (general-purpose): check it]"),
+        "{progress}"
+    );
+    let reqs = fake.server.message_requests();
+    assert_eq!(
+        reqs[1].body["output_config"]["effort"], "low",
+        "the agent's"
+    );
+    assert_ne!(
+        reqs[0].body["output_config"]["effort"], "low",
+        "not the parent's"
+    );
+    fake.no_rejections();
+    Ok(())
+}
+
+#[test]
 fn a_projects_agent_runs_with_its_own_prompt_tools_and_model() -> anyhow::Result<()> {
     let fake = Fake::start(Script::of([
         Step::default().tool_use(
