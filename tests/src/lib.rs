@@ -374,6 +374,11 @@ impl Daemon {
         rss_kib(pid)
     }
 
+    /// The daemon's memory: resident, private and proportional.
+    pub fn memory(&self) -> anyhow::Result<Memory> {
+        memory(self.child.as_ref().context("daemon is not running")?.id())
+    }
+
     /// The daemon's peak resident memory in KiB (`VmHWM`: the most it ever held).
     pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
         self.status_kib("VmHWM")
@@ -436,6 +441,46 @@ impl Daemon {
 /// A process's resident memory in KiB (`VmRSS` of `/proc/<pid>/status`).
 pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     status_kib(pid, "VmRSS")
+}
+
+/// What a process's memory costs, in KiB: resident (RSS), its own alone (USS: private pages,
+/// what it frees when it exits) and its share of what it maps with others (PSS: shared pages
+/// divided among their users), so memory shared between processes is counted once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    /// Resident set.
+    pub rss: u64,
+    /// Unique set: private clean and dirty pages.
+    pub uss: u64,
+    /// Proportional set.
+    pub pss: u64,
+}
+
+impl std::fmt::Display for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RSS {} KiB, private (USS) {} KiB, proportional (PSS) {} KiB",
+            self.rss, self.uss, self.pss
+        )
+    }
+}
+
+/// `pid`'s memory, from `/proc/<pid>/smaps_rollup`.
+pub fn memory(pid: u32) -> anyhow::Result<Memory> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .with_context(|| format!("no {name} line in smaps_rollup"))
+    };
+    Ok(Memory {
+        rss: field("Rss")?,
+        uss: field("Private_Clean")? + field("Private_Dirty")?,
+        pss: field("Pss")?,
+    })
 }
 
 /// A size field of `/proc/<pid>/status` in KiB.

@@ -269,6 +269,16 @@ fn headless(turns: usize, every: usize) -> anyhow::Result<()> {
     );
     std::thread::sleep(Duration::from_secs(8));
     let idle = daemon.rss_kib()?;
+    let session = daemon
+        .ndjson()?
+        .call("session/list", serde_json::json!({"limit": 1}))?["sessions"][0]["sessionId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    println!(
+        "an attached client, idle: {}",
+        client_memory(&daemon, &session)?
+    );
     println!(
         "daemon idle after: {}; client peak + daemon idle = {} KiB",
         rss(&daemon)?,
@@ -277,15 +287,36 @@ fn headless(turns: usize, every: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The daemon's RSS, and how much of it is its own memory and how much mapped files (its
-/// binary's code, mostly), in KiB.
+/// The daemon's memory: RSS (and how much of it is anonymous and how much mapped files, its
+/// binary's code mostly), then its private (USS) and proportional (PSS) memory, which count
+/// what it shares with other processes once; in KiB.
 fn rss(daemon: &Daemon) -> anyhow::Result<String> {
+    let m = daemon.memory()?;
     Ok(format!(
-        "{} KiB (anon {}, file {})",
-        daemon.rss_kib()?,
+        "RSS {} KiB (anon {}, file {}), USS {} KiB, PSS {} KiB",
+        m.rss,
         daemon.status_kib("RssAnon")?,
-        daemon.status_kib("RssFile")?
+        daemon.status_kib("RssFile")?,
+        m.uss,
+        m.pss
     ))
+}
+
+/// A client attached to `session` while it idles (`tether attach`, line mode): its memory, as
+/// [`rss`] gives the daemon's.
+fn client_memory(daemon: &Daemon, session: &str) -> anyhow::Result<tether_tests::Memory> {
+    let mut client = daemon
+        .tether()
+        .args(["attach", session, "--since", "head"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    std::thread::sleep(Duration::from_secs(2));
+    let measured = tether_tests::memory(client.id());
+    let _ = client.kill();
+    let _ = client.wait();
+    measured
 }
 
 /// The largest peak RSS of any child process waited for so far, in KiB.
