@@ -50,12 +50,15 @@ pub async fn sessions(
     } else {
         None
     };
+    let searched = search.is_some();
     let list = conn
         .client
         .session_list(cwd, status, limit, None, search)
         .await?;
     if out.json {
         print_json(&list)?;
+    } else if searched && list.sessions.is_empty() {
+        println!("no session holds those words");
     } else {
         print!(
             "{}",
@@ -794,7 +797,7 @@ pub async fn pick_session(socket: &Path, id: &str) -> anyhow::Result<SessionId> 
         println!(
             "{:>3}. {}  {}  {}",
             i + 1,
-            &s.session_id.0[..8.min(s.session_id.0.len())],
+            s.session_id.0.chars().take(8).collect::<String>(),
             render::ago(&s.updated_at, SystemTime::now()),
             s.title.as_deref().unwrap_or("(untitled)")
         );

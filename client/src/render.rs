@@ -696,7 +696,8 @@ pub fn sessions_table(sessions: &[SessionSummary], now: SystemTime) -> String {
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
         // A search says where it found the words.
-        if let Some(found) = found {
+        if let Some(found) = found.filter(|f| !f.is_empty()) {
+            let found: String = found.chars().filter(|c| !c.is_control()).collect();
             out.push_str(&format!("          {found}\n"));
         }
     }

@@ -55,8 +55,9 @@ pub trait TetherRpc {
 
     /// Lists sessions, most recently active first: `cwd` and `status` filter, `limit` sizes a
     /// page and `cursor` (a previous page's `nextCursor`) continues after it. `query` keeps
-    /// the sessions whose id, title or conversation (prompts and replies) holds it, whatever
-    /// the case, each with `found`, the words around it; a search has no next page.
+    /// the sessions whose id starts with it or whose title or conversation (prompts and
+    /// replies) holds it, whatever the case, each with `found`, the words around it; a search
+    /// has no next page.
     #[method(name = "session/list", param_kind = map, with_extensions)]
     async fn session_list(
         &self,

@@ -760,22 +760,33 @@ impl Repl {
                     let list = self
                         .conn
                         .client
-                        .session_list(Some(cwd.clone()), None, Some(20), None, query)
+                        .session_list(
+                            Some(cwd.clone()),
+                            None,
+                            Some(super::prompt::SEARCH_ROWS),
+                            None,
+                            query,
+                        )
                         .await;
                     let rows = list
                         .map(|l| l.sessions)
                         .unwrap_or_default()
                         .into_iter()
                         .map(|summary| {
-                            let title = summary.title.as_deref().unwrap_or("(untitled)");
+                            // What the model or a guest wrote never reaches the terminal raw.
+                            let clean = |t: &str| -> String {
+                                t.chars().filter(|c| !c.is_control()).collect()
+                            };
+                            let title = clean(summary.title.as_deref().unwrap_or("(untitled)"));
                             let found = summary
                                 .found
-                                .as_ref()
-                                .map(|f| format!("  {}", s.dim(f)))
+                                .as_deref()
+                                .filter(|f| !f.is_empty())
+                                .map(|f| format!("  {}", s.dim(&clean(f))))
                                 .unwrap_or_default();
                             let label = format!(
                                 "{}  {}  {title}{found}",
-                                &summary.session_id.0[..8.min(summary.session_id.0.len())],
+                                summary.session_id.0.chars().take(8).collect::<String>(),
                                 crate::render::ago(&summary.updated_at, now),
                             );
                             (label, summary.session_id)

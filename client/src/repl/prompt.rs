@@ -476,7 +476,9 @@ pub fn pick(
 }
 
 /// Rows a searching picker shows at most.
-const SEARCH_ROWS: usize = 10;
+pub const SEARCH_ROWS: usize = 10;
+/// How long a searching picker waits for the next key before it searches.
+const SEARCH_PAUSE: Duration = Duration::from_millis(120);
 
 /// A picker whose list follows what is typed: `search(query)` gives the rows for a query
 /// (each a label and what picking it returns), asked again at every change, starting with
@@ -494,9 +496,10 @@ pub fn search_pick<T>(
     let mut rows = search(&query);
     let mut selected = 0usize;
     let draw = |out: &mut std::io::Stdout, query: &str, rows: &[(String, T)], selected: usize| {
+        let fit = |line: String| crate::view::fit_visible(&line, width);
         let mut lines = vec![
-            style.bold(title),
-            format!("  {} {query}▏", style.dim("search:")),
+            fit(style.bold(title)),
+            fit(format!("  {} {query}▏", style.dim("search:"))),
         ];
         if rows.is_empty() {
             lines.push(style.dim("    nothing matches"));
@@ -506,8 +509,8 @@ pub fn search_pick<T>(
             let row = crate::view::fit_visible(&format!("  {mark} {label}"), width);
             lines.push(if i == selected { style.bold(&row) } else { row });
         }
-        lines.push(style.dim(
-            "  type to search titles and conversations, ↑/↓ to move, Enter to pick, Esc to leave",
+        lines.push(fit(
+            style.dim("  type to search · ↑/↓ move · Enter picks · Esc leaves")
         ));
         for line in &lines {
             let _ = write!(out, "{line}\r\n");
@@ -546,16 +549,17 @@ pub fn search_pick<T>(
                     (selected + 1) % shown
                 };
             }
-            KeyCode::Char(c) => {
-                query.push(c);
-                rows = search(&query);
-                selected = 0;
-            }
-            KeyCode::Backspace if query.pop().is_some() => {
-                rows = search(&query);
-                selected = 0;
-            }
+            KeyCode::Char(c) => query.push(c),
+            KeyCode::Backspace if query.pop().is_some() => {}
             _ => continue,
+        }
+        if matches!(code, KeyCode::Char(_) | KeyCode::Backspace) {
+            // While keys keep coming (typing, a paste), the search waits for the last one.
+            if crossterm::event::poll(SEARCH_PAUSE).unwrap_or(false) {
+                continue;
+            }
+            rows = search(&query);
+            selected = 0;
         }
         erase(&mut out, drawn);
         drawn = draw(&mut out, &query, &rows, selected);

@@ -1,6 +1,6 @@
 //! Output styles, as Claude Code has them: how the agent talks, chosen with `outputStyle` in the
 //! settings files (or `/output-style`). Two are built in (Explanatory, Learning, in tether's
-//! own words); a project's `.claude/output-styles/*.md` and the user's
+//! own words); a trusted project's `.claude/output-styles/*.md` and the user's
 //! `~/.claude/output-styles/*.md` add more (frontmatter `name`, `description`,
 //! `keep-coding-instructions`; the body is the style). A style joins the instructions when a
 //! session's prompt prefix is fixed, so it applies from the next session on; a custom one
@@ -8,6 +8,9 @@
 
 use super::frontmatter;
 use std::path::Path;
+
+/// The largest style file read.
+const MAX_STYLE_BYTES: u64 = 64 * 1024;
 
 /// The style the agent talks in when none is chosen.
 pub const DEFAULT: &str = "default";
@@ -65,13 +68,21 @@ fn builtin() -> Vec<OutputStyle> {
 /// built-in). Files that cannot be read are left out.
 pub fn available(cwd: &Path, home: Option<&Path>) -> Vec<OutputStyle> {
     let mut styles = builtin();
+    // A project's own styles speak for it only once it is trusted, as its settings do.
+    let trusted = crate::trust::is_trusted(cwd, home);
     let dirs = [
         home.map(|h| h.join(".claude/output-styles")),
-        Some(cwd.join(".claude/output-styles")),
+        trusted.then(|| cwd.join(".claude/output-styles")),
     ];
     for dir in dirs.into_iter().flatten() {
         for path in frontmatter::markdown_files(&dir) {
-            let Ok(text) = std::fs::read_to_string(&path) else {
+            // A regular file of a sensible size (not a FIFO, not /dev/zero behind a link).
+            let regular =
+                std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() <= MAX_STYLE_BYTES);
+            let Some(text) = regular
+                .then(|| std::fs::read_to_string(&path).ok())
+                .flatten()
+            else {
                 continue;
             };
             let (front, body) = frontmatter::split_lenient(&text);
@@ -136,24 +147,36 @@ mod tests {
             "---\nkeep-coding-instructions: true\n---\nOne line answers.\n",
         )
         .expect("write");
-        let names: Vec<String> = available(dir.path(), None)
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
-        assert_eq!(names, ["Explanatory", "Learning", "Pirate", "terse"]);
-        let pirate = find("pirate", dir.path(), None).expect("found whatever the case");
+        let home = tempfile::tempdir().expect("tempdir");
+        let names = || -> Vec<String> {
+            available(dir.path(), Some(home.path()))
+                .into_iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        assert_eq!(
+            names(),
+            ["Explanatory", "Learning"],
+            "not until it is trusted"
+        );
+        let trusted = serde_json::json!({"projects": {
+            dir.path().display().to_string(): {"hasTrustDialogAccepted": true}}});
+        std::fs::write(home.path().join(".claude.json"), trusted.to_string()).expect("write");
+        assert_eq!(names(), ["Explanatory", "Learning", "Pirate", "terse"]);
+        let home = Some(home.path());
+        let pirate = find("pirate", dir.path(), home).expect("found whatever the case");
         let text = instructions("I am.", "Code well.", Some(&pirate));
         assert!(
             text.contains("Say arr.") && !text.contains("Code well."),
             "{text}"
         );
-        let terse = find("terse", dir.path(), None).expect("named after its file");
+        let terse = find("terse", dir.path(), home).expect("named after its file");
         let text = instructions("I am.", "Code well.", Some(&terse));
         assert!(
             text.contains("One line answers.") && text.contains("Code well."),
             "{text}"
         );
-        assert_eq!(find("default", dir.path(), None), None);
+        assert_eq!(find("default", dir.path(), home), None);
         assert_eq!(
             instructions("I am.", "Code well.", None),
             "I am.\n\nCode well."

@@ -171,6 +171,15 @@ impl SessionActor {
             );
             return self.refuse(turn_id, "unknown_output_style", message);
         }
+        // An untrusted project's settings are not read: saved there, the choice would do
+        // nothing.
+        if !crate::trust::is_trusted(&cwd, home.as_deref()) {
+            let message = format!(
+                "{} is not trusted, so its settings (and its own output styles) are not read; trust it first (tether trust), then choose again",
+                cwd.display()
+            );
+            return self.refuse(turn_id, "untrusted", message);
+        }
         let file = cwd.join(".claude/settings.local.json");
         let saved = crate::json_file::update(&file, |v| {
             v["outputStyle"] = serde_json::Value::String(name.clone());

@@ -411,7 +411,10 @@ impl Sessions {
                 continue;
             }
             if let Some(who) = &filter.shared_with
-                && !record.shares.iter().any(|s| s.principal == *who)
+                && !record
+                    .shares
+                    .iter()
+                    .any(|s| s.principal == *who && s.role.rank() > 0)
             {
                 continue;
             }

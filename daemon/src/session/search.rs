@@ -19,9 +19,11 @@ fn snippet(text: &str, query: &str) -> Option<String> {
     let chars: Vec<char> = text.chars().collect();
     let from = start_chars.saturating_sub(AROUND);
     let to = (start_chars + query.chars().count() + AROUND).min(chars.len());
+    // Never a control character: what a reply said must not drive a terminal.
     let mut out: String = chars[from.min(chars.len())..to]
         .iter()
         .map(|c| if c.is_whitespace() { ' ' } else { *c })
+        .filter(|c| !c.is_control())
         .collect();
     out = out.split_whitespace().collect::<Vec<_>>().join(" ");
     if from > 0 {
@@ -66,10 +68,12 @@ fn found(store: &Store, session: &SessionSummary, query: &str) -> Option<String>
         let Ok((_, bytes)) = item else {
             return None;
         };
-        // Most events do not hold it at all: looked for in the bytes before any parsing.
-        if !String::from_utf8_lossy(&bytes)
-            .to_lowercase()
-            .contains(query)
+        // Only prompts and replies are read (never the deltas), and only those whose bytes
+        // hold the words are parsed.
+        let text = String::from_utf8_lossy(&bytes);
+        if !(text.contains(r#""type":"turn_started""#)
+            || text.contains(r#""type":"assistant_block_completed""#))
+            || !text.to_lowercase().contains(query)
         {
             continue;
         }

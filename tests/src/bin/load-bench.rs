@@ -275,10 +275,10 @@ fn headless(turns: usize, every: usize) -> anyhow::Result<()> {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    println!(
-        "an attached client, idle: {}",
-        client_memory(&daemon, &session)?
-    );
+    match client_memory(&daemon, &session) {
+        Ok(m) => println!("an attached client (tether attach, line mode), idle: {m}"),
+        Err(e) => println!("an attached client could not be measured: {e}"),
+    }
     println!(
         "daemon idle after: {}; client peak + daemon idle = {} KiB",
         rss(&daemon)?,
