@@ -435,13 +435,7 @@ pub fn pick(
     }
     selected = selected.min(items.len() - 1);
     draw(&mut out, selected);
-    let erase = |out: &mut std::io::Stdout| {
-        let _ = crossterm::execute!(
-            out,
-            crossterm::cursor::MoveUp(rows),
-            crossterm::terminal::Clear(crossterm::terminal::ClearType::FromCursorDown)
-        );
-    };
+    let erase = |out: &mut std::io::Stdout| erase_rows(out, rows);
     let choice = loop {
         let Some(code) = next_key(cancel) else {
             break None;
@@ -473,6 +467,15 @@ pub fn pick(
     erase(&mut out);
     let _ = crossterm::terminal::disable_raw_mode();
     choice
+}
+
+/// Takes back the `rows` lines a picker drew above the cursor.
+fn erase_rows(out: &mut std::io::Stdout, rows: u16) {
+    let _ = crossterm::execute!(
+        out,
+        crossterm::cursor::MoveUp(rows),
+        crossterm::terminal::Clear(crossterm::terminal::ClearType::FromCursorDown)
+    );
 }
 
 /// Rows a searching picker shows at most.
@@ -527,13 +530,7 @@ pub fn search_pick<T>(
         return None;
     }
     let mut drawn = draw(&mut out, &query, &rows, selected);
-    let erase = |out: &mut std::io::Stdout, drawn: u16| {
-        let _ = crossterm::execute!(
-            out,
-            crossterm::cursor::MoveUp(drawn),
-            crossterm::terminal::Clear(crossterm::terminal::ClearType::FromCursorDown)
-        );
-    };
+
     let choice = loop {
         let Some(code) = next_key(cancel) else {
             break None;
@@ -561,10 +558,10 @@ pub fn search_pick<T>(
             rows = search(&query);
             selected = 0;
         }
-        erase(&mut out, drawn);
+        erase_rows(&mut out, drawn);
         drawn = draw(&mut out, &query, &rows, selected);
     };
-    erase(&mut out, drawn);
+    erase_rows(&mut out, drawn);
     let _ = crossterm::terminal::disable_raw_mode();
     choice.map(|(_, picked)| picked)
 }

@@ -53,6 +53,22 @@ fn refused(reply: &Value) -> String {
         .to_owned()
 }
 
+/// The guest lists the one session shared with them and follows it; the owner prompts; the
+/// guest sees the permission request the prompt raised, whose id this is.
+fn guest_sees_the_request(
+    guest: &mut Ndjson,
+    owner: &mut Ndjson,
+    session: &str,
+) -> anyhow::Result<Value> {
+    let list = guest.call("session/list", json!({}))?;
+    assert_eq!(list["sessions"].as_array().map(Vec::len), Some(1), "{list}");
+    guest.watch(session)?;
+    owner.watch(session)?;
+    owner.start_turn(session, "make the file")?;
+    let asked = guest.events_until("permission_requested")?;
+    Ok(asked.last().context("the request")?["data"]["requestId"].clone())
+}
+
 /// `approver` allows `request` once; the owner's events to the turn's end, and who the log
 /// says answered.
 fn allow_once(
@@ -118,14 +134,7 @@ fn an_approver_over_ssh_answers_an_observer_is_refused_and_the_audit_says_who_de
     assert!(hello["connectionId"].is_u64(), "{hello}");
     let why = refused(&bob.conn.request("session/new", json!({"cwd": work}))?);
     assert!(why.contains("bob"), "{why}");
-    let list = bob.conn.call("session/list", json!({}))?;
-    assert_eq!(list["sessions"].as_array().map(Vec::len), Some(1), "{list}");
-    bob.conn.watch(&session)?;
-
-    alice.watch(&session)?;
-    alice.start_turn(&session, "make the file")?;
-    let asked = bob.conn.events_until("permission_requested")?;
-    let request = asked.last().context("the request")?["data"]["requestId"].clone();
+    let request = guest_sees_the_request(&mut bob.conn, &mut alice, &session)?;
     let why = refused(&bob.conn.request(
         "turn/start",
         json!({"sessionId": session, "input": [{"type": "text", "text": "and more"}]}),
@@ -346,14 +355,7 @@ fn another_local_user_reaches_a_shared_session_and_no_one_else_does() -> anyhow:
     bob.conn.call("initialize", json!({"protocolVersion": 1}))?;
     let why = refused(&bob.conn.request("session/new", json!({"cwd": work}))?);
     assert!(why.contains(BOB), "{why}");
-    let list = bob.conn.call("session/list", json!({}))?;
-    assert_eq!(list["sessions"].as_array().map(Vec::len), Some(1), "{list}");
-    bob.conn.watch(&session)?;
-
-    alice.watch(&session)?;
-    alice.start_turn(&session, "make the file")?;
-    let asked = bob.conn.events_until("permission_requested")?;
-    let request = asked.last().context("the request")?["data"]["requestId"].clone();
+    let request = guest_sees_the_request(&mut bob.conn, &mut alice, &session)?;
     let (_, by) = allow_once(&mut bob.conn, &mut alice, &session, &request)?;
     assert_eq!(by["principal"], BOB, "{by}");
     assert_eq!(by["channel"], "local", "{by}");
