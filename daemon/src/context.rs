@@ -109,7 +109,9 @@ pub async fn gather(cwd: &Path, project_memory: Option<&Path>) -> Context {
         if snapshot.is_some() { "yes" } else { "no" }
     ));
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let attribution = crate::settings::attribution(cwd, home.as_deref());
+    // The settings files are read once, for the attribution and the output style.
+    let settings = crate::settings::files(cwd, home.as_deref());
+    let attribution = crate::settings::attribution_of(&settings);
     if let Some(commit) = &attribution.commit {
         env.push_str(&format!(
             "\nEnd every git commit message you write with a blank line and then:\n{commit}\n"
@@ -133,7 +135,7 @@ pub async fn gather(cwd: &Path, project_memory: Option<&Path>) -> Context {
         }
         text
     });
-    let style = crate::settings::output_style(cwd, home.as_deref())
+    let style = crate::settings::output_style_of(&settings)
         .and_then(|name| styles::find(&name, cwd, home.as_deref()));
     Context {
         instructions: styles::instructions(IDENTITY, CODING, style.as_ref()),

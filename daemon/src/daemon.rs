@@ -174,7 +174,9 @@ pub async fn run(options: Options) -> Result<(), DaemonError> {
         sessions.store().clone(),
         shutdown.clone(),
     );
-    shared.open_if_shared();
+    // Reading every record is not start-up's work: the socket comes up a moment later.
+    let opening = shared.clone();
+    tokio::task::spawn_blocking(move || opening.open_if_shared());
     let api = RpcApi {
         sessions: sessions.clone(),
         connections: Arc::new(Connections::on_node(

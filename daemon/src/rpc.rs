@@ -141,9 +141,10 @@ where
                         refuse(stream, why).await;
                         return;
                     }
-                    let id = connections.connect(peer);
+                    let id = connections.connect(peer.clone());
                     match sniff(&stream).await {
                         Some(Transport::Http) => {
+                            let checked_peer = peer;
                             let gate = Arc::new(gate::Gate::default());
                             let counted = gate.clone();
                             let mut svc = services
@@ -155,6 +156,7 @@ where
                                                 s,
                                                 checking_store.clone(),
                                                 checking.clone(),
+                                                checked_peer.clone(),
                                             )
                                         })
                                         .layer_fn(move |s| {
@@ -174,7 +176,7 @@ where
                             closed.await;
                         }
                         Some(Transport::Ndjson) => {
-                            ndjson::serve(stream, methods, store, passing, id, shutdown).await
+                            ndjson::serve(stream, methods, store, passing, id, peer, shutdown).await
                         }
                         None => {}
                     }

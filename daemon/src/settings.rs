@@ -84,8 +84,13 @@ pub struct Attribution {
 
 /// `outputStyle` of the most specific settings file that sets it.
 pub fn output_style(root: &Path, home: Option<&Path>) -> Option<String> {
-    files(root, home)
-        .into_iter()
+    output_style_of(&files(root, home))
+}
+
+/// [`output_style`] of settings files already read ([`files`]).
+pub fn output_style_of(files: &[(PathBuf, Value)]) -> Option<String> {
+    files
+        .iter()
         .filter_map(|(_, v)| v["outputStyle"].as_str().map(str::to_owned))
         .rfind(|s| !s.trim().is_empty())
 }
@@ -93,11 +98,12 @@ pub fn output_style(root: &Path, home: Option<&Path>) -> Option<String> {
 /// The trailer `includeCoAuthoredBy: true` means.
 pub const CO_AUTHORED_BY: &str = "Co-Authored-By: Claude <noreply@anthropic.com>";
 
-/// The attribution of the most specific file that sets each part.
-pub fn attribution(root: &Path, home: Option<&Path>) -> Attribution {
+/// The attribution of the most specific file that sets each part, in settings files already
+/// read ([`files`]).
+pub fn attribution_of(files: &[(PathBuf, Value)]) -> Attribution {
     let mut out = Attribution::default();
     let text = |v: &str| (!v.trim().is_empty()).then(|| v.trim_end().to_owned());
-    for (_, v) in files(root, home) {
+    for (_, v) in files {
         if let Some(on) = v["includeCoAuthoredBy"].as_bool() {
             out.commit = on.then(|| CO_AUTHORED_BY.to_owned());
         }

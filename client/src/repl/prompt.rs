@@ -425,12 +425,7 @@ pub fn pick(
         let _ = out.flush();
     };
     let rows = u16::try_from(items.len() + 2).unwrap_or(u16::MAX);
-    if let Err(e) = crossterm::terminal::enable_raw_mode() {
-        let _ = writeln!(
-            out,
-            "{}",
-            style.error(&format!("cannot read the terminal: {e}"))
-        );
+    if !raw_mode(&mut out, style) {
         return None;
     }
     selected = selected.min(items.len() - 1);
@@ -467,6 +462,21 @@ pub fn pick(
     erase(&mut out);
     let _ = crossterm::terminal::disable_raw_mode();
     choice
+}
+
+/// Puts the terminal in raw mode for a picker; `false`, having said why, when it cannot.
+fn raw_mode(out: &mut std::io::Stdout, style: Style) -> bool {
+    match crossterm::terminal::enable_raw_mode() {
+        Ok(()) => true,
+        Err(e) => {
+            let _ = writeln!(
+                out,
+                "{}",
+                style.error(&format!("cannot read the terminal: {e}"))
+            );
+            false
+        }
+    }
 }
 
 /// Takes back the `rows` lines a picker drew above the cursor.
@@ -521,12 +531,7 @@ pub fn search_pick<T>(
         let _ = out.flush();
         u16::try_from(lines.len()).unwrap_or(u16::MAX)
     };
-    if let Err(e) = crossterm::terminal::enable_raw_mode() {
-        let _ = writeln!(
-            out,
-            "{}",
-            style.error(&format!("cannot read the terminal: {e}"))
-        );
+    if !raw_mode(&mut out, style) {
         return None;
     }
     let mut drawn = draw(&mut out, &query, &rows, selected);

@@ -214,7 +214,7 @@ pub fn report(root: &Path, home: Option<&Path>) -> Vec<SettingsKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::{Attribution, CO_AUTHORED_BY, attribution, env};
+    use crate::settings::{Attribution, CO_AUTHORED_BY, attribution_of, env, files};
 
     #[test]
     fn local_settings_win_and_every_key_is_reported() {
@@ -237,7 +237,7 @@ mod tests {
         assert_eq!(d.permission_mode, Some(PermissionMode::AcceptEdits));
         assert_eq!(d.model.as_deref(), Some("haiku"));
         assert_eq!(
-            attribution(root.path(), Some(home.path())),
+            attribution_of(&files(root.path(), Some(home.path()))),
             Attribution::default()
         );
         std::fs::write(
@@ -246,7 +246,7 @@ mod tests {
         )
         .expect("write");
         assert_eq!(
-            attribution(root.path(), Some(home.path())),
+            attribution_of(&files(root.path(), Some(home.path()))),
             Attribution {
                 commit: Some(CO_AUTHORED_BY.into()),
                 pr: Some("Made with tether".into())

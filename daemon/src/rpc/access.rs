@@ -8,20 +8,19 @@
 //! Unix user, no `--role` cap) skip the check entirely.
 //!
 //! Within a method a role allows, what acts outside the session's log and its permission
-//! prompts stays the owner's ([`check_params`]): a `!` shell command or a `#` memory note,
+//! prompts stays the owner's (`owners_part`): a `!` shell command or a `#` memory note,
 //! `/budget` and `/output-style` with an argument, the turn options that add rules, directories, settings, hooks or MCP servers, attachments from
 //! outside the session's directory, the budget, the no-controller policy and
 //! `bypassPermissions`, and `allow_always` (which writes the project's settings).
 
 use super::{Connections, Peer};
-use crate::store::Store;
+use crate::store::{SessionRecord, Store};
 use jsonrpsee::core::server::MethodResponse;
 use jsonrpsee::server::middleware::rpc::{Batch, Notification, RpcServiceT};
 use jsonrpsee::types::{ErrorObjectOwned, Id, Request};
-use serde::Deserialize;
 use std::future::Future;
 use std::sync::Arc;
-use tether_proto::{ConnectionId, ErrorCode, SessionId, SessionRole};
+use tether_proto::{ErrorCode, SessionId, SessionRole};
 
 /// What a method needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +87,11 @@ const OPTIONS_FOR_OTHERS: &[&str] = &[
 
 /// What in a call's params only the owner may ask for, though the method is open to `peer`
 /// (`None`: nothing).
-fn owners_part(store: &Store, method: &str, params: &serde_json::Value) -> Option<String> {
+fn owners_part(
+    method: &str,
+    params: &serde_json::Value,
+    cwd: Option<&std::path::Path>,
+) -> Option<String> {
     match method {
         "turn/start" => {
             if let Some(options) = params["options"].as_object()
@@ -98,10 +101,6 @@ fn owners_part(store: &Store, method: &str, params: &serde_json::Value) -> Optio
             {
                 return Some(format!("the turn option {key}"));
             }
-            let cwd = params["sessionId"]
-                .as_str()
-                .and_then(|id| store.session(&SessionId(id.to_owned())).ok().flatten())
-                .map(|r| std::path::PathBuf::from(r.cwd));
             for item in params["input"].as_array().into_iter().flatten() {
                 if let Some(text) = item["text"].as_str() {
                     let text = text.trim_start();
@@ -120,7 +119,7 @@ fn owners_part(store: &Store, method: &str, params: &serde_json::Value) -> Optio
                     }
                 }
                 if let Some(path) = item["path"].as_str()
-                    && !inside(path, cwd.as_deref())
+                    && !inside(path, cwd)
                 {
                     return Some(format!(
                         "attaching {path} (outside the session's directory)"
@@ -159,47 +158,21 @@ fn inside(path: &str, cwd: Option<&std::path::Path>) -> bool {
     no_parent && below && !path.to_string_lossy().starts_with('~')
 }
 
-/// The owner's parts of a call `peer` (not the owner) may otherwise make.
-fn check_params(
-    store: &Store,
-    owner: &str,
-    peer: &Peer,
-    method: &str,
-    params: Option<&str>,
-) -> Result<(), ErrorObjectOwned> {
+/// The role `record`'s session gives `peer` (`None`: not shared with them, or no such
+/// session).
+fn granted(record: Option<&SessionRecord>, peer: &Peer) -> Option<SessionRole> {
     if peer.owner {
-        return Ok(());
+        return peer.role(None);
     }
-    let params: serde_json::Value = params
-        .and_then(|p| serde_json::from_str(p).ok())
-        .unwrap_or_default();
-    match owners_part(store, method, &params) {
-        Some(what) => Err(refuse(format!(
-            "{what} is for {owner}, who runs this daemon; {} cannot ask for it",
-            peer.principal
-        ))),
-        None => Ok(()),
-    }
+    let granted = record
+        .and_then(|r| r.shares.iter().find(|s| s.principal == peer.principal))
+        .map(|s| s.role.clone());
+    peer.role(granted)
 }
 
 /// `peer`'s role in `session` (`None`: not shared with them, or no such session).
 pub fn role_in(store: &Store, peer: &Peer, session: &SessionId) -> Option<SessionRole> {
-    if peer.owner {
-        return peer.role(None);
-    }
-    let granted = store
-        .session(session)
-        .ok()
-        .flatten()
-        .and_then(|r| r.shares.into_iter().find(|s| s.principal == peer.principal))
-        .map(|s| s.role);
-    peer.role(granted)
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SessionParam {
-    session_id: SessionId,
+    granted(store.session(session).ok().flatten().as_ref(), peer)
 }
 
 fn refuse(message: String) -> ErrorObjectOwned {
@@ -214,13 +187,12 @@ pub fn check(
     method: &str,
     params: Option<&str>,
 ) -> Result<(), ErrorObjectOwned> {
-    if peer.owner && peer.cap.is_none() {
+    if peer.unrestricted() {
         return Ok(());
     }
     let who = &peer.principal;
     match need(method) {
         Need::Anyone => Ok(()),
-        Need::Owner if peer.owner && peer.cap.is_none() => Ok(()),
         Need::Owner if peer.owner => Err(refuse(format!(
             "{method} is for the daemon's owner; this connection of {who} may act only as {} (tether bridge --role)",
             peer.cap.as_ref().map_or("owner", |c| c.as_str())
@@ -229,9 +201,12 @@ pub fn check(
             "{method} is for {owner}, who runs this daemon; {who} may use only the sessions shared with them"
         ))),
         Need::Session(needed) => {
-            let session = params
-                .and_then(|p| serde_json::from_str::<SessionParam>(p).ok())
-                .map(|p| p.session_id)
+            let params: serde_json::Value = params
+                .and_then(|p| serde_json::from_str(p).ok())
+                .unwrap_or_default();
+            let session = params["sessionId"]
+                .as_str()
+                .map(|id| SessionId(id.to_owned()))
                 .ok_or_else(|| {
                     jsonrpsee::types::ErrorObject::owned::<()>(
                         jsonrpsee::types::error::INVALID_PARAMS_CODE,
@@ -239,12 +214,21 @@ pub fn check(
                         None,
                     )
                 })?;
-            match role_in(store, peer, &session) {
+            // The record is read once: for the grant, and for the session's directory.
+            let record = store.session(&session).ok().flatten();
+            match granted(record.as_ref(), peer) {
                 None => Err(refuse(format!(
                     "session {session} is not shared with {who} (its owner, {owner}, can share it: tether share {session} --with {who} --role ROLE)"
                 ))),
+                // Within what the role allows, the owner's parts stay the owner's.
                 Some(role) if role.rank() >= needed.rank() => {
-                    check_params(store, owner, peer, method, params)
+                    let cwd = record.as_ref().map(|r| std::path::Path::new(&r.cwd));
+                    match owners_part(method, &params, cwd).filter(|_| !peer.owner) {
+                        Some(what) => Err(refuse(format!(
+                            "{what} is for {owner}, who runs this daemon; {who} cannot ask for it"
+                        ))),
+                        None => Ok(()),
+                    }
                 }
                 Some(role) => Err(refuse(format!(
                     "{who} is {} {role} of session {session} and {}: {method} needs {needed} or more",
@@ -271,23 +255,19 @@ pub struct Checked<S> {
     inner: S,
     store: Store,
     connections: Arc<Connections>,
+    /// Who is at the connection, as it was accepted.
+    peer: Peer,
 }
 
 impl<S> Checked<S> {
-    /// Wraps `inner`.
-    pub fn new(inner: S, store: Store, connections: Arc<Connections>) -> Self {
+    /// Wraps `inner` for the connection of `peer`.
+    pub fn new(inner: S, store: Store, connections: Arc<Connections>, peer: Peer) -> Self {
         Self {
             inner,
             store,
             connections,
+            peer,
         }
-    }
-
-    fn peer(&self, ext: &jsonrpsee::Extensions) -> Peer {
-        self.connections.peer(ConnectionId(
-            ext.get::<jsonrpsee::ConnectionId>()
-                .map_or(0, |c| c.0 as u64),
-        ))
     }
 }
 
@@ -305,11 +285,10 @@ where
     type BatchResponse = MethodResponse;
 
     fn call<'a>(&self, request: Request<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
-        let peer = self.peer(request.extensions());
         let verdict = check(
             &self.store,
             self.connections.owner(),
-            &peer,
+            &self.peer,
             request.method_name(),
             request.params.as_ref().map(|p| p.get()),
         );
@@ -325,21 +304,16 @@ where
         }
     }
 
-    fn batch<'a>(
-        &self,
-        mut requests: Batch<'a>,
-    ) -> impl Future<Output = MethodResponse> + Send + 'a {
-        let peer = self.peer(requests.extensions());
-        let open = peer.owner && peer.cap.is_none();
-        let batch = open.then(|| self.inner.batch(requests));
+    fn batch<'a>(&self, requests: Batch<'a>) -> impl Future<Output = MethodResponse> + Send + 'a {
+        let principal = self.peer.principal.clone();
+        let batch = self.peer.unrestricted().then(|| self.inner.batch(requests));
         async move {
             match batch {
                 Some(batch) => batch.await,
                 None => MethodResponse::error(
                     Id::Null,
                     refuse(format!(
-                        "{} may not send batches: send each call on its own",
-                        peer.principal
+                        "{principal} may not send batches: send each call on its own"
                     )),
                 ),
             }

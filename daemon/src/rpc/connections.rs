@@ -35,6 +35,11 @@ impl Peer {
         }
     }
 
+    /// Whether nothing it calls needs checking: the owner, with no cap.
+    pub fn unrestricted(&self) -> bool {
+        self.owner && self.cap.is_none()
+    }
+
     /// What it may do in a session shared with it as `granted` (`None`: not shared).
     pub fn role(&self, granted: Option<SessionRole>) -> Option<SessionRole> {
         let base = if self.owner {

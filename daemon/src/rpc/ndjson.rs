@@ -82,6 +82,8 @@ struct Conn {
     store: Store,
     /// Who this connection is, for a call passed on.
     connections: Arc<Connections>,
+    /// Who is at it, as it was accepted.
+    peer: super::Peer,
     sink: MethodSink,
     conn_id: ConnectionId,
     subscriptions: BoundedSubscriptions,
@@ -94,6 +96,7 @@ pub async fn serve(
     store: Store,
     connections: Arc<Connections>,
     conn_id: u32,
+    peer: super::Peer,
     shutdown: CancellationToken,
 ) {
     let (read, write) = stream.into_split();
@@ -106,6 +109,7 @@ pub async fn serve(
         methods,
         store,
         connections,
+        peer,
         sink: MethodSink::new_with_limit(tx, MAX_MESSAGE_BYTES),
         conn_id: ConnectionId::from(conn_id),
         subscriptions: BoundedSubscriptions::new(MAX_SUBSCRIPTIONS),
@@ -331,13 +335,10 @@ async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
         ..
     } = req;
     let raw = params.clone();
-    let peer = conn
-        .connections
-        .peer(tether_proto::ConnectionId(conn.conn_id.0 as u64));
     if let Err(e) = super::access::check(
         &conn.store,
         conn.connections.owner(),
-        &peer,
+        &conn.peer,
         &method,
         raw.as_ref().map(|p| p.get()),
     ) {
@@ -365,7 +366,7 @@ async fn call(conn: &Conn, req: Request<'_>) -> MethodResponse {
                 forward::elsewhere(
                     &conn.store,
                     by,
-                    peer.cap.clone(),
+                    conn.peer.cap.clone(),
                     &method,
                     raw.as_deref(),
                     id,

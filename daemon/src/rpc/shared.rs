@@ -50,11 +50,6 @@ impl SharedSocket {
         })
     }
 
-    /// Where it is.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
-
     /// The connections it accepts, for the accept loop (once).
     pub fn take_incoming(&self) -> Option<mpsc::Receiver<Accepted>> {
         self.incoming
@@ -116,8 +111,8 @@ impl SharedSocket {
                     }
                 },
             };
-            if uid != own && !self.shared_with(&super::identity::user_name(uid)) {
-                let name = super::identity::user_name(uid);
+            let name = super::identity::user_name(uid);
+            if uid != own && !self.shared_with(&name) {
                 tracing::warn!(
                     uid,
                     "refused a connection of {name}: no session is shared with them"
